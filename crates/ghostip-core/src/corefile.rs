@@ -1,0 +1,1 @@
+//! Corefile parsing (placeholder until written).

@@ -1,0 +1,1 @@
+//! The staleness engine (placeholder until written).

@@ -1,0 +1,336 @@
+//! The shared vocabulary: services, endpoints, pods, targets, layers and paths.
+//!
+//! Every layer (DNS, datapath, conntrack, client, config) reports what it holds
+//! in these types, so the engine can compare any path with the truth without
+//! knowing where the observation came from.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+/// A point in time. Injected by adapters; the core never reads a clock.
+pub type Time = Timestamp;
+
+/// `namespace/name` of a Kubernetes Service.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ServiceKey {
+    /// Namespace of the Service.
+    pub namespace: String,
+    /// Name of the Service.
+    pub name: String,
+}
+
+impl ServiceKey {
+    /// Builds a key from its parts.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self { namespace: namespace.into(), name: name.into() }
+    }
+
+    /// The DNS name CoreDNS answers for this Service in `zone` (e.g. `cluster.local`).
+    pub fn dns_name(&self, zone: &str) -> String {
+        format!("{}.{}.svc.{}.", self.name, self.namespace, zone.trim_end_matches('.'))
+    }
+}
+
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Identity of one pod incarnation. The uid tells two pods of the same name apart.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PodRef {
+    /// Namespace of the pod.
+    pub namespace: String,
+    /// Name of the pod.
+    pub name: String,
+    /// `metadata.uid`; empty when the source did not carry it.
+    pub uid: String,
+}
+
+impl fmt::Display for PodRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Transport protocol of a port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Protocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+            Protocol::Sctp => "SCTP",
+        })
+    }
+}
+
+/// What a path routes or resolves to: an IP, with a port where the layer has one.
+///
+/// DNS answers are bare IPs (`port: None`); datapath backends carry their port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Target {
+    /// Address.
+    pub ip: IpAddr,
+    /// Port, where the layer routes to a port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+}
+
+impl Target {
+    /// A bare IP target (DNS answers).
+    pub fn ip(ip: IpAddr) -> Self {
+        Self { ip, port: None }
+    }
+
+    /// An `ip:port` target (load-balancer backends).
+    pub fn socket(ip: IpAddr, port: u16) -> Self {
+        Self { ip, port: Some(port) }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.ip, self.port) {
+            (ip, None) => write!(f, "{ip}"),
+            (IpAddr::V4(ip), Some(p)) => write!(f, "{ip}:{p}"),
+            (IpAddr::V6(ip), Some(p)) => write!(f, "[{ip}]:{p}"),
+        }
+    }
+}
+
+/// A kind of copy of the truth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layer {
+    /// DNS answers (CoreDNS pods, the kube-dns ClusterIP, NodeLocal DNSCache).
+    Dns,
+    /// A node's load-balancer datapath (kube-proxy iptables/nftables/IPVS, Cilium).
+    Datapath,
+    /// Connection-tracking entries on a node.
+    Conntrack,
+    /// Client-side copies seen through error logs.
+    Client,
+    /// Configuration (Corefiles, pod specs).
+    Config,
+}
+
+impl Layer {
+    /// The lower-case name used in metrics labels and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layer::Dns => "dns",
+            Layer::Datapath => "datapath",
+            Layer::Conntrack => "conntrack",
+            Layer::Client => "client",
+            Layer::Config => "config",
+        }
+    }
+}
+
+impl fmt::Display for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The kind of a path, a metrics label with bounded cardinality.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PathKind {
+    /// A CoreDNS (kube-dns) pod queried at its pod IP.
+    DnsPod,
+    /// The kube-dns Service queried at its ClusterIP (goes through a node's datapath).
+    DnsClusterIp,
+    /// NodeLocal DNSCache (169.254.20.10 by default).
+    DnsNodeLocal,
+    /// A DNS server given on the command line.
+    DnsOverride,
+    /// kube-proxy in iptables mode.
+    Iptables,
+    /// kube-proxy in nftables mode.
+    Nftables,
+    /// kube-proxy in IPVS mode.
+    Ipvs,
+    /// Cilium's load-balancer maps.
+    Cilium,
+    /// Connection tracking.
+    Conntrack,
+}
+
+impl PathKind {
+    /// The kebab-case name used in metrics labels and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PathKind::DnsPod => "dns-pod",
+            PathKind::DnsClusterIp => "dns-cluster-ip",
+            PathKind::DnsNodeLocal => "dns-node-local",
+            PathKind::DnsOverride => "dns-override",
+            PathKind::Iptables => "iptables",
+            PathKind::Nftables => "nftables",
+            PathKind::Ipvs => "ipvs",
+            PathKind::Cilium => "cilium",
+            PathKind::Conntrack => "conntrack",
+        }
+    }
+
+    /// The layer this kind of path belongs to.
+    pub fn layer(self) -> Layer {
+        match self {
+            PathKind::DnsPod | PathKind::DnsClusterIp | PathKind::DnsNodeLocal | PathKind::DnsOverride => {
+                Layer::Dns
+            }
+            PathKind::Iptables | PathKind::Nftables | PathKind::Ipvs | PathKind::Cilium => Layer::Datapath,
+            PathKind::Conntrack => Layer::Conntrack,
+        }
+    }
+}
+
+impl fmt::Display for PathKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One concrete copy of the truth: `dns via 10.244.1.5 (coredns-abc)`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PathInfo {
+    /// Stable identifier, e.g. `dns-pod/10.244.1.5:53` or `iptables/node-2`.
+    pub id: String,
+    /// Kind of path.
+    pub kind: PathKind,
+    /// Human description: `dns via 10.244.1.5 (kube-system/coredns-abc)`.
+    pub description: String,
+    /// Node the path is seen from, where it is node-local.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+impl PathInfo {
+    /// The layer of this path.
+    pub fn layer(&self) -> Layer {
+        self.kind.layer()
+    }
+}
+
+/// When the truth changed, as Kubernetes says and as ghostip received it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeTime {
+    /// `endpoints.kubernetes.io/last-change-trigger-time` when present, else `received`.
+    pub t0: Time,
+    /// When ghostip's watch delivered the change.
+    pub received: Time,
+    /// Whether `t0` came from the trigger-time annotation.
+    pub from_trigger_annotation: bool,
+}
+
+impl ChangeTime {
+    /// A change known only by its receive time.
+    pub fn received_at(at: Time) -> Self {
+        Self { t0: at, received: at, from_trigger_annotation: false }
+    }
+}
+
+/// Whole seconds as a [`Duration`], for configuration values.
+pub fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// Index of a path registered with the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PathIdx(pub u32);
+
+/// One target a path held, with the remaining TTL where the layer has one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldTarget {
+    /// What the path resolves or routes to.
+    pub target: Target,
+    /// Remaining TTL in seconds (DNS answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<u32>,
+}
+
+/// Why a path could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureReason {
+    /// No answer within the timeout.
+    Timeout,
+    /// The server answered SERVFAIL.
+    Servfail,
+    /// The server answered REFUSED.
+    Refused,
+    /// Another non-success response code (NXDOMAIN is not a failure: it is an empty answer).
+    Rcode(String),
+    /// The network said no (ICMP unreachable, connection refused, reset).
+    Network(String),
+    /// A reader could not read or parse the path's state.
+    Unreadable(String),
+}
+
+impl FailureReason {
+    /// A short, bounded label for metrics (`reason`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            FailureReason::Timeout => "timeout",
+            FailureReason::Servfail => "servfail",
+            FailureReason::Refused => "refused",
+            FailureReason::Rcode(_) => "rcode",
+            FailureReason::Network(_) => "network",
+            FailureReason::Unreadable(_) => "unreadable",
+        }
+    }
+}
+
+impl fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FailureReason::Timeout => f.write_str("timeout"),
+            FailureReason::Servfail => f.write_str("SERVFAIL"),
+            FailureReason::Refused => f.write_str("REFUSED"),
+            FailureReason::Rcode(c) => write!(f, "rcode {c}"),
+            FailureReason::Network(e) => write!(f, "network error: {e}"),
+            FailureReason::Unreadable(e) => write!(f, "unreadable: {e}"),
+        }
+    }
+}
+
+/// What one path held for one service at one instant, or why it could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ObservationResult {
+    /// The complete set the path held (an empty set is a valid answer, e.g. NXDOMAIN).
+    Held(Vec<HeldTarget>),
+    /// The path could not be read; says nothing about staleness.
+    Failed(FailureReason),
+}
+
+/// One observation of one path for one service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observation {
+    /// The path, as registered with the engine.
+    pub path: PathIdx,
+    /// The service the observation is about.
+    pub service: ServiceKey,
+    /// When the observation was made (for a DNS query: when the answer arrived).
+    pub at: Time,
+    /// What it held.
+    pub result: ObservationResult,
+    /// Round-trip time of the probe, where there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<Duration>,
+}

@@ -1,0 +1,1 @@
+//! DNS probing of every DNS path (placeholder).

@@ -1,0 +1,1 @@
+//! Kubernetes truth adapter (placeholder).

@@ -1,0 +1,1 @@
+//! SQLite history ledger (placeholder).

@@ -1,0 +1,10 @@
+//! ghostip's IO adapters and commands around the pure core.
+//!
+//! `kube` watches the truth, `dns` probes DNS paths, `ledger` keeps the history in
+//! SQLite, `metrics` and `http` export state, `report` prints it, `commands` wire it
+//! together for the CLI in `main.rs`.
+#![forbid(unsafe_code)]
+
+pub mod dns;
+pub mod kube;
+pub mod ledger;
