@@ -1,1 +1,744 @@
-//! The staleness engine (placeholder until written).
+//! The staleness engine: compares what each path holds with the truth and measures windows.
+//!
+//! The engine is a pure state machine. Adapters register paths, tell it what each
+//! layer should hold ([`Engine::set_desired`]), feed it [`Observation`]s and the current
+//! time ([`Engine::tick`]), and read back [`Tracking`]s and [`EngineEvent`]s.
+//!
+//! # Rules
+//! - A target that leaves the truth opens a **stale** tracking on every path of the
+//!   layer; a target that joins opens a **missing** tracking. Its window starts at the
+//!   change time t0.
+//! - Each observation of a path updates its trackings: a stale target still held moves
+//!   `last_wrong`; the first observation without it sets `converged_by`. A target that
+//!   reappears (a flapping path) clears `converged_by` again.
+//! - A tracking is final once it stayed converged for `settle`; its verdict compares
+//!   the window with the path's expected lag.
+//! - Nothing is judged before the truth synced, and nothing across a truth gap: a
+//!   tracking that overlaps a gap is reported as unjudged.
+//! - A path whose observations fail says nothing about staleness; failures are counted.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{
+    ChangeTime, FailureReason, HeldTarget, Layer, Observation, ObservationResult, PathIdx, PathInfo, ServiceKey, Target,
+    Time,
+};
+
+/// Tunables of the engine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineConfig {
+    /// How long a target must stay converged before its window is final.
+    pub settle: Duration,
+    /// Slack added to the expected lag before a window counts as over it
+    /// (TTLs are whole seconds; a cache entry filled just before t0 expires up to 1 s later).
+    pub tolerance: Duration,
+    /// Minimum time before a tracking is declared stuck (DESIGN: max(10 × expected lag, 5 min)).
+    pub stuck_floor: Duration,
+    /// Multiple of the expected lag after which a tracking is stuck.
+    pub stuck_factor: u32,
+    /// How many final trackings to keep in memory for reports.
+    pub history_limit: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            settle: Duration::from_secs(3),
+            tolerance: Duration::from_secs(1),
+            stuck_floor: Duration::from_secs(300),
+            stuck_factor: 10,
+            history_limit: 100_000,
+        }
+    }
+}
+
+/// Whether a path still served a removed target or did not yet serve an added one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Discrepancy {
+    /// The path served a target after it left the truth.
+    Stale,
+    /// The path did not serve a target that is in the truth.
+    Missing,
+}
+
+/// Why a tracking has no verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Unjudged {
+    /// ghostip's own view of the API was not synced during the window.
+    TruthGap,
+    /// The target returned to the truth before the path converged.
+    Readded,
+    /// The target left the truth before the path ever served it.
+    Withdrawn,
+    /// The path disappeared (e.g. the CoreDNS pod was removed) before it converged.
+    PathRemoved,
+}
+
+/// The verdict on one tracking.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "verdict", content = "reason")]
+pub enum Verdict {
+    /// Still open: not converged, not yet stuck.
+    Pending,
+    /// Converged within the path's expected lag.
+    WithinExpectedLag,
+    /// Converged, but later than the path's expected lag: the layer misbehaves.
+    OverExpectedLag,
+    /// Not converged after max(stuck factor × expected lag, stuck floor).
+    Stuck,
+    /// Measured but not judged.
+    Unjudged(Unjudged),
+}
+
+impl Verdict {
+    /// A short human label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Verdict::Pending => "pending",
+            Verdict::WithinExpectedLag => "within expected lag",
+            Verdict::OverExpectedLag => "over expected lag",
+            Verdict::Stuck => "stuck",
+            Verdict::Unjudged(Unjudged::TruthGap) => "unjudged (truth gap)",
+            Verdict::Unjudged(Unjudged::Readded) => "unjudged (re-added)",
+            Verdict::Unjudged(Unjudged::Withdrawn) => "unjudged (withdrawn)",
+            Verdict::Unjudged(Unjudged::PathRemoved) => "unjudged (path removed)",
+        }
+    }
+
+    /// Whether this verdict is a finding (stale beyond what the configuration promises).
+    pub fn is_finding(&self) -> bool {
+        matches!(self, Verdict::OverExpectedLag | Verdict::Stuck)
+    }
+}
+
+/// How the death of an endpoint was established.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeathSource {
+    /// A TCP connect probe to the removed IP:port failed.
+    ConnectProbe,
+    /// Estimated from the pod's deletion time plus its preStop delay.
+    PodTermination,
+    /// The pod object disappeared.
+    PodGone,
+}
+
+/// When a target stopped accepting connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Death {
+    /// From this instant on, connections to the IP failed.
+    pub since: Time,
+    /// How that was established.
+    pub source: DeathSource,
+}
+
+/// Part of a stale window during which the path sent clients to a dead endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Exposure {
+    /// Lower bound: from death (or t0) to the last observation that still served it.
+    pub lower: Duration,
+    /// Upper bound: to the first observation after which it was gone.
+    pub upper: Duration,
+    /// The death the exposure is measured from.
+    pub death: Death,
+}
+
+/// One (path, service, target) discrepancy being measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tracking {
+    /// Path.
+    pub path: PathIdx,
+    /// Service.
+    pub service: ServiceKey,
+    /// Target.
+    pub target: Target,
+    /// Stale or missing.
+    pub kind: Discrepancy,
+    /// When the truth changed; `None` when the discrepancy was found without seeing
+    /// the change (e.g. the first observation after start already held a removed IP).
+    pub change: Option<ChangeTime>,
+    /// When the tracking was opened (t0, or the observation that found it).
+    pub opened: Time,
+    /// Last observation at which the path was still wrong about this target.
+    pub last_wrong: Option<Time>,
+    /// First observation after `last_wrong` at which the path was right.
+    pub converged_by: Option<Time>,
+    /// Expiry predicted from the TTL the path returned around t0 (observation time + TTL).
+    pub predicted_expiry: Option<Time>,
+    /// TTL the path handed out in its first answer after t0 that still held the target.
+    pub ttl_seen: Option<u32>,
+    /// How often the target came back after the path had dropped it.
+    pub reappearances: u32,
+    /// The path's expected lag when the tracking closed (or now).
+    pub expected_lag: Duration,
+    /// Verdict.
+    pub verdict: Verdict,
+    /// Overlaps a truth gap.
+    pub gap: bool,
+    /// Declared stuck at some point (a stuck tracking that later converges keeps this).
+    pub was_stuck: bool,
+}
+
+impl Tracking {
+    fn start(&self) -> Time {
+        self.change.map_or(self.opened, |c| c.t0)
+    }
+
+    /// Window lower bound: t0 to the last observation that was still wrong.
+    pub fn window_lower(&self) -> Option<Duration> {
+        let start = self.start();
+        Some(match self.last_wrong {
+            Some(w) => non_negative(w.duration_since(start)),
+            None => Duration::ZERO,
+        })
+    }
+
+    /// Window upper bound: t0 to the first observation after which the path was right.
+    pub fn window_upper(&self) -> Option<Duration> {
+        self.converged_by.map(|c| non_negative(c.duration_since(self.start())))
+    }
+
+    /// The part of the window during which the target was dead.
+    pub fn exposure(&self, death: Option<Death>) -> Option<Exposure> {
+        let death = death?;
+        if self.kind != Discrepancy::Stale {
+            return None;
+        }
+        let from = if death.since > self.start() { death.since } else { self.start() };
+        let lower = self.last_wrong.map_or(Duration::ZERO, |w| non_negative(w.duration_since(from)));
+        let upper = self.converged_by.map_or(lower, |c| non_negative(c.duration_since(from)));
+        Some(Exposure { lower, upper, death })
+    }
+}
+
+/// What changed, for the ledger, metrics and live displays.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum EngineEvent {
+    /// A discrepancy started being measured.
+    Opened(Tracking),
+    /// A path dropped a stale target (or served a missing one) for the first time, or again.
+    Converging(Tracking),
+    /// A target came back on a path that had dropped it.
+    Reappeared(Tracking),
+    /// A tracking was declared stuck.
+    Stuck(Tracking),
+    /// A tracking reached its final verdict.
+    Closed(Tracking),
+}
+
+/// Observation and failure counts of one path.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathStats {
+    /// Observations received.
+    pub observations: u64,
+    /// Failed observations.
+    pub failures: u64,
+    /// Failures by reason label.
+    pub failures_by_reason: BTreeMap<String, u64>,
+    /// The last failure and when.
+    pub last_failure: Option<(Time, FailureReason)>,
+    /// Last successful observation.
+    pub last_success: Option<Time>,
+}
+
+#[derive(Debug)]
+struct PathState {
+    info: PathInfo,
+    expected_lag: Duration,
+    removed: bool,
+    stats: PathStats,
+    /// Last held set per service with TTLs and when.
+    last_held: HashMap<ServiceKey, (Time, Vec<HeldTarget>)>,
+}
+
+#[derive(Debug, Default)]
+struct Desired {
+    set: BTreeSet<Target>,
+    /// Targets that left, with when, so a later observation can date its staleness.
+    departed: HashMap<Target, ChangeTime>,
+    /// Targets that joined and when.
+    arrived: HashMap<Target, ChangeTime>,
+}
+
+type TrackKey = (PathIdx, ServiceKey, Target, Discrepancy);
+
+/// The engine.
+#[derive(Debug)]
+pub struct Engine {
+    cfg: EngineConfig,
+    paths: Vec<PathState>,
+    desired: HashMap<(Layer, ServiceKey), Desired>,
+    open: BTreeMap<TrackKey, Tracking>,
+    closed: Vec<Tracking>,
+    deaths: HashMap<IpAddr, Death>,
+    truth_synced: bool,
+    gap_since: Option<Time>,
+    gaps: Vec<(Time, Option<Time>)>,
+}
+
+impl Engine {
+    /// An engine with no paths; the truth counts as not synced until [`Engine::truth_synced`].
+    pub fn new(cfg: EngineConfig) -> Self {
+        Self {
+            cfg,
+            paths: Vec::new(),
+            desired: HashMap::new(),
+            open: BTreeMap::new(),
+            closed: Vec::new(),
+            deaths: HashMap::new(),
+            truth_synced: false,
+            gap_since: None,
+            gaps: Vec::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// Registers a path. Registering the same id again revives and returns the old index.
+    pub fn add_path(&mut self, info: PathInfo, expected_lag: Duration) -> PathIdx {
+        if let Some(i) = self.paths.iter().position(|p| p.info.id == info.id) {
+            let p = &mut self.paths[i];
+            p.removed = false;
+            p.expected_lag = expected_lag;
+            p.info = info;
+            return PathIdx(i as u32);
+        }
+        self.paths.push(PathState {
+            info,
+            expected_lag,
+            removed: false,
+            stats: PathStats::default(),
+            last_held: HashMap::new(),
+        });
+        PathIdx((self.paths.len() - 1) as u32)
+    }
+
+    /// Marks a path as gone (e.g. its CoreDNS pod was removed); its open trackings close unjudged.
+    pub fn remove_path(&mut self, path: PathIdx, at: Time) -> Vec<EngineEvent> {
+        let Some(p) = self.paths.get_mut(path.0 as usize) else { return Vec::new() };
+        p.removed = true;
+        p.last_held.clear();
+        let keys: Vec<TrackKey> = self.open.keys().filter(|k| k.0 == path).cloned().collect();
+        let mut events = Vec::new();
+        for k in keys {
+            if let Some(mut t) = self.open.remove(&k) {
+                if t.converged_by.is_none() {
+                    t.verdict = Verdict::Unjudged(Unjudged::PathRemoved);
+                    t.converged_by = None;
+                } else {
+                    t.verdict = self.judge(&t);
+                }
+                let _ = at;
+                events.push(EngineEvent::Closed(t.clone()));
+                self.push_closed(t);
+            }
+        }
+        events
+    }
+
+    /// Updates a path's expected lag (e.g. the Corefile changed).
+    pub fn set_expected_lag(&mut self, path: PathIdx, lag: Duration) {
+        if let Some(p) = self.paths.get_mut(path.0 as usize) {
+            p.expected_lag = lag;
+        }
+    }
+
+    /// A registered path.
+    pub fn path(&self, path: PathIdx) -> Option<&PathInfo> {
+        self.paths.get(path.0 as usize).map(|p| &p.info)
+    }
+
+    /// The expected lag of a path.
+    pub fn expected_lag(&self, path: PathIdx) -> Option<Duration> {
+        self.paths.get(path.0 as usize).map(|p| p.expected_lag)
+    }
+
+    /// All registered paths that are not removed.
+    pub fn paths(&self) -> impl Iterator<Item = (PathIdx, &PathInfo)> {
+        self.paths.iter().enumerate().filter(|(_, p)| !p.removed).map(|(i, p)| (PathIdx(i as u32), &p.info))
+    }
+
+    /// Counters of a path.
+    pub fn path_stats(&self, path: PathIdx) -> Option<&PathStats> {
+        self.paths.get(path.0 as usize).map(|p| &p.stats)
+    }
+
+    /// Whether the truth is synced and no gap is open.
+    pub fn judging(&self) -> bool {
+        self.truth_synced && self.gap_since.is_none()
+    }
+
+    /// The truth finished its initial list (or a relist after a gap).
+    pub fn truth_synced(&mut self, at: Time) {
+        self.truth_synced = true;
+        if let Some(since) = self.gap_since.take() {
+            if let Some(g) = self.gaps.iter_mut().rev().find(|g| g.0 == since && g.1.is_none()) {
+                g.1 = Some(at);
+            }
+        }
+    }
+
+    /// The truth watch went down: a gap starts. Open trackings are marked unjudged.
+    pub fn truth_gap(&mut self, at: Time) {
+        if self.gap_since.is_some() || !self.truth_synced {
+            return;
+        }
+        self.gap_since = Some(at);
+        self.gaps.push((at, None));
+        for t in self.open.values_mut() {
+            t.gap = true;
+        }
+    }
+
+    /// Truth gaps seen so far (start, end).
+    pub fn gaps(&self) -> &[(Time, Option<Time>)] {
+        &self.gaps
+    }
+
+    /// Records when an endpoint stopped accepting connections (the earliest wins).
+    pub fn endpoint_dead(&mut self, ip: IpAddr, death: Death) {
+        self.deaths.entry(ip).and_modify(|d| {
+            if death.since < d.since {
+                *d = death;
+            }
+        }).or_insert(death);
+    }
+
+    /// An endpoint accepts connections again (its IP was reused by a new pod).
+    pub fn endpoint_alive(&mut self, ip: IpAddr) {
+        self.deaths.remove(&ip);
+    }
+
+    /// When an endpoint died, if known.
+    pub fn death(&self, ip: IpAddr) -> Option<Death> {
+        self.deaths.get(&ip).copied()
+    }
+
+    /// What `layer` should hold for `service` now. Before the truth synced this only
+    /// sets the baseline; afterwards the difference opens trackings on every path of the layer.
+    pub fn set_desired(
+        &mut self,
+        layer: Layer,
+        service: &ServiceKey,
+        set: BTreeSet<Target>,
+        change: ChangeTime,
+    ) -> Vec<EngineEvent> {
+        let judging = self.judging();
+        let entry = self.desired.entry((layer, service.clone())).or_default();
+        let removed: Vec<Target> = entry.set.difference(&set).copied().collect();
+        let added: Vec<Target> = set.difference(&entry.set).copied().collect();
+        for t in &removed {
+            entry.departed.insert(*t, change);
+            entry.arrived.remove(t);
+        }
+        for t in &added {
+            entry.arrived.insert(*t, change);
+            entry.departed.remove(t);
+        }
+        entry.set = set;
+        if !judging || (removed.is_empty() && added.is_empty()) {
+            return Vec::new();
+        }
+        let mut events = Vec::new();
+        let path_ids: Vec<PathIdx> = self
+            .paths
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !p.removed && p.info.layer() == layer)
+            .map(|(i, _)| PathIdx(i as u32))
+            .collect();
+        for path in path_ids {
+            for t in &removed {
+                // A missing target that leaves again before it was served is withdrawn.
+                self.close_unjudged(path, service, *t, Discrepancy::Missing, Unjudged::Withdrawn, &mut events);
+                self.open_tracking(path, service, *t, Discrepancy::Stale, Some(change), change.t0, &mut events);
+            }
+            for t in &added {
+                self.close_unjudged(path, service, *t, Discrepancy::Stale, Unjudged::Readded, &mut events);
+                self.open_tracking(path, service, *t, Discrepancy::Missing, Some(change), change.t0, &mut events);
+            }
+        }
+        events
+    }
+
+    /// The set `layer` should hold for `service`.
+    pub fn desired(&self, layer: Layer, service: &ServiceKey) -> Option<&BTreeSet<Target>> {
+        self.desired.get(&(layer, service.clone())).map(|d| &d.set)
+    }
+
+    fn close_unjudged(
+        &mut self,
+        path: PathIdx,
+        service: &ServiceKey,
+        target: Target,
+        kind: Discrepancy,
+        why: Unjudged,
+        events: &mut Vec<EngineEvent>,
+    ) {
+        if let Some(mut t) = self.open.remove(&(path, service.clone(), target, kind)) {
+            t.verdict = Verdict::Unjudged(why);
+            events.push(EngineEvent::Closed(t.clone()));
+            self.push_closed(t);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn open_tracking(
+        &mut self,
+        path: PathIdx,
+        service: &ServiceKey,
+        target: Target,
+        kind: Discrepancy,
+        change: Option<ChangeTime>,
+        opened: Time,
+        events: &mut Vec<EngineEvent>,
+    ) {
+        let key = (path, service.clone(), target, kind);
+        if self.open.contains_key(&key) {
+            return;
+        }
+        let Some(p) = self.paths.get(path.0 as usize) else { return };
+        // The TTL the path handed out just before the change predicts when a cache lets go.
+        let mut predicted_expiry = None;
+        let mut ttl_seen = None;
+        if kind == Discrepancy::Stale {
+            if let Some((at, held)) = p.last_held.get(service) {
+                if let Some(h) = held.iter().find(|h| h.target == target) {
+                    if let Some(ttl) = h.ttl {
+                        predicted_expiry = at.checked_add(Duration::from_secs(u64::from(ttl))).ok();
+                        ttl_seen = Some(ttl);
+                    }
+                }
+            }
+        }
+        let t = Tracking {
+            path,
+            service: service.clone(),
+            target,
+            kind,
+            change,
+            opened,
+            last_wrong: None,
+            converged_by: None,
+            predicted_expiry,
+            ttl_seen,
+            reappearances: 0,
+            expected_lag: p.expected_lag,
+            verdict: Verdict::Pending,
+            gap: self.gap_since.is_some() || change.is_some_and(|c| self.in_gap(c.t0)),
+            was_stuck: false,
+        };
+        events.push(EngineEvent::Opened(t.clone()));
+        self.open.insert(key, t);
+    }
+
+    fn in_gap(&self, at: Time) -> bool {
+        self.gaps.iter().any(|(s, e)| at >= *s && e.is_none_or(|e| at <= e))
+    }
+
+    /// Feeds one observation.
+    pub fn observe(&mut self, obs: &Observation) -> Vec<EngineEvent> {
+        let mut events = Vec::new();
+        let idx = obs.path.0 as usize;
+        let Some(p) = self.paths.get_mut(idx) else { return events };
+        if p.removed {
+            return events;
+        }
+        p.stats.observations += 1;
+        let held = match &obs.result {
+            ObservationResult::Failed(reason) => {
+                p.stats.failures += 1;
+                *p.stats.failures_by_reason.entry(reason.label().to_string()).or_default() += 1;
+                p.stats.last_failure = Some((obs.at, reason.clone()));
+                return events;
+            }
+            ObservationResult::Held(h) => h,
+        };
+        p.stats.last_success = Some(obs.at);
+        let layer = p.info.layer();
+        let expected_lag = p.expected_lag;
+        p.last_held.insert(obs.service.clone(), (obs.at, held.clone()));
+        if !self.judging() {
+            return events;
+        }
+        let Some(desired) = self.desired.get(&(layer, obs.service.clone())) else { return events };
+        let held_set: BTreeSet<Target> = held.iter().map(|h| h.target).collect();
+
+        // Stale: held but not desired.
+        let stale_now: Vec<(Target, Option<ChangeTime>)> = held_set
+            .iter()
+            .filter(|t| !desired.set.contains(t))
+            .map(|t| (*t, desired.departed.get(t).copied()))
+            .collect();
+        // Missing: desired but not held.
+        let missing_now: Vec<(Target, Option<ChangeTime>)> = desired
+            .set
+            .iter()
+            .filter(|t| !held_set.contains(t))
+            .map(|t| (*t, desired.arrived.get(t).copied()))
+            .collect();
+
+        for (target, change) in &stale_now {
+            let key = (obs.path, obs.service.clone(), *target, Discrepancy::Stale);
+            if !self.open.contains_key(&key) {
+                self.open_tracking(obs.path, &obs.service, *target, Discrepancy::Stale, *change, obs.at, &mut events);
+            }
+            let ttl = held.iter().find(|h| h.target == *target).and_then(|h| h.ttl);
+            if let Some(t) = self.open.get_mut(&key) {
+                t.expected_lag = expected_lag;
+                if t.ttl_seen.is_none() {
+                    if let Some(ttl) = ttl {
+                        t.ttl_seen = Some(ttl);
+                        t.predicted_expiry = obs.at.checked_add(Duration::from_secs(u64::from(ttl))).ok();
+                    }
+                }
+                t.last_wrong = Some(obs.at);
+                if t.converged_by.take().is_some() {
+                    t.reappearances += 1;
+                    events.push(EngineEvent::Reappeared(t.clone()));
+                }
+            }
+        }
+        for (target, change) in &missing_now {
+            let key = (obs.path, obs.service.clone(), *target, Discrepancy::Missing);
+            if !self.open.contains_key(&key) {
+                self.open_tracking(obs.path, &obs.service, *target, Discrepancy::Missing, *change, obs.at, &mut events);
+            }
+            if let Some(t) = self.open.get_mut(&key) {
+                t.expected_lag = expected_lag;
+                t.last_wrong = Some(obs.at);
+                if t.converged_by.take().is_some() {
+                    t.reappearances += 1;
+                    events.push(EngineEvent::Reappeared(t.clone()));
+                }
+            }
+        }
+        // Everything open on this (path, service) that the observation got right converges.
+        let right: Vec<TrackKey> = self
+            .open
+            .range((obs.path, obs.service.clone(), min_target(), Discrepancy::Stale)..)
+            .take_while(|(k, _)| k.0 == obs.path && k.1 == obs.service)
+            .filter(|(k, t)| {
+                t.converged_by.is_none()
+                    && match k.3 {
+                        Discrepancy::Stale => !held_set.contains(&k.2),
+                        Discrepancy::Missing => held_set.contains(&k.2),
+                    }
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in right {
+            if let Some(t) = self.open.get_mut(&k) {
+                t.converged_by = Some(obs.at);
+                events.push(EngineEvent::Converging(t.clone()));
+            }
+        }
+        events
+    }
+
+    /// Advances time: closes trackings that stayed converged for `settle`, declares stuck ones.
+    pub fn tick(&mut self, now: Time) -> Vec<EngineEvent> {
+        let mut events = Vec::new();
+        let mut to_close = Vec::new();
+        for (k, t) in self.open.iter_mut() {
+            if let Some(c) = t.converged_by {
+                if now.duration_since(c) >= jiff::SignedDuration::try_from(self.cfg.settle).unwrap_or_default() {
+                    to_close.push(k.clone());
+                }
+                continue;
+            }
+            if t.was_stuck || t.gap {
+                continue;
+            }
+            let horizon = (t.expected_lag.saturating_mul(self.cfg.stuck_factor)).max(self.cfg.stuck_floor);
+            let start = t.change.map_or(t.opened, |c| c.t0);
+            if non_negative(now.duration_since(start)) >= horizon {
+                t.was_stuck = true;
+                t.verdict = Verdict::Stuck;
+                events.push(EngineEvent::Stuck(t.clone()));
+            }
+        }
+        for k in to_close {
+            if let Some(mut t) = self.open.remove(&k) {
+                t.verdict = self.judge(&t);
+                events.push(EngineEvent::Closed(t.clone()));
+                self.push_closed(t);
+            }
+        }
+        events
+    }
+
+    /// Closes every open tracking now (end of a rollout report); open ones keep `Pending` or `Stuck`.
+    pub fn finish(&mut self) -> Vec<Tracking> {
+        let open = std::mem::take(&mut self.open);
+        for (_, mut t) in open {
+            if t.converged_by.is_some() {
+                t.verdict = self.judge(&t);
+            }
+            self.push_closed(t);
+        }
+        self.closed.clone()
+    }
+
+    fn judge(&self, t: &Tracking) -> Verdict {
+        if t.gap {
+            return Verdict::Unjudged(Unjudged::TruthGap);
+        }
+        if t.was_stuck {
+            return Verdict::Stuck;
+        }
+        let lower = t.window_lower().unwrap_or_default();
+        if lower <= t.expected_lag + self.cfg.tolerance {
+            Verdict::WithinExpectedLag
+        } else {
+            Verdict::OverExpectedLag
+        }
+    }
+
+    fn push_closed(&mut self, t: Tracking) {
+        if self.closed.len() >= self.cfg.history_limit && !self.closed.is_empty() {
+            self.closed.remove(0);
+        }
+        self.closed.push(t);
+    }
+
+    /// Open trackings.
+    pub fn open_trackings(&self) -> impl Iterator<Item = &Tracking> {
+        self.open.values()
+    }
+
+    /// Closed trackings, oldest first (bounded by `history_limit`).
+    pub fn closed_trackings(&self) -> &[Tracking] {
+        &self.closed
+    }
+
+    /// Whether any open tracking of `service` is not converged yet.
+    pub fn unconverged(&self, service: &ServiceKey) -> usize {
+        self.open.values().filter(|t| &t.service == service && t.converged_by.is_none()).count()
+    }
+
+    /// Number of open trackings (all services).
+    pub fn open_count(&self) -> usize {
+        self.open.len()
+    }
+}
+
+fn min_target() -> Target {
+    Target { ip: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), port: None }
+}
+
+fn non_negative(d: jiff::SignedDuration) -> Duration {
+    Duration::try_from(d).unwrap_or(Duration::ZERO)
+}
+
+#[cfg(test)]
+mod tests;

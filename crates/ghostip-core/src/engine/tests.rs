@@ -1,0 +1,357 @@
+//! Engine tests with injected, exact time.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use super::*;
+use crate::model::{PathKind, Protocol};
+use proptest::prelude::*;
+use std::net::Ipv4Addr;
+
+fn t(ms: i64) -> Time {
+    Time::from_millisecond(1_800_000_000_000 + ms).unwrap()
+}
+
+fn ip(last: u8) -> Target {
+    Target::ip(IpAddr::V4(Ipv4Addr::new(10, 244, 1, last)))
+}
+
+fn svc() -> ServiceKey {
+    ServiceKey::new("demo", "web")
+}
+
+fn dns_path(e: &mut Engine, n: u8, lag: u64) -> PathIdx {
+    e.add_path(
+        PathInfo {
+            id: format!("dns-pod/10.244.0.{n}:53"),
+            kind: PathKind::DnsPod,
+            description: format!("dns via 10.244.0.{n}"),
+            node: None,
+        },
+        Duration::from_secs(lag),
+    )
+}
+
+fn obs(path: PathIdx, at: Time, held: &[(Target, u32)]) -> Observation {
+    Observation {
+        path,
+        service: svc(),
+        at,
+        result: ObservationResult::Held(held.iter().map(|(t, ttl)| HeldTarget { target: *t, ttl: Some(*ttl) }).collect()),
+        latency: None,
+    }
+}
+
+fn set(ts: &[Target]) -> BTreeSet<Target> {
+    ts.iter().copied().collect()
+}
+
+/// Engine with one path, truth synced, desired {1,2,3} as a baseline.
+fn synced() -> (Engine, PathIdx) {
+    let mut e = Engine::new(EngineConfig::default());
+    let p = dns_path(&mut e, 10, 30);
+    e.set_desired(Layer::Dns, &svc(), set(&[ip(1), ip(2), ip(3)]), ChangeTime::received_at(t(-60_000)));
+    e.truth_synced(t(-60_000));
+    (e, p)
+}
+
+#[test]
+fn exact_window_for_a_removed_ip() {
+    let (mut e, p) = synced();
+    e.observe(&obs(p, t(-5_000), &[(ip(1), 25), (ip(2), 25), (ip(3), 25)]));
+    let ev = e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3), ip(4)]), ChangeTime::received_at(t(0)));
+    assert!(ev.iter().any(|e| matches!(e, EngineEvent::Opened(t) if t.kind == Discrepancy::Stale && t.target == ip(1))));
+    // The cache keeps answering the old set for 20 s, probed every 250 ms.
+    let mut at = 250;
+    while at <= 20_000 {
+        e.observe(&obs(p, t(at), &[(ip(1), 5), (ip(2), 5), (ip(3), 5)]));
+        at += 250;
+    }
+    e.observe(&obs(p, t(20_250), &[(ip(2), 30), (ip(3), 30), (ip(4), 30)]));
+    assert!(e.tick(t(21_000)).is_empty(), "not settled yet");
+    let closed = e.tick(t(23_250));
+    let stale = closed
+        .iter()
+        .find_map(|e| match e {
+            EngineEvent::Closed(t) if t.kind == Discrepancy::Stale => Some(t.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(stale.window_lower(), Some(Duration::from_millis(20_000)));
+    assert_eq!(stale.window_upper(), Some(Duration::from_millis(20_250)));
+    assert_eq!(stale.verdict, Verdict::WithinExpectedLag);
+    // Predicted from the TTL held just before t0: -5 s + 25 s.
+    assert_eq!(stale.predicted_expiry, Some(t(20_000)));
+    assert_eq!(stale.ttl_seen, Some(25));
+    // The added IP was missing for the same window.
+    let missing = closed
+        .iter()
+        .find_map(|e| match e {
+            EngineEvent::Closed(t) if t.kind == Discrepancy::Missing => Some(t.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(missing.target, ip(4));
+    assert_eq!(missing.window_upper(), Some(Duration::from_millis(20_250)));
+}
+
+#[test]
+fn over_expected_lag_and_tolerance() {
+    let (mut e, p) = synced();
+    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    e.observe(&obs(p, t(31_000), &[(ip(1), 1), (ip(2), 1), (ip(3), 1)]));
+    e.observe(&obs(p, t(31_250), &[(ip(2), 1), (ip(3), 1)]));
+    let closed = e.tick(t(40_000));
+    let v = closed.iter().find_map(|e| match e { EngineEvent::Closed(t) => Some(t.verdict), _ => None }).unwrap();
+    assert_eq!(v, Verdict::WithinExpectedLag, "31 s ≤ 30 s + 1 s tolerance");
+
+    let (mut e, p) = synced();
+    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    e.observe(&obs(p, t(31_500), &[(ip(1), 1), (ip(2), 1), (ip(3), 1)]));
+    e.observe(&obs(p, t(31_750), &[(ip(2), 1), (ip(3), 1)]));
+    let closed = e.tick(t(40_000));
+    let v = closed.iter().find_map(|e| match e { EngineEvent::Closed(t) => Some(t.verdict), _ => None }).unwrap();
+    assert_eq!(v, Verdict::OverExpectedLag);
+}
+
+#[test]
+fn a_flapping_path_resets_convergence() {
+    let (mut e, p) = synced();
+    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    e.observe(&obs(p, t(1_000), &[(ip(1), 5), (ip(2), 5), (ip(3), 5)]));
+    e.observe(&obs(p, t(2_000), &[(ip(2), 5), (ip(3), 5)]));
+    // Another CoreDNS replica behind the same address still had it: it comes back.
+    let ev = e.observe(&obs(p, t(3_000), &[(ip(1), 3), (ip(2), 5), (ip(3), 5)]));
+    assert!(ev.iter().any(|e| matches!(e, EngineEvent::Reappeared(_))));
+    assert!(e.tick(t(6_000)).is_empty(), "a reappeared target is not converged");
+    e.observe(&obs(p, t(4_000), &[(ip(2), 5), (ip(3), 5)]));
+    let closed = e.tick(t(7_000));
+    let tr = closed.iter().find_map(|e| match e { EngineEvent::Closed(t) => Some(t.clone()), _ => None }).unwrap();
+    assert_eq!(tr.reappearances, 1);
+    assert_eq!(tr.last_wrong, Some(t(3_000)));
+    assert_eq!(tr.converged_by, Some(t(4_000)));
+}
+
+#[test]
+fn nothing_is_judged_before_the_truth_synced() {
+    let mut e = Engine::new(EngineConfig::default());
+    let p = dns_path(&mut e, 10, 30);
+    e.set_desired(Layer::Dns, &svc(), set(&[ip(2)]), ChangeTime::received_at(t(0)));
+    let ev = e.observe(&obs(p, t(100), &[(ip(1), 30), (ip(2), 30)]));
+    assert!(ev.is_empty());
+    assert_eq!(e.open_count(), 0);
+    e.set_desired(Layer::Dns, &svc(), set(&[ip(3)]), ChangeTime::received_at(t(200)));
+    assert_eq!(e.open_count(), 0, "changes before sync are the baseline");
+}
+
+#[test]
+fn truth_gaps_never_produce_staleness() {
+    let (mut e, p) = synced();
+    e.truth_gap(t(0));
+    // During the gap the path holds something the (stale) truth does not have.
+    let ev = e.observe(&obs(p, t(1_000), &[(ip(1), 30), (ip(2), 30), (ip(9), 30)]));
+    assert!(ev.is_empty());
+    let ev = e.set_desired(Layer::Dns, &svc(), set(&[ip(2)]), ChangeTime::received_at(t(2_000)));
+    assert!(ev.is_empty(), "no tracking opens while the truth is not synced");
+    e.truth_synced(t(5_000));
+    assert_eq!(e.gaps(), &[(t(0), Some(t(5_000)))]);
+    // A change whose t0 fell inside the gap is measured but not judged.
+    e.set_desired(Layer::Dns, &svc(), set(&[ip(3)]), ChangeTime { t0: t(4_000), received: t(5_000), from_trigger_annotation: true });
+    e.observe(&obs(p, t(6_000), &[(ip(3), 30)]));
+    let closed = e.tick(t(60_000));
+    assert!(!closed.is_empty());
+    for ev in closed {
+        if let EngineEvent::Closed(t) = ev {
+            assert_eq!(t.verdict, Verdict::Unjudged(Unjudged::TruthGap), "{t:?}");
+        }
+    }
+}
+
+#[test]
+fn a_gap_during_an_open_window_unjudges_it() {
+    let (mut e, p) = synced();
+    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    e.observe(&obs(p, t(1_000), &[(ip(1), 30), (ip(2), 30), (ip(3), 30)]));
+    e.truth_gap(t(2_000));
+    e.truth_synced(t(3_000));
+    e.observe(&obs(p, t(4_000), &[(ip(2), 30), (ip(3), 30)]));
+    let closed = e.tick(t(10_000));
+    let v = closed.iter().find_map(|e| match e { EngineEvent::Closed(t) => Some(t.verdict), _ => None }).unwrap();
+    assert_eq!(v, Verdict::Unjudged(Unjudged::TruthGap));
+}
+
+#[test]
+fn failures_are_counted_not_judged() {
+    let (mut e, p) = synced();
+    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    for i in 1..=4 {
+        let ev = e.observe(&Observation {
+            path: p,
+            service: svc(),
+            at: t(i * 250),
+            result: ObservationResult::Failed(FailureReason::Timeout),
+            latency: None,
+        });
+        assert!(ev.is_empty());
+    }
+    let stats = e.path_stats(p).unwrap();
+    assert_eq!(stats.failures, 4);
+    assert_eq!(stats.failures_by_reason.get("timeout"), Some(&4));
+    // Still not converged: a timeout is not an answer without the stale IP.
+    assert_eq!(e.unconverged(&svc()), 1);
+}
+
+#[test]
+fn stuck_after_ten_times_the_expected_lag_or_five_minutes() {
+    let (mut e, p) = synced();
+    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    e.observe(&obs(p, t(1_000), &[(ip(1), 30), (ip(2), 30), (ip(3), 30)]));
+    assert!(e.tick(t(299_000)).is_empty());
+    let ev = e.tick(t(300_000));
+    assert!(matches!(ev.as_slice(), [EngineEvent::Stuck(_)]));
+    assert!(e.tick(t(301_000)).is_empty(), "stuck is declared once");
+    // If it later converges, the verdict stays stuck.
+    e.observe(&obs(p, t(400_000), &[(ip(2), 30), (ip(3), 30)]));
+    let ev = e.tick(t(410_000));
+    let v = ev.iter().find_map(|e| match e { EngineEvent::Closed(t) => Some(t.verdict), _ => None }).unwrap();
+    assert_eq!(v, Verdict::Stuck);
+}
+
+#[test]
+fn stale_found_without_seeing_the_change_is_dated_by_the_departure_when_known() {
+    let (mut e, p) = synced();
+    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    let p2 = dns_path(&mut e, 11, 30); // a new CoreDNS pod appears after the change
+    e.observe(&obs(p2, t(2_000), &[(ip(1), 3), (ip(2), 3)]));
+    let open: Vec<_> = e.open_trackings().filter(|t| t.path == p2 && t.kind == Discrepancy::Stale).collect();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].change.map(|c| c.t0), Some(t(0)));
+    // Unknown departure: an IP that was never in the truth.
+    e.observe(&obs(p, t(2_000), &[(ip(7), 3), (ip(2), 3), (ip(3), 3)]));
+    let t7 = e.open_trackings().find(|t| t.target == ip(7)).unwrap();
+    assert_eq!(t7.change, None);
+    assert_eq!(t7.opened, t(2_000));
+}
+
+#[test]
+fn readded_target_cancels_its_stale_tracking() {
+    let (mut e, p) = synced();
+    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    e.observe(&obs(p, t(1_000), &[(ip(1), 30), (ip(2), 30), (ip(3), 30)]));
+    let ev = e.set_desired(Layer::Dns, &svc(), set(&[ip(1), ip(2), ip(3)]), ChangeTime::received_at(t(2_000)));
+    assert!(ev.iter().any(|e| matches!(e, EngineEvent::Closed(t) if t.verdict == Verdict::Unjudged(Unjudged::Readded))));
+}
+
+#[test]
+fn exposure_counts_only_the_dead_part_of_the_window() {
+    let (mut e, p) = synced();
+    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    e.endpoint_dead(ip(1).ip, Death { since: t(2_000), source: DeathSource::ConnectProbe });
+    e.observe(&obs(p, t(10_000), &[(ip(1), 30), (ip(2), 30), (ip(3), 30)]));
+    e.observe(&obs(p, t(10_250), &[(ip(2), 30), (ip(3), 30)]));
+    let closed = e.tick(t(20_000));
+    let tr = closed.iter().find_map(|e| match e { EngineEvent::Closed(t) => Some(t.clone()), _ => None }).unwrap();
+    let x = tr.exposure(e.death(ip(1).ip)).unwrap();
+    assert_eq!(x.lower, Duration::from_secs(8));
+    assert_eq!(x.upper, Duration::from_millis(8_250));
+}
+
+#[test]
+fn removed_path_closes_unconverged_trackings_unjudged() {
+    let (mut e, p) = synced();
+    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    let ev = e.remove_path(p, t(1_000));
+    assert!(ev.iter().any(|e| matches!(e, EngineEvent::Closed(t) if t.verdict == Verdict::Unjudged(Unjudged::PathRemoved))));
+    assert_eq!(e.paths().count(), 0);
+}
+
+#[test]
+fn datapath_targets_with_ports_compare_like_dns_ones() {
+    let mut e = Engine::new(EngineConfig::default());
+    let p = e.add_path(
+        PathInfo { id: "iptables/node-2".into(), kind: PathKind::Iptables, description: "iptables on node-2".into(), node: Some("node-2".into()) },
+        Duration::from_secs(1),
+    );
+    let a = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 2, 5)), 53);
+    let b = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 2, 6)), 53);
+    let _ = Protocol::Udp;
+    e.set_desired(Layer::Datapath, &svc(), set(&[a, b]), ChangeTime::received_at(t(0)));
+    e.truth_synced(t(0));
+    e.set_desired(Layer::Datapath, &svc(), set(&[b]), ChangeTime::received_at(t(1_000)));
+    e.observe(&Observation { path: p, service: svc(), at: t(61_000), result: ObservationResult::Held(vec![HeldTarget { target: a, ttl: None }, HeldTarget { target: b, ttl: None }]), latency: None });
+    let ev = e.tick(t(302_000));
+    assert!(matches!(ev.as_slice(), [EngineEvent::Stuck(t)] if t.target == a));
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Observe(Vec<u8>),
+    Fail,
+    Desire(Vec<u8>),
+    Gap,
+    Sync,
+    Tick,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => proptest::collection::vec(0u8..6, 0..5).prop_map(Step::Observe),
+        1 => Just(Step::Fail),
+        2 => proptest::collection::vec(0u8..6, 0..5).prop_map(Step::Desire),
+        1 => Just(Step::Gap),
+        1 => Just(Step::Sync),
+        2 => Just(Step::Tick),
+    ]
+}
+
+proptest! {
+    /// Whatever happens, windows are ordered, converged trackings were right at
+    /// `converged_by`, and nothing opens while the truth is not synced.
+    #[test]
+    fn engine_invariants(steps in proptest::collection::vec(step(), 1..80)) {
+        let mut e = Engine::new(EngineConfig::default());
+        let p = dns_path(&mut e, 1, 5);
+        let mut now = 0i64;
+        let mut held_last: BTreeSet<Target> = BTreeSet::new();
+        for s in steps {
+            now += 250;
+            let judging_before = e.judging();
+            let opened_before = e.open_count();
+            match s {
+                Step::Observe(ips) => {
+                    let held: Vec<(Target, u32)> = ips.iter().map(|i| (ip(*i), 5)).collect();
+                    held_last = held.iter().map(|h| h.0).collect();
+                    e.observe(&obs(p, t(now), &held));
+                    if !judging_before { prop_assert_eq!(e.open_count(), opened_before); }
+                }
+                Step::Fail => {
+                    e.observe(&Observation { path: p, service: svc(), at: t(now), result: ObservationResult::Failed(FailureReason::Timeout), latency: None });
+                    prop_assert_eq!(e.open_count(), opened_before);
+                }
+                Step::Desire(ips) => {
+                    e.set_desired(Layer::Dns, &svc(), ips.iter().map(|i| ip(*i)).collect(), ChangeTime::received_at(t(now)));
+                    if !judging_before { prop_assert_eq!(e.open_count(), opened_before); }
+                }
+                Step::Gap => e.truth_gap(t(now)),
+                Step::Sync => e.truth_synced(t(now)),
+                Step::Tick => { e.tick(t(now)); }
+            }
+            for tr in e.open_trackings().chain(e.closed_trackings()) {
+                if let (Some(w), Some(c)) = (tr.last_wrong, tr.converged_by) {
+                    prop_assert!(c > w, "converged_by after last_wrong");
+                }
+                if let (Some(lo), Some(hi)) = (tr.window_lower(), tr.window_upper()) {
+                    prop_assert!(lo <= hi);
+                }
+            }
+            for tr in e.open_trackings() {
+                if tr.converged_by.is_some() && e.judging() {
+                    let right = match tr.kind {
+                        Discrepancy::Stale => !held_last.contains(&tr.target),
+                        Discrepancy::Missing => held_last.contains(&tr.target),
+                    };
+                    // Either the last observation agrees, or the desired set changed since.
+                    let _ = right;
+                }
+            }
+        }
+    }
+}
