@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::time::Duration;
 
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
@@ -253,8 +254,8 @@ struct PathState {
     expected_lag: Duration,
     removed: bool,
     stats: PathStats,
-    /// Last held set per service with TTLs and when.
-    last_held: HashMap<ServiceKey, (Time, Vec<HeldTarget>)>,
+    /// Last held set per service (interned id) with TTLs and when.
+    last_held: FxHashMap<u32, (Time, Vec<HeldTarget>)>,
 }
 
 #[derive(Debug, Default)]
@@ -266,14 +267,17 @@ struct Desired {
     arrived: HashMap<Target, ChangeTime>,
 }
 
-type TrackKey = (PathIdx, ServiceKey, Target, Discrepancy);
+/// (path, interned service id, target, kind): all `Copy`, so lookups never allocate.
+type TrackKey = (PathIdx, u32, Target, Discrepancy);
 
 /// The engine.
 #[derive(Debug)]
 pub struct Engine {
     cfg: EngineConfig,
     paths: Vec<PathState>,
-    desired: HashMap<(Layer, ServiceKey), Desired>,
+    /// Interned services: observations name services by key, the hot maps use the id.
+    service_ids: FxHashMap<ServiceKey, u32>,
+    desired: FxHashMap<(Layer, u32), Desired>,
     open: BTreeMap<TrackKey, Tracking>,
     closed: Vec<Tracking>,
     deaths: HashMap<IpAddr, Death>,
@@ -288,7 +292,8 @@ impl Engine {
         Self {
             cfg,
             paths: Vec::new(),
-            desired: HashMap::new(),
+            service_ids: FxHashMap::default(),
+            desired: FxHashMap::default(),
             open: BTreeMap::new(),
             closed: Vec::new(),
             deaths: HashMap::new(),
@@ -317,7 +322,7 @@ impl Engine {
             expected_lag,
             removed: false,
             stats: PathStats::default(),
-            last_held: HashMap::new(),
+            last_held: FxHashMap::default(),
         });
         PathIdx((self.paths.len() - 1) as u32)
     }
@@ -380,11 +385,10 @@ impl Engine {
     /// The truth finished its initial list (or a relist after a gap).
     pub fn truth_synced(&mut self, at: Time) {
         self.truth_synced = true;
-        if let Some(since) = self.gap_since.take() {
-            if let Some(g) = self.gaps.iter_mut().rev().find(|g| g.0 == since && g.1.is_none()) {
+        if let Some(since) = self.gap_since.take()
+            && let Some(g) = self.gaps.iter_mut().rev().find(|g| g.0 == since && g.1.is_none()) {
                 g.1 = Some(at);
             }
-        }
     }
 
     /// The truth watch went down: a gap starts. Open trackings are marked unjudged.
@@ -433,7 +437,8 @@ impl Engine {
         change: ChangeTime,
     ) -> Vec<EngineEvent> {
         let judging = self.judging();
-        let entry = self.desired.entry((layer, service.clone())).or_default();
+        let sid = self.intern(service);
+        let entry = self.desired.entry((layer, sid)).or_default();
         let removed: Vec<Target> = entry.set.difference(&set).copied().collect();
         let added: Vec<Target> = set.difference(&entry.set).copied().collect();
         for t in &removed {
@@ -459,12 +464,12 @@ impl Engine {
         for path in path_ids {
             for t in &removed {
                 // A missing target that leaves again before it was served is withdrawn.
-                self.close_unjudged(path, service, *t, Discrepancy::Missing, Unjudged::Withdrawn, &mut events);
-                self.open_tracking(path, service, *t, Discrepancy::Stale, Some(change), change.t0, &mut events);
+                self.close_unjudged(path, sid, *t, Discrepancy::Missing, Unjudged::Withdrawn, &mut events);
+                self.open_tracking(path, sid, service, *t, Discrepancy::Stale, Some(change), change.t0, &mut events);
             }
             for t in &added {
-                self.close_unjudged(path, service, *t, Discrepancy::Stale, Unjudged::Readded, &mut events);
-                self.open_tracking(path, service, *t, Discrepancy::Missing, Some(change), change.t0, &mut events);
+                self.close_unjudged(path, sid, *t, Discrepancy::Stale, Unjudged::Readded, &mut events);
+                self.open_tracking(path, sid, service, *t, Discrepancy::Missing, Some(change), change.t0, &mut events);
             }
         }
         events
@@ -472,19 +477,29 @@ impl Engine {
 
     /// The set `layer` should hold for `service`.
     pub fn desired(&self, layer: Layer, service: &ServiceKey) -> Option<&BTreeSet<Target>> {
-        self.desired.get(&(layer, service.clone())).map(|d| &d.set)
+        let sid = *self.service_ids.get(service)?;
+        self.desired.get(&(layer, sid)).map(|d| &d.set)
+    }
+
+    fn intern(&mut self, service: &ServiceKey) -> u32 {
+        if let Some(id) = self.service_ids.get(service) {
+            return *id;
+        }
+        let id = self.service_ids.len() as u32;
+        self.service_ids.insert(service.clone(), id);
+        id
     }
 
     fn close_unjudged(
         &mut self,
         path: PathIdx,
-        service: &ServiceKey,
+        sid: u32,
         target: Target,
         kind: Discrepancy,
         why: Unjudged,
         events: &mut Vec<EngineEvent>,
     ) {
-        if let Some(mut t) = self.open.remove(&(path, service.clone(), target, kind)) {
+        if let Some(mut t) = self.open.remove(&(path, sid, target, kind)) {
             t.verdict = Verdict::Unjudged(why);
             events.push(EngineEvent::Closed(t.clone()));
             self.push_closed(t);
@@ -495,6 +510,7 @@ impl Engine {
     fn open_tracking(
         &mut self,
         path: PathIdx,
+        sid: u32,
         service: &ServiceKey,
         target: Target,
         kind: Discrepancy,
@@ -502,7 +518,7 @@ impl Engine {
         opened: Time,
         events: &mut Vec<EngineEvent>,
     ) {
-        let key = (path, service.clone(), target, kind);
+        let key = (path, sid, target, kind);
         if self.open.contains_key(&key) {
             return;
         }
@@ -510,16 +526,13 @@ impl Engine {
         // The TTL the path handed out just before the change predicts when a cache lets go.
         let mut predicted_expiry = None;
         let mut ttl_seen = None;
-        if kind == Discrepancy::Stale {
-            if let Some((at, held)) = p.last_held.get(service) {
-                if let Some(h) = held.iter().find(|h| h.target == target) {
-                    if let Some(ttl) = h.ttl {
+        if kind == Discrepancy::Stale
+            && let Some((at, held)) = p.last_held.get(&sid)
+                && let Some(h) = held.iter().find(|h| h.target == target)
+                    && let Some(ttl) = h.ttl {
                         predicted_expiry = at.checked_add(Duration::from_secs(u64::from(ttl))).ok();
                         ttl_seen = Some(ttl);
                     }
-                }
-            }
-        }
         let t = Tracking {
             path,
             service: service.clone(),
@@ -548,8 +561,9 @@ impl Engine {
     /// Feeds one observation.
     pub fn observe(&mut self, obs: &Observation) -> Vec<EngineEvent> {
         let mut events = Vec::new();
-        let idx = obs.path.0 as usize;
-        let Some(p) = self.paths.get_mut(idx) else { return events };
+        let judging = self.judging();
+        let sid = self.service_ids.get(&obs.service).copied();
+        let Some(p) = self.paths.get_mut(obs.path.0 as usize) else { return events };
         if p.removed {
             return events;
         }
@@ -564,43 +578,53 @@ impl Engine {
             ObservationResult::Held(h) => h,
         };
         p.stats.last_success = Some(obs.at);
+        // Unknown services have no truth to compare with.
+        let Some(sid) = sid else { return events };
         let layer = p.info.layer();
         let expected_lag = p.expected_lag;
-        p.last_held.insert(obs.service.clone(), (obs.at, held.clone()));
-        if !self.judging() {
+        match p.last_held.get_mut(&sid) {
+            Some((at, last)) if last == held => *at = obs.at,
+            Some(slot) => *slot = (obs.at, held.clone()),
+            None => {
+                p.last_held.insert(sid, (obs.at, held.clone()));
+            }
+        }
+        if !judging {
             return events;
         }
-        let Some(desired) = self.desired.get(&(layer, obs.service.clone())) else { return events };
-        let held_set: BTreeSet<Target> = held.iter().map(|h| h.target).collect();
-
-        // Stale: held but not desired.
-        let stale_now: Vec<(Target, Option<ChangeTime>)> = held_set
+        let Some(desired) = self.desired.get(&(layer, sid)) else { return events };
+        let first = (obs.path, sid, min_target(), Discrepancy::Stale);
+        let has_open = self.open.range(first..).next().is_some_and(|(k, _)| k.0 == obs.path && k.1 == sid);
+        let agrees = held.len() == desired.set.len() && held.iter().all(|h| desired.set.contains(&h.target));
+        if agrees && !has_open {
+            return events; // The common case: the path is right and nothing is being measured.
+        }
+        let holds = |t: &Target| held.iter().any(|h| h.target == *t);
+        // Stale: held but not desired. Missing: desired but not held.
+        let stale_now: Vec<(Target, Option<u32>, Option<ChangeTime>)> = held
             .iter()
-            .filter(|t| !desired.set.contains(t))
-            .map(|t| (*t, desired.departed.get(t).copied()))
+            .filter(|h| !desired.set.contains(&h.target))
+            .map(|h| (h.target, h.ttl, desired.departed.get(&h.target).copied()))
             .collect();
-        // Missing: desired but not held.
         let missing_now: Vec<(Target, Option<ChangeTime>)> = desired
             .set
             .iter()
-            .filter(|t| !held_set.contains(t))
+            .filter(|t| !holds(t))
             .map(|t| (*t, desired.arrived.get(t).copied()))
             .collect();
 
-        for (target, change) in &stale_now {
-            let key = (obs.path, obs.service.clone(), *target, Discrepancy::Stale);
+        for (target, ttl, change) in stale_now {
+            let key = (obs.path, sid, target, Discrepancy::Stale);
             if !self.open.contains_key(&key) {
-                self.open_tracking(obs.path, &obs.service, *target, Discrepancy::Stale, *change, obs.at, &mut events);
+                self.open_tracking(obs.path, sid, &obs.service, target, Discrepancy::Stale, change, obs.at, &mut events);
             }
-            let ttl = held.iter().find(|h| h.target == *target).and_then(|h| h.ttl);
             if let Some(t) = self.open.get_mut(&key) {
                 t.expected_lag = expected_lag;
-                if t.ttl_seen.is_none() {
-                    if let Some(ttl) = ttl {
+                if t.ttl_seen.is_none()
+                    && let Some(ttl) = ttl {
                         t.ttl_seen = Some(ttl);
                         t.predicted_expiry = obs.at.checked_add(Duration::from_secs(u64::from(ttl))).ok();
                     }
-                }
                 t.last_wrong = Some(obs.at);
                 if t.converged_by.take().is_some() {
                     t.reappearances += 1;
@@ -608,10 +632,10 @@ impl Engine {
                 }
             }
         }
-        for (target, change) in &missing_now {
-            let key = (obs.path, obs.service.clone(), *target, Discrepancy::Missing);
+        for (target, change) in missing_now {
+            let key = (obs.path, sid, target, Discrepancy::Missing);
             if !self.open.contains_key(&key) {
-                self.open_tracking(obs.path, &obs.service, *target, Discrepancy::Missing, *change, obs.at, &mut events);
+                self.open_tracking(obs.path, sid, &obs.service, target, Discrepancy::Missing, change, obs.at, &mut events);
             }
             if let Some(t) = self.open.get_mut(&key) {
                 t.expected_lag = expected_lag;
@@ -623,21 +647,12 @@ impl Engine {
             }
         }
         // Everything open on this (path, service) that the observation got right converges.
-        let right: Vec<TrackKey> = self
-            .open
-            .range((obs.path, obs.service.clone(), min_target(), Discrepancy::Stale)..)
-            .take_while(|(k, _)| k.0 == obs.path && k.1 == obs.service)
-            .filter(|(k, t)| {
-                t.converged_by.is_none()
-                    && match k.3 {
-                        Discrepancy::Stale => !held_set.contains(&k.2),
-                        Discrepancy::Missing => held_set.contains(&k.2),
-                    }
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in right {
-            if let Some(t) = self.open.get_mut(&k) {
+        for (k, t) in self.open.range_mut(first..).take_while(|(k, _)| k.0 == obs.path && k.1 == sid) {
+            let right = match k.3 {
+                Discrepancy::Stale => !holds(&k.2),
+                Discrepancy::Missing => holds(&k.2),
+            };
+            if right && t.converged_by.is_none() {
                 t.converged_by = Some(obs.at);
                 events.push(EngineEvent::Converging(t.clone()));
             }
@@ -652,7 +667,7 @@ impl Engine {
         for (k, t) in self.open.iter_mut() {
             if let Some(c) = t.converged_by {
                 if now.duration_since(c) >= jiff::SignedDuration::try_from(self.cfg.settle).unwrap_or_default() {
-                    to_close.push(k.clone());
+                    to_close.push(*k);
                 }
                 continue;
             }
@@ -724,6 +739,17 @@ impl Engine {
     /// Whether any open tracking of `service` is not converged yet.
     pub fn unconverged(&self, service: &ServiceKey) -> usize {
         self.open.values().filter(|t| &t.service == service && t.converged_by.is_none()).count()
+    }
+
+    /// Open, unconverged stale trackings per path (for the `ghostip_stale_endpoints` gauge).
+    pub fn stale_now(&self) -> HashMap<PathIdx, usize> {
+        let mut m = HashMap::new();
+        for (k, t) in &self.open {
+            if k.3 == Discrepancy::Stale && t.converged_by.is_none() {
+                *m.entry(k.0).or_default() += 1;
+            }
+        }
+        m
     }
 
     /// Number of open trackings (all services).

@@ -239,16 +239,14 @@ impl Truth {
         let changed = self.slices.get(&id).is_none_or(|old| old.endpoints != slice.endpoints || old.ports != slice.ports);
         // A slice that moved between services (label edited) leaves the old one.
         let mut moved_from = None;
-        if let Some(old) = self.slices.get(&id) {
-            if old.service != slice.service {
+        if let Some(old) = self.slices.get(&id)
+            && old.service != slice.service {
                 moved_from = Some(old.service_key());
             }
-        }
-        if let Some(old_key) = moved_from {
-            if let Some(set) = self.slices_by_service.get_mut(&old_key) {
+        if let Some(old_key) = moved_from
+            && let Some(set) = self.slices_by_service.get_mut(&old_key) {
                 set.remove(&slice.name);
             }
-        }
         let at = ChangeTime {
             t0: slice.trigger_time.unwrap_or(received),
             received,

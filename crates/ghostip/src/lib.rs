@@ -5,6 +5,10 @@
 //! together for the CLI in `main.rs`.
 #![forbid(unsafe_code)]
 
+pub mod cli;
+pub mod commands;
 pub mod dns;
 pub mod kube;
 pub mod ledger;
+pub mod metrics;
+pub mod report;

@@ -1,1 +1,45 @@
-fn main() {}
+//! The `ghostip` binary: parses the command line, runs one command, maps the outcome to an exit code.
+#![forbid(unsafe_code)]
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::Parser;
+use ghostip::cli::{Cli, Command};
+use ghostip::commands::{self, Outcome};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.global.log, matches!(cli.command, Command::Watch(_)));
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ghostip: starting the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(Outcome::Clean) => ExitCode::SUCCESS,
+        Ok(Outcome::Finding) => ExitCode::from(1),
+        Err(e) => {
+            // `ghostip: <what failed>: <cause>`, then a hint where one helps.
+            eprintln!("ghostip: {e:#}");
+            if let Some(hint) = commands::hint_for(&e) {
+                eprintln!("hint: {hint}");
+            }
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Human logs on a terminal, JSON lines otherwise (and always for `watch` when not on a TTY).
+fn init_logging(filter: &str, long_running: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if std::io::stderr().is_terminal() || !long_running && std::env::var_os("GHOSTIP_JSON_LOGS").is_none() {
+        builder.with_target(false).compact().init();
+    } else {
+        builder.json().flatten_event(true).with_current_span(false).init();
+    }
+}

@@ -1,0 +1,232 @@
+//! Command-line interface definition: kubectl-style global flags and one subcommand per verb.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Measures how long DNS caches, node datapaths and clients keep routing to pod IPs
+/// that Kubernetes already removed.
+///
+/// Exit codes: 0 clean/converged, 1 stale or finding, 2 error.
+#[derive(Debug, Parser)]
+#[command(name = "ghostip", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// Global options.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command understands.
+#[derive(Debug, Args, Clone)]
+pub struct GlobalArgs {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster).
+    #[arg(long, global = true, env = "KUBECONFIG", value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: the current context).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// Path of the history database (default: $GHOSTIP_DB, /var/lib/ghostip/ghostip.db as root,
+    /// else ~/.local/state/ghostip/ghostip.db).
+    #[arg(long, global = true, value_name = "PATH", env = "GHOSTIP_DB")]
+    pub db: Option<PathBuf>,
+    /// Log filter (tracing syntax, e.g. `info`, `ghostip=debug`).
+    #[arg(long, global = true, default_value = "info", env = "GHOSTIP_LOG")]
+    pub log: String,
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Human-readable tables.
+    Table,
+    /// One JSON document (JSON lines for streams).
+    Json,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Watch the truth, keep the ledger and probe every DNS path continuously; serve /metrics.
+    Watch(WatchArgs),
+    /// Observe a rollout (or trigger it with --restart) and report every stale window per path.
+    Rollout(RolloutArgs),
+    /// One-shot: compare each headless Service's answers on each DNS path with the truth now.
+    Check(CheckArgs),
+    /// Who owned an IP at a given time (and before and after), from the ledger.
+    Whois(WhoisArgs),
+}
+
+/// Namespace selection shared by commands that read many Services.
+#[derive(Debug, Args, Clone)]
+pub struct Scope {
+    /// Namespace to look at (default: all namespaces).
+    #[arg(short = 'n', long, value_name = "NS", conflicts_with = "all_namespaces")]
+    pub namespace: Option<String>,
+    /// All namespaces (the default when -n is not given).
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Label selector on Services, e.g. `app=web,tier!=db`.
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub selector: Option<String>,
+}
+
+/// DNS probing options shared by watch, rollout and check.
+#[derive(Debug, Args, Clone)]
+pub struct DnsArgs {
+    /// Extra DNS server to probe as its own path (repeatable), e.g. 10.0.0.10 or 10.0.0.10:5353.
+    #[arg(long = "dns-server", value_name = "IP[:PORT]", value_parser = parse_dns_server)]
+    pub dns_servers: Vec<SocketAddr>,
+    /// Probe NodeLocal DNSCache at this address as a path.
+    #[arg(long, value_name = "IP[:PORT]", value_parser = parse_dns_server)]
+    pub node_local: Option<SocketAddr>,
+    /// Do not probe CoreDNS pods at their pod IPs.
+    #[arg(long)]
+    pub no_pod_paths: bool,
+    /// Do not probe the kube-dns ClusterIP.
+    #[arg(long)]
+    pub no_cluster_ip: bool,
+    /// Global DNS query budget in queries per second; never exceeded.
+    #[arg(long, default_value_t = 100, value_name = "QPS")]
+    pub qps: u32,
+    /// Probe interval while a change is converging.
+    #[arg(long, default_value = "250ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub interval: Duration,
+    /// Timeout of one DNS query.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub query_timeout: Duration,
+    /// Cluster DNS zone.
+    #[arg(long, default_value = "cluster.local", value_name = "ZONE")]
+    pub zone: String,
+}
+
+/// `ghostip watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Services to watch.
+    #[command(flatten)]
+    pub scope: Scope,
+    /// DNS probing.
+    #[command(flatten)]
+    pub dns: DnsArgs,
+    /// Address of the HTTP endpoint (/metrics, /healthz, /readyz).
+    #[arg(long, default_value = "127.0.0.1:9753", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// Period of the slow sweep over every headless Service name.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub sweep: Duration,
+    /// How long the ledger keeps closed history.
+    #[arg(long, default_value = "7d", value_parser = parse_duration, value_name = "DURATION")]
+    pub retention: Duration,
+}
+
+/// `ghostip rollout`.
+#[derive(Debug, Args)]
+pub struct RolloutArgs {
+    /// The workload, as `deployment/NAME` (also `deploy/`, `statefulset/`, `sts/`, `daemonset/`, `ds/`).
+    #[arg(value_name = "KIND/NAME")]
+    pub workload: String,
+    /// Namespace of the workload.
+    #[arg(short = 'n', long, default_value = "default", value_name = "NS")]
+    pub namespace: String,
+    /// Trigger the rollout (like `kubectl rollout restart`) instead of waiting for one.
+    #[arg(long)]
+    pub restart: bool,
+    /// Give up after this long (the report then marks unconverged paths).
+    #[arg(long, default_value = "5m", value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Duration,
+    /// Keep probing this long after the rollout finished, so slow caches can converge.
+    #[arg(long, default_value = "90s", value_parser = parse_duration, value_name = "DURATION")]
+    pub settle: Duration,
+    /// Write a self-contained HTML timeline to this file.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// DNS probing.
+    #[command(flatten)]
+    pub dns: DnsArgs,
+}
+
+/// `ghostip check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Services to check.
+    #[command(flatten)]
+    pub scope: Scope,
+    /// DNS probing.
+    #[command(flatten)]
+    pub dns: DnsArgs,
+    /// Give up on the API server after this long.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub request_timeout: Duration,
+}
+
+/// `ghostip whois`.
+#[derive(Debug, Args)]
+pub struct WhoisArgs {
+    /// The IP address.
+    #[arg(value_name = "IP")]
+    pub ip: std::net::IpAddr,
+    /// When: an RFC 3339 time, `now`, or relative like `-5m`, `-30s`, `-2h`.
+    #[arg(long, default_value = "now", value_name = "TIME", allow_hyphen_values = true)]
+    pub at: String,
+}
+
+/// Parses `IP` or `IP:PORT` (port 53 by default), IPv6 as `[::1]:53` or bare.
+pub fn parse_dns_server(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    s.parse::<std::net::IpAddr>()
+        .map(|ip| SocketAddr::new(ip, 53))
+        .map_err(|_| format!("`{s}` is not an IP or IP:PORT"))
+}
+
+/// Parses durations like `250ms`, `1s`, `5m`, `2h`, `7d`, or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration (e.g. 250ms, 30s, 5m)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        "d" => n * 86400.0,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ms, s, m, h or d)")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("`{s}` is not a valid duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_and_servers_parse() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(7 * 86400));
+        assert!(parse_duration("5x").is_err());
+        assert_eq!(parse_dns_server("10.96.0.10").unwrap(), "10.96.0.10:53".parse().unwrap());
+        assert_eq!(parse_dns_server("127.0.0.1:5353").unwrap(), "127.0.0.1:5353".parse().unwrap());
+        assert!(parse_dns_server("nope").is_err());
+    }
+}

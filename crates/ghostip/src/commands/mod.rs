@@ -1,0 +1,111 @@
+//! The commands: each turns parsed flags into a run of the adapters and an [`Outcome`].
+
+mod check;
+pub mod pipeline;
+mod rollout;
+pub mod session;
+mod watch;
+mod whois;
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use ghostip_core::engine::EngineConfig;
+
+use crate::cli::{Cli, Command, DnsArgs, GlobalArgs};
+use crate::dns::names::NameConfig;
+use crate::dns::paths::PathConfig;
+use crate::kube::{ConnectOptions, Connection, KubeError};
+use crate::ledger::{Ledger, LedgerError};
+use pipeline::ProbeSettings;
+use session::{ServiceFilter, SessionConfig};
+
+/// How a command ended, when it did not fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Converged and clean: exit 0.
+    Clean,
+    /// Stale endpoints or findings: exit 1.
+    Finding,
+}
+
+/// Runs the parsed command line.
+pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
+    match cli.command {
+        Command::Watch(args) => watch::run(&cli.global, args).await,
+        Command::Rollout(args) => rollout::run(&cli.global, args).await,
+        Command::Check(args) => check::run(&cli.global, args).await,
+        Command::Whois(args) => whois::run(&cli.global, args),
+    }
+}
+
+/// A hint for errors a user can fix.
+pub fn hint_for(e: &anyhow::Error) -> Option<&'static str> {
+    for cause in e.chain() {
+        if let Some(k) = cause.downcast_ref::<KubeError>() {
+            return Some(match k {
+                KubeError::Kubeconfig { .. } | KubeError::NoConfig { .. } => {
+                    "pass --kubeconfig PATH (and --context NAME), or set KUBECONFIG"
+                }
+                KubeError::Unreachable { .. } | KubeError::Timeout { .. } => {
+                    "check that the API server is up and reachable from here (kubectl get --raw /readyz)"
+                }
+                _ => continue,
+            });
+        }
+        if let Some(l) = cause.downcast_ref::<LedgerError>() {
+            let text = l.to_string();
+            if text.contains("newer") {
+                return Some("this database was written by a newer ghostip; upgrade, or pass --db with another file");
+            }
+            return Some("pass --db PATH to use another database file; the existing file was left untouched");
+        }
+    }
+    None
+}
+
+pub(crate) async fn kube_connect(g: &GlobalArgs) -> anyhow::Result<Connection> {
+    let opts = ConnectOptions { kubeconfig: g.kubeconfig.clone(), context: g.context.clone() };
+    crate::kube::connect(&opts).await.context("connecting to Kubernetes")
+}
+
+pub(crate) fn open_ledger(g: &GlobalArgs) -> anyhow::Result<Ledger> {
+    let ledger = match &g.db {
+        Some(p) => Ledger::open(p),
+        None => Ledger::open_default(),
+    };
+    ledger.context("opening the history database")
+}
+
+pub(crate) fn probe_settings(d: &DnsArgs, sweep: Duration) -> anyhow::Result<ProbeSettings> {
+    Ok(ProbeSettings {
+        qps: NonZeroU32::new(d.qps).context("--qps must be at least 1")?,
+        interval: d.interval,
+        sweep,
+        query_timeout: d.query_timeout,
+    })
+}
+
+pub(crate) fn session_config(d: &DnsArgs, filter: ServiceFilter, record_timeline: bool) -> SessionConfig {
+    SessionConfig {
+        paths: PathConfig {
+            pods: !d.no_pod_paths,
+            cluster_ip: !d.no_cluster_ip,
+            node_local: d.node_local,
+            overrides: d.dns_servers.clone(),
+            ..PathConfig::default()
+        },
+        names: NameConfig { zone: d.zone.clone(), ..NameConfig::default() },
+        filter,
+        engine: EngineConfig::default(),
+        record_timeline,
+        burst_limit: Duration::from_secs(600),
+    }
+}
+
+pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
+    let s = serde_json::to_string_pretty(v).context("encoding JSON output")?;
+    println!("{s}");
+    Ok(())
+}

@@ -1,0 +1,338 @@
+//! The async pipeline around a [`Session`]: truth watch, DNS prober, connect probes, ledger, metrics.
+//!
+//! [`Pipeline::next`] waits for whatever happens first (a truth event, a probe answer, a
+//! connect result, the 250 ms tick) and applies it to the session, forwarding the
+//! resulting commands to the prober and writes to the ledger.
+
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use ghostip_core::engine::{Discrepancy, EngineEvent, Tracking, Verdict};
+use ghostip_core::{Layer, Time};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::session::{Actions, ConnectRequest, Session};
+use crate::dns::budget::Budget;
+use crate::dns::clock::TokioClock;
+use crate::dns::connect::ConnectProber;
+use crate::dns::prober::{ProbeCommand, ProbeEvent, ProbeStats, Prober, ProberConfig};
+use crate::dns::query::QueryConfig;
+use crate::kube::{Received, SyncTransition, TruthEvent};
+use crate::ledger::{FindingKind, FindingRecord, LedgerOp, LedgerSender};
+use crate::metrics::{ErrorLabels, Metrics, QueryLabels, StaleLabels, StuckLabels};
+
+/// What happened in one step.
+#[derive(Debug)]
+pub enum Step {
+    /// A truth event was applied.
+    Truth(Box<Received>),
+    /// A probe answer was applied.
+    Probe,
+    /// Time advanced.
+    Tick(Time),
+    /// The truth stream ended (only in tests) or the pipeline was cancelled.
+    Stopped,
+}
+
+/// Probing settings.
+#[derive(Clone, Debug)]
+pub struct ProbeSettings {
+    /// Global budget.
+    pub qps: NonZeroU32,
+    /// Burst interval.
+    pub interval: Duration,
+    /// Sweep period.
+    pub sweep: Duration,
+    /// Per-query timeout.
+    pub query_timeout: Duration,
+}
+
+/// The running pipeline.
+pub struct Pipeline {
+    /// The session.
+    pub session: Session,
+    truth: BoxStream<'static, Received>,
+    probe_tx: mpsc::Sender<ProbeCommand>,
+    probe_rx: mpsc::Receiver<ProbeEvent>,
+    dead_tx: mpsc::Sender<(IpAddr, Time)>,
+    dead_rx: mpsc::Receiver<(IpAddr, Time)>,
+    connect: Arc<ConnectProber<TokioClock>>,
+    connect_tasks: JoinSet<()>,
+    ledger: Option<LedgerSender>,
+    metrics: Option<Arc<Metrics>>,
+    stats: Arc<ProbeStats>,
+    reported: crate::dns::prober::StatsSnapshot,
+    ticker: tokio::time::Interval,
+    cancel: CancellationToken,
+    /// Engine events seen (for live progress).
+    pub events_seen: u64,
+    /// Stop a service's burst once nothing is left to measure (`watch`); a rollout keeps
+    /// probing its own services until it ends.
+    pub auto_stop_bursts: bool,
+}
+
+impl Pipeline {
+    /// Starts the prober and wires everything.
+    pub fn start(
+        session: Session,
+        truth: BoxStream<'static, Received>,
+        probe: ProbeSettings,
+        ledger: Option<LedgerSender>,
+        metrics: Option<Arc<Metrics>>,
+        cancel: CancellationToken,
+    ) -> Self {
+        let cfg = ProberConfig {
+            queries_per_second: probe.qps,
+            burst_interval: probe.interval,
+            sweep_period: probe.sweep,
+            ..ProberConfig::default()
+        };
+        let query = QueryConfig { timeout: probe.query_timeout, ..QueryConfig::default() };
+        let prober = Prober::new(cfg, query);
+        let stats = prober.stats();
+        // Connect probes have their own small budget so exposure checks never starve DNS.
+        let connect_budget = Budget::per_second(NonZeroU32::new(20).unwrap_or(NonZeroU32::MIN));
+        let connect = Arc::new(ConnectProber::new(connect_budget, Duration::from_millis(500), TokioClock::new()));
+        let (probe_tx, cmd_rx) = mpsc::channel(256);
+        let (ev_tx, probe_rx) = mpsc::channel(4096);
+        tokio::spawn(prober.run(cmd_rx, ev_tx, cancel.child_token()));
+        let (dead_tx, dead_rx) = mpsc::channel(256);
+        let mut ticker = tokio::time::interval(Duration::from_millis(250));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self {
+            session,
+            truth,
+            probe_tx,
+            probe_rx,
+            dead_tx,
+            dead_rx,
+            connect,
+            connect_tasks: JoinSet::new(),
+            ledger,
+            metrics,
+            stats,
+            reported: Default::default(),
+            ticker,
+            cancel,
+            events_seen: 0,
+            auto_stop_bursts: true,
+        }
+    }
+
+    /// Sends a command to the prober (e.g. an extra burst).
+    pub async fn probe(&self, cmd: ProbeCommand) {
+        let _ = self.probe_tx.send(cmd).await;
+    }
+
+    /// Waits for and applies the next thing that happens.
+    pub async fn next(&mut self) -> Step {
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Step::Stopped,
+            r = self.truth.next() => match r {
+                Some(r) => {
+                    let actions = self.session.on_truth(&r);
+                    self.ledger_truth(&r).await;
+                    self.act(actions).await;
+                    Step::Truth(Box::new(r))
+                }
+                None => Step::Stopped,
+            },
+            Some((ip, at)) = self.dead_rx.recv() => {
+                self.session.on_dead(ip, at);
+                Step::Probe
+            }
+            Some(ev) = self.probe_rx.recv() => {
+                let events = self.session.on_probe(&ev);
+                if let Some(l) = &self.ledger {
+                    if let Some(path) = self.session.engine.path(ev.observation.path) {
+                        let _ = l.send(LedgerOp::Observation { path: path.clone(), observation: ev.observation.clone() }).await;
+                    }
+                }
+                self.engine_events(events).await;
+                Step::Probe
+            }
+            _ = self.ticker.tick() => {
+                let now = Time::now();
+                let events = self.session.tick(now);
+                self.engine_events(events).await;
+                for svc in self.session.idle_services().into_iter().filter(|_| self.auto_stop_bursts) {
+                    let _ = self.probe_tx.try_send(ProbeCommand::StopBurst { service: svc });
+                }
+                self.update_gauges();
+                Step::Tick(now)
+            }
+        }
+    }
+
+    async fn act(&mut self, actions: Actions) {
+        for cmd in actions.probe {
+            let _ = self.probe_tx.send(cmd).await;
+        }
+        for req in actions.connect {
+            self.spawn_connect(req);
+        }
+        for t in &actions.sync {
+            if let Some(l) = &self.ledger {
+                let op = match t {
+                    SyncTransition::GapStarted { at, error, kind } => {
+                        LedgerOp::TruthGapStart { at: *at, reason: format!("{kind}: {error}") }
+                    }
+                    SyncTransition::GapEnded { at, .. } => LedgerOp::TruthGapEnd { at: *at },
+                };
+                let _ = l.send(op).await;
+            }
+            if let Some(m) = &self.metrics {
+                m.truth_synced.set(i64::from(self.session.judging()));
+            }
+        }
+        self.engine_events(actions.events).await;
+    }
+
+    fn spawn_connect(&mut self, req: ConnectRequest) {
+        let prober = Arc::clone(&self.connect);
+        let tx = self.dead_tx.clone();
+        let cancel = self.cancel.child_token();
+        self.connect_tasks.spawn(async move {
+            let deadline = tokio::time::Instant::now() + req.for_at_most;
+            // Bounded: one attempt per 250 ms until the endpoint stops accepting or the deadline.
+            while tokio::time::Instant::now() < deadline && !cancel.is_cancelled() {
+                let r = prober.probe(req.target).await;
+                if !r.outcome.is_accepting() {
+                    let _ = tx.send((req.target.ip(), r.at)).await;
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        });
+        let _: SocketAddr = req.target;
+    }
+
+    async fn ledger_truth(&self, r: &Received) {
+        let Some(l) = &self.ledger else { return };
+        let op = match &r.event {
+            TruthEvent::PodApplied(p) => LedgerOp::ApplyPod { pod: p.clone(), at: r.at },
+            TruthEvent::PodDeleted(p) => LedgerOp::PodGone { pod: p.clone(), at: r.at },
+            TruthEvent::RelistStarted(crate::kube::ResourceKind::Pods) => LedgerOp::BeginPodRelist,
+            TruthEvent::RelistDone(crate::kube::ResourceKind::Pods) => LedgerOp::FinishPodRelist { at: r.at },
+            TruthEvent::SliceApplied(s) => {
+                let key = s.service_key();
+                let endpoints = self.session.truth.slices_of(&key).flat_map(|s| s.endpoints.iter().cloned()).collect();
+                let at = ghostip_core::ChangeTime {
+                    t0: s.trigger_time.unwrap_or(r.at),
+                    received: r.at,
+                    from_trigger_annotation: s.trigger_time.is_some(),
+                };
+                LedgerOp::SyncMemberships { service: key, endpoints, at }
+            }
+            _ => return,
+        };
+        let _ = l.send(op).await;
+    }
+
+    async fn engine_events(&mut self, events: Vec<EngineEvent>) {
+        self.events_seen += events.len() as u64;
+        for ev in events {
+            if let Some(m) = &self.metrics {
+                let engine = &self.session.engine;
+                m.observe_event(&ev, |t| engine.path(t.path).map(|p| (p.layer(), p.kind)));
+            }
+            let (EngineEvent::Closed(t) | EngineEvent::Stuck(t)) = &ev else { continue };
+            if matches!(t.verdict, Verdict::Unjudged(_)) && t.kind == Discrepancy::Missing {
+                continue;
+            }
+            if let Some(l) = &self.ledger {
+                if let Some(rec) = self.finding(t, matches!(ev, EngineEvent::Stuck(_))) {
+                    let _ = l.send(LedgerOp::Finding(rec)).await;
+                }
+            }
+        }
+    }
+
+    fn finding(&self, t: &Tracking, stuck: bool) -> Option<FindingRecord> {
+        let path = self.session.engine.path(t.path)?;
+        let change = t.change;
+        let exposure = t.exposure(self.session.engine.death(t.target.ip)).map(|x| x.upper);
+        let former_pod = self.session.former_pod(t.target.ip).and_then(|s| {
+            s.split_once('/').map(|(ns, n)| ghostip_core::PodRef { namespace: ns.into(), name: n.into(), uid: String::new() })
+        });
+        Some(FindingRecord {
+            kind: if stuck {
+                FindingKind::Stuck
+            } else if t.kind == Discrepancy::Stale {
+                FindingKind::Stale
+            } else {
+                FindingKind::Missing
+            },
+            layer: path.layer(),
+            path_id: path.id.clone(),
+            path_kind: path.kind,
+            service: t.service.clone(),
+            target: t.target,
+            t0: change.map_or(t.opened, |c| c.t0),
+            received: change.map_or(t.opened, |c| c.received),
+            last_seen: t.last_wrong,
+            converged_by: t.converged_by,
+            window: t.window_upper(),
+            expected_lag: Some(t.expected_lag),
+            verdict: t.verdict.label().to_string(),
+            exposure,
+            former_pod,
+        })
+    }
+
+    fn update_gauges(&mut self) {
+        let Some(m) = &self.metrics else { return };
+        let snap = self.stats.snapshot();
+        for ((kind, source), n) in &snap.queries {
+            let key = (*kind, *source);
+            let before = self.reported.queries.get(&key).copied().unwrap_or(0);
+            m.probe_queries.get_or_create(&QueryLabels { path_kind: kind.to_string() }).inc_by(n.saturating_sub(before));
+        }
+        for ((kind, reason), n) in &snap.errors {
+            let before = self.reported.errors.get(&(*kind, *reason)).copied().unwrap_or(0);
+            m.probe_errors
+                .get_or_create(&ErrorLabels { path_kind: kind.to_string(), reason: (*reason).to_string() })
+                .inc_by(n.saturating_sub(before));
+        }
+        self.reported = snap;
+        let engine = &self.session.engine;
+        let stale = engine.stale_now();
+        let mut stuck_by_node: std::collections::BTreeMap<(Layer, String), i64> = Default::default();
+        for (idx, info) in engine.paths() {
+            let node = info.node.clone().unwrap_or_default();
+            m.stale_endpoints
+                .get_or_create(&StaleLabels { layer: info.layer().to_string(), path_kind: info.kind.to_string(), node: node.clone() })
+                .set(stale.get(&idx).copied().unwrap_or(0) as i64);
+            let stuck = engine.open_trackings().any(|t| t.path == idx && t.was_stuck && t.converged_by.is_none());
+            *stuck_by_node.entry((info.layer(), node)).or_default() += i64::from(stuck);
+        }
+        for ((layer, node), n) in stuck_by_node {
+            m.stuck_paths.get_or_create(&StuckLabels { layer: layer.to_string(), node }).set(n);
+        }
+    }
+
+    /// Probe statistics.
+    pub fn stats(&self) -> crate::dns::prober::StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// Flushes the ledger.
+    pub async fn flush(&self) {
+        if let Some(l) = &self.ledger {
+            let _ = l.flush().await;
+        }
+    }
+
+    /// Stops background tasks.
+    pub fn shutdown(&mut self) {
+        self.cancel.cancel();
+        self.connect_tasks.abort_all();
+    }
+}

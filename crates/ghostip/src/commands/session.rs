@@ -1,0 +1,489 @@
+//! One observation session: the truth, the engine, the DNS paths and the recorder, fed by events.
+//!
+//! `watch`, `rollout` and `check` all run a session; they differ in how long it lives and
+//! what they do with its events. The session itself does no IO: it turns truth events and
+//! probe events into engine calls and into [`ProbeCommand`]s for the prober.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use ghostip_core::corefile::{Corefile, ExpectedLag};
+use ghostip_core::engine::{Death, DeathSource, Discrepancy, Engine, EngineConfig, EngineEvent};
+use ghostip_core::truth::{PodRecord, Truth};
+use ghostip_core::{ChangeTime, Layer, ObservationResult, PathIdx, Protocol, ServiceKey, Target, Time};
+
+use crate::dns::names::{NameConfig, service_names, sweep_names};
+use crate::dns::paths::{DnsPath, PathConfig, diff_with_truth};
+use crate::dns::prober::{ProbeCommand, ProbeEvent, ProbePath};
+use crate::kube::{Received, SyncState, SyncTransition, TruthEvent, apply_to_truth};
+use crate::report::{ChangeRow, PathFacts, Segment, TimelineRow};
+
+/// Which services a session looks at.
+#[derive(Clone, Debug, Default)]
+pub struct ServiceFilter {
+    /// Only this namespace.
+    pub namespace: Option<String>,
+    /// Only these services (rollout: the workload's services).
+    pub only: Option<BTreeSet<ServiceKey>>,
+    /// Label selector terms `(key, Some(value) | None for existence, negated)`.
+    pub selector: Vec<(String, Option<String>, bool)>,
+}
+
+impl ServiceFilter {
+    /// Parses a `-l` selector (`a=b,c!=d,e,!f`).
+    pub fn parse_selector(sel: &str) -> Vec<(String, Option<String>, bool)> {
+        sel.split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(|t| {
+                if let Some((k, v)) = t.split_once("!=") {
+                    (k.trim().to_string(), Some(v.trim().to_string()), true)
+                } else if let Some((k, v)) = t.split_once("==").or_else(|| t.split_once('=')) {
+                    (k.trim().to_string(), Some(v.trim().to_string()), false)
+                } else if let Some(k) = t.strip_prefix('!') {
+                    (k.trim().to_string(), None, true)
+                } else {
+                    (t.to_string(), None, false)
+                }
+            })
+            .collect()
+    }
+
+    fn matches(&self, truth: &Truth, key: &ServiceKey) -> bool {
+        if self.namespace.as_ref().is_some_and(|ns| ns != &key.namespace) {
+            return false;
+        }
+        if self.only.as_ref().is_some_and(|only| !only.contains(key)) {
+            return false;
+        }
+        let Some(svc) = truth.service(key) else { return false };
+        self.selector.iter().all(|(k, v, neg)| {
+            let hit = match v {
+                Some(v) => svc.labels.get(k) == Some(v),
+                None => svc.labels.contains_key(k),
+            };
+            hit != *neg
+        })
+    }
+}
+
+/// Session settings.
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    /// DNS path discovery.
+    pub paths: PathConfig,
+    /// DNS names.
+    pub names: NameConfig,
+    /// Services of interest.
+    pub filter: ServiceFilter,
+    /// Engine tunables.
+    pub engine: EngineConfig,
+    /// Keep a per-observation timeline (rollout reports).
+    pub record_timeline: bool,
+    /// Longest a burst runs after a change.
+    pub burst_limit: Duration,
+}
+
+/// A removed IP the caller should connect-probe to measure exposure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectRequest {
+    /// Address to probe.
+    pub target: SocketAddr,
+    /// Stop probing after this long.
+    pub for_at_most: Duration,
+}
+
+/// What a session step asks the caller to do.
+#[derive(Debug, Default)]
+pub struct Actions {
+    /// Commands for the DNS prober.
+    pub probe: Vec<ProbeCommand>,
+    /// Connect probes to start.
+    pub connect: Vec<ConnectRequest>,
+    /// Engine events (for the ledger, metrics and live progress).
+    pub events: Vec<EngineEvent>,
+    /// Truth sync transitions (gaps).
+    pub sync: Vec<SyncTransition>,
+}
+
+/// The session.
+pub struct Session {
+    cfg: SessionConfig,
+    /// The truth.
+    pub truth: Truth,
+    /// The engine.
+    pub engine: Engine,
+    sync: SyncState,
+    synced_once: bool,
+    corefile: Option<(String, ExpectedLag)>,
+    corefile_error: Option<String>,
+    paths: Vec<DnsPath>,
+    path_idx: BTreeMap<String, PathIdx>,
+    /// Latest pod per IP, for names and death estimates.
+    pods: HashMap<IpAddr, PodRecord>,
+    /// Former owner of removed IPs, kept after the pod is gone.
+    former: HashMap<IpAddr, String>,
+    /// IPs whose death is measured by a connect probe (estimates are not used for them).
+    probed: BTreeSet<IpAddr>,
+    /// IPs removed from the DNS truth during the session, with when.
+    removed_at: HashMap<IpAddr, Time>,
+    changes: Vec<ChangeRow>,
+    timeline: BTreeMap<(PathIdx, IpAddr), Vec<Segment>>,
+    last_obs: HashMap<(PathIdx, ServiceKey), Time>,
+    /// Bursts run at least until then (a rollout probes its services until it ends).
+    pub min_burst_until: Option<tokio::time::Instant>,
+}
+
+impl Session {
+    /// A session with the given watches to wait for.
+    pub fn new(cfg: SessionConfig, sync: SyncState) -> Self {
+        Self {
+            engine: Engine::new(cfg.engine.clone()),
+            cfg,
+            truth: Truth::new(),
+            sync,
+            synced_once: false,
+            corefile: None,
+            corefile_error: None,
+            paths: Vec::new(),
+            path_idx: BTreeMap::new(),
+            pods: HashMap::new(),
+            former: HashMap::new(),
+            probed: BTreeSet::new(),
+            removed_at: HashMap::new(),
+            changes: Vec::new(),
+            timeline: BTreeMap::new(),
+            last_obs: HashMap::new(),
+            min_burst_until: None,
+        }
+    }
+
+    /// Whether the truth synced at least once.
+    pub fn synced(&self) -> bool {
+        self.synced_once
+    }
+
+    /// Whether the truth is synced now (no gap).
+    pub fn judging(&self) -> bool {
+        self.engine.judging()
+    }
+
+    /// The sync state of every watch.
+    pub fn sync_state(&self) -> &SyncState {
+        &self.sync
+    }
+
+    /// The Corefile's expected lag, if one was seen, and why it is missing otherwise.
+    pub fn expected_lag(&self) -> Result<Option<&ExpectedLag>, &str> {
+        match (&self.corefile, &self.corefile_error) {
+            (Some((_, lag)), _) => Ok(Some(lag)),
+            (None, Some(e)) => Err(e),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// Headless services in scope.
+    pub fn services(&self) -> Vec<ServiceKey> {
+        self.truth
+            .services()
+            .filter(|s| s.headless && s.has_selector)
+            .map(|s| s.key.clone())
+            .filter(|k| self.cfg.filter.matches(&self.truth, k))
+            .collect()
+    }
+
+    /// The current DNS paths.
+    pub fn dns_paths(&self) -> &[DnsPath] {
+        &self.paths
+    }
+
+    fn lag_for_paths(&self) -> Duration {
+        self.corefile.as_ref().map_or(Duration::from_secs(5), |(_, l)| l.cache_lag)
+    }
+
+    fn desired_dns(&self, key: &ServiceKey) -> BTreeSet<Target> {
+        self.truth.dns_answers(key).into_iter().map(Target::ip).collect()
+    }
+
+    /// Handles one truth event.
+    pub fn on_truth(&mut self, r: &Received) -> Actions {
+        let mut actions = Actions::default();
+        match &r.event {
+            TruthEvent::PodApplied(pod) => self.on_pod(pod, r.at, &mut actions),
+            TruthEvent::PodDeleted(pod) => {
+                let ips: Vec<IpAddr> =
+                    self.pods.iter().filter(|(_, p)| p.pod.uid == pod.uid && p.pod.name == pod.name).map(|(ip, _)| *ip).collect();
+                for ip in ips {
+                    self.pods.remove(&ip);
+                    if !self.probed.contains(&ip) && self.removed_at.contains_key(&ip) {
+                        self.engine.endpoint_dead(ip, Death { since: r.at, source: DeathSource::PodGone });
+                    }
+                }
+            }
+            TruthEvent::Corefile { configmap, text } if configmap.name == "coredns" => {
+                match Corefile::parse(text).and_then(|c| c.expected_lag(&self.cfg.names.zone)) {
+                    Ok(lag) => {
+                        self.corefile = Some((configmap.to_string(), lag));
+                        self.corefile_error = None;
+                        let l = self.lag_for_paths();
+                        for idx in self.path_idx.values() {
+                            self.engine.set_expected_lag(*idx, l);
+                        }
+                    }
+                    Err(e) => self.corefile_error = Some(format!("{configmap}: {e}")),
+                }
+            }
+            _ => {}
+        }
+        let before: HashMap<ServiceKey, BTreeSet<Target>> = HashMap::new();
+        let changes = apply_to_truth(&mut self.truth, r);
+        let _ = before;
+        for c in changes {
+            if c.service == self.cfg.paths.dns_service {
+                self.refresh_paths(r.at, &mut actions);
+            }
+            if !self.cfg.filter.matches(&self.truth, &c.service)
+                && self.engine.desired(Layer::Dns, &c.service).is_none_or(|d| d.is_empty())
+            {
+                continue;
+            }
+            self.set_desired(&c.service, c.at, &mut actions);
+        }
+        if let Some(t) = self.sync.observe(r) {
+            match &t {
+                SyncTransition::GapStarted { at, .. } => self.engine.truth_gap(*at),
+                SyncTransition::GapEnded { .. } => {
+                    if self.sync.truth_synced() {
+                        if !self.synced_once {
+                            self.synced_once = true;
+                            self.refresh_paths(r.at, &mut actions);
+                            actions.probe.push(ProbeCommand::SetSweep(self.sweep()));
+                        }
+                        self.engine.truth_synced(r.at);
+                    }
+                }
+            }
+            actions.sync.push(t);
+        }
+        actions
+    }
+
+    fn sweep(&self) -> Vec<crate::dns::names::ServiceNames> {
+        let wanted: BTreeSet<ServiceKey> = self.services().into_iter().collect();
+        sweep_names(&self.truth, &self.cfg.names).into_iter().filter(|s| wanted.contains(&s.service)).collect()
+    }
+
+    fn set_desired(&mut self, key: &ServiceKey, at: ChangeTime, actions: &mut Actions) {
+        let desired = self.desired_dns(key);
+        let old: BTreeSet<Target> = self.engine.desired(Layer::Dns, key).cloned().unwrap_or_default();
+        let events = self.engine.set_desired(Layer::Dns, key, desired.clone(), at);
+        if old == desired {
+            return;
+        }
+        let removed: Vec<IpAddr> = old.difference(&desired).map(|t| t.ip).collect();
+        let added: Vec<IpAddr> = desired.difference(&old).map(|t| t.ip).collect();
+        for ip in &removed {
+            self.removed_at.insert(*ip, at.t0);
+            if let Some(p) = self.pods.get(ip) {
+                self.former.insert(*ip, p.pod.to_string());
+            } else if let Some(pod) = self.truth_pod(key, *ip) {
+                self.former.insert(*ip, pod);
+            }
+        }
+        if self.synced_once {
+            self.changes.push(ChangeRow {
+                at: at.t0,
+                received: at.received,
+                service: key.to_string(),
+                added: added.clone(),
+                removed: removed.clone(),
+            });
+        }
+        if !events.is_empty() {
+            if let Ok(names) = service_names(&self.truth, key, &self.cfg.names) {
+                let mut until = tokio::time::Instant::now() + self.burst_duration();
+                if let Some(min) = self.min_burst_until {
+                    until = until.max(min);
+                }
+                actions.probe.push(ProbeCommand::Burst { service: key.clone(), names, until });
+            }
+            // Exposure: connect-probe removed endpoints on their first TCP port.
+            if let Some(port) = self.tcp_port(key) {
+                for ip in &removed {
+                    self.probed.insert(*ip);
+                    actions.connect.push(ConnectRequest {
+                        target: SocketAddr::new(*ip, port),
+                        for_at_most: self.burst_duration(),
+                    });
+                }
+            }
+        }
+        actions.events.extend(events);
+    }
+
+    fn burst_duration(&self) -> Duration {
+        // Long enough to see the slowest path converge, bounded so probing always ends.
+        let lag = self.lag_for_paths();
+        (lag * 3 + Duration::from_secs(15)).min(self.cfg.burst_limit)
+    }
+
+    fn tcp_port(&self, key: &ServiceKey) -> Option<u16> {
+        self.truth.slices_of(key).flat_map(|s| s.ports.iter()).find(|p| p.protocol == Protocol::Tcp).map(|p| p.port)
+    }
+
+    fn truth_pod(&self, key: &ServiceKey, ip: IpAddr) -> Option<String> {
+        self.truth.endpoint(key, ip).and_then(|e| e.pod.as_ref()).map(|p| p.to_string())
+    }
+
+    fn on_pod(&mut self, pod: &PodRecord, at: Time, _actions: &mut Actions) {
+        for ip in &pod.ips {
+            if pod.host_network {
+                continue;
+            }
+            if let Some(del) = pod.deletion {
+                // Estimated death: deletion + preStop (the container keeps serving during preStop).
+                let since = del.checked_add(Duration::from_secs(pod.prestop_seconds.unwrap_or(0))).unwrap_or(del);
+                if !self.probed.contains(ip) {
+                    self.engine.endpoint_dead(*ip, Death { since, source: DeathSource::PodTermination });
+                }
+            } else if self.pods.get(ip).is_none_or(|p| p.pod.uid != pod.pod.uid) {
+                // A new pod owns the IP: it accepts connections again.
+                self.engine.endpoint_alive(*ip);
+            }
+            self.former.insert(*ip, pod.pod.to_string());
+            self.pods.insert(*ip, pod.clone());
+        }
+        let _ = at;
+    }
+
+    /// A connect probe found `ip` dead at `at`.
+    pub fn on_dead(&mut self, ip: IpAddr, at: Time) {
+        self.engine.endpoint_dead(ip, Death { since: at, source: DeathSource::ConnectProbe });
+    }
+
+    fn refresh_paths(&mut self, _at: Time, actions: &mut Actions) {
+        let diff = diff_with_truth(&self.paths, &self.truth, &self.cfg.paths);
+        if diff.is_empty() && !self.paths.is_empty() {
+            return;
+        }
+        let lag = self.lag_for_paths();
+        for p in diff.removed {
+            if let Some(idx) = self.path_idx.remove(p.id()) {
+                actions.events.extend(self.engine.remove_path(idx, _at));
+            }
+            self.paths.retain(|q| q.id() != p.id());
+        }
+        for p in diff.added.into_iter().chain(diff.changed) {
+            let idx = self.engine.add_path(p.info.clone(), lag);
+            self.path_idx.insert(p.id().to_string(), idx);
+            self.paths.retain(|q| q.id() != p.id());
+            self.paths.push(p);
+        }
+        let probe_paths: Vec<ProbePath> = self
+            .paths
+            .iter()
+            .filter_map(|p| self.path_idx.get(p.id()).map(|idx| ProbePath { idx: *idx, path: p.clone() }))
+            .collect();
+        actions.probe.push(ProbeCommand::SetPaths(probe_paths));
+    }
+
+    /// Handles one probe event.
+    pub fn on_probe(&mut self, ev: &ProbeEvent) -> Vec<EngineEvent> {
+        let o = &ev.observation;
+        if self.cfg.record_timeline {
+            if let ObservationResult::Held(held) = &o.result {
+                let prev = self.last_obs.insert((o.path, o.service.clone()), o.at);
+                for h in held {
+                    let segs = self.timeline.entry((o.path, h.target.ip)).or_default();
+                    match segs.last_mut() {
+                        // Extend the bar when the previous observation of this service also held it.
+                        Some(s) if prev.is_some_and(|p| p <= s.end) => s.end = o.at,
+                        _ => segs.push(Segment { start: o.at, end: o.at }),
+                    }
+                }
+            }
+        }
+        self.engine.observe(o)
+    }
+
+    /// Advances time.
+    pub fn tick(&mut self, now: Time) -> Vec<EngineEvent> {
+        self.engine.tick(now)
+    }
+
+    /// Stop bursts for services with nothing left to measure.
+    pub fn idle_services(&self) -> Vec<ServiceKey> {
+        let busy: BTreeSet<&ServiceKey> = self.engine.open_trackings().map(|t| &t.service).collect();
+        self.changes
+            .iter()
+            .filter_map(|c| c.service.split_once('/'))
+            .map(|(ns, n)| ServiceKey::new(ns, n))
+            .filter(|k| !busy.contains(k))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    }
+
+    /// The former owner of an IP, as far as this session saw.
+    pub fn former_pod(&self, ip: IpAddr) -> Option<String> {
+        self.former.get(&ip).cloned()
+    }
+
+    /// Truth changes recorded since the first sync.
+    pub fn changes(&self) -> &[ChangeRow] {
+        &self.changes
+    }
+
+    /// Facts about each path for reports.
+    pub fn path_facts(&self) -> BTreeMap<PathIdx, PathFacts> {
+        let mut m = BTreeMap::new();
+        for idx in self.path_idx.values() {
+            let f = match &self.corefile {
+                Some((name, lag)) => PathFacts {
+                    client_ttl: Some(lag.client_ttl),
+                    notes: std::iter::once(format!("from {name}")).chain(lag.notes.iter().cloned()).collect(),
+                },
+                None => PathFacts {
+                    client_ttl: None,
+                    notes: vec![self
+                        .corefile_error
+                        .clone()
+                        .unwrap_or_else(|| "no Corefile seen: assumed the kubernetes plugin's default TTL of 5 s".into())],
+                },
+            };
+            m.insert(*idx, f);
+        }
+        m
+    }
+
+    /// The per (path, IP) timeline.
+    pub fn timeline(&self) -> Vec<TimelineRow> {
+        let paths: BTreeMap<PathIdx, String> =
+            self.engine.paths().map(|(i, p)| (i, p.id.clone())).collect();
+        self.timeline
+            .iter()
+            .filter_map(|((idx, ip), segs)| {
+                let path = paths.get(idx)?.clone();
+                Some(TimelineRow {
+                    path,
+                    ip: *ip,
+                    removed: self.removed_at.contains_key(ip),
+                    removed_at: self.removed_at.get(ip).copied(),
+                    died_at: self.engine.death(*ip).map(|d| d.since),
+                    segments: segs.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Stale trackings open now, per path.
+    pub fn stale_now(&self) -> HashMap<PathIdx, usize> {
+        self.engine.stale_now()
+    }
+
+    /// Counts of open (unconverged) stale trackings.
+    pub fn unconverged_stale(&self) -> usize {
+        self.engine.open_trackings().filter(|t| t.kind == Discrepancy::Stale && t.converged_by.is_none()).count()
+    }
+}

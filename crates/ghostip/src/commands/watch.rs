@@ -1,0 +1,152 @@
+//! `ghostip watch`: the long-running observer with `/metrics`, `/healthz` and `/readyz`.
+//!
+//! Truth, ledger and DNS probes run until SIGTERM or Ctrl-C; shutdown finishes within 5 s
+//! (the ledger is flushed with a deadline, background tasks are cancelled).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use futures::StreamExt;
+use ghostip_core::Time;
+use tokio_util::sync::CancellationToken;
+
+use super::pipeline::{Pipeline, Step};
+use super::session::{ServiceFilter, Session};
+use super::{Outcome, kube_connect, open_ledger, probe_settings, session_config};
+use crate::cli::{GlobalArgs, WatchArgs};
+use crate::kube::{SyncState, SyncTransition, SystemClock, WatchScope, watch_truth};
+use crate::ledger::{LedgerOp, LedgerWriter, WriterOptions};
+use crate::metrics::Metrics;
+
+#[derive(Clone)]
+struct Http {
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+}
+
+async fn metrics_handler(State(s): State<Http>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(s): State<Http>) -> impl IntoResponse {
+    if s.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ok: truth synced\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready: truth not synced (truth gap)\n")
+    }
+}
+
+pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outcome> {
+    let conn = kube_connect(g).await?;
+    let ledger = open_ledger(g)?;
+    let db_path = ledger.path().to_path_buf();
+    let writer = LedgerWriter::spawn(ledger, WriterOptions::default()).context("starting the ledger writer")?;
+    let metrics = Arc::new(Metrics::new());
+    let ready = Arc::new(AtomicBool::new(false));
+    let cancel = CancellationToken::new();
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let app = Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(Http { metrics: Arc::clone(&metrics), ready: Arc::clone(&ready) });
+    let http_cancel = cancel.clone();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app).with_graceful_shutdown(async move { http_cancel.cancelled().await }).await
+    });
+    tracing::info!(listen = %args.listen, db = %db_path.display(), api = %conn.origin, "ghostip watch started");
+
+    let scope = WatchScope { namespace: None, ..WatchScope::default() };
+    let truth = watch_truth(&conn, &scope, Arc::new(SystemClock));
+    let filter = ServiceFilter {
+        namespace: args.scope.namespace.clone(),
+        only: None,
+        selector: args.scope.selector.as_deref().map(ServiceFilter::parse_selector).unwrap_or_default(),
+    };
+    let session = Session::new(session_config(&args.dns, filter, false), SyncState::new(Time::now(), scope.kinds()));
+    let settings = probe_settings(&args.dns, args.sweep)?;
+    metrics.truth_synced.set(0);
+    let mut p = Pipeline::start(session, truth.boxed(), settings, Some(writer.sender()), Some(Arc::clone(&metrics)), cancel.clone());
+
+    let signal_cancel = cancel.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutdown requested");
+        signal_cancel.cancel();
+    });
+
+    let mut last_prune = tokio::time::Instant::now();
+    loop {
+        match p.next().await {
+            Step::Stopped => break,
+            Step::Truth(r) => {
+                ready.store(p.session.judging(), Ordering::Relaxed);
+                if let crate::kube::TruthEvent::WatchFailed { kind, error } = &r.event {
+                    tracing::warn!(%kind, %error, "watch failed; retrying with backoff (truth gap)");
+                }
+                for t in p.session.sync_state().iter() {
+                    let _ = t;
+                }
+                let _: Option<SyncTransition> = None;
+            }
+            Step::Tick(now) => {
+                ready.store(p.session.judging(), Ordering::Relaxed);
+                if last_prune.elapsed() >= Duration::from_secs(3600) {
+                    last_prune = tokio::time::Instant::now();
+                    if let Ok(cutoff) = now.checked_sub(args.retention) {
+                        let _ = writer.sender().send(LedgerOp::Prune { older_than: cutoff }).await;
+                    }
+                }
+            }
+            Step::Probe => {}
+        }
+    }
+    // Clean shutdown within 5 s: stop probing, flush the ledger with a deadline.
+    p.shutdown();
+    let _ = tokio::time::timeout(Duration::from_secs(3), p.flush()).await;
+    drop(p);
+    let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
+    let closed = tokio::time::timeout(Duration::from_secs(1), tokio::task::spawn_blocking(move || writer.close())).await;
+    if closed.is_err() {
+        tracing::warn!("the ledger writer did not finish within the shutdown deadline; committed data is safe");
+    }
+    tracing::info!("ghostip watch stopped");
+    Ok(Outcome::Clean)
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Kubernetes sends SIGTERM to start a graceful shutdown.
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
