@@ -614,6 +614,11 @@ impl Engine {
             .collect();
 
         for (target, ttl, change) in stale_now {
+            // An answer from before the change was right to hold it (answers can arrive
+            // after the truth event that removed the target).
+            if change.is_some_and(|c| c.t0 > obs.at) {
+                continue;
+            }
             let key = (obs.path, sid, target, Discrepancy::Stale);
             if !self.open.contains_key(&key) {
                 self.open_tracking(obs.path, sid, &obs.service, target, Discrepancy::Stale, change, obs.at, &mut events);
@@ -633,6 +638,9 @@ impl Engine {
             }
         }
         for (target, change) in missing_now {
+            if change.is_some_and(|c| c.t0 > obs.at) {
+                continue;
+            }
             let key = (obs.path, sid, target, Discrepancy::Missing);
             if !self.open.contains_key(&key) {
                 self.open_tracking(obs.path, sid, &obs.service, target, Discrepancy::Missing, change, obs.at, &mut events);
@@ -652,7 +660,8 @@ impl Engine {
                 Discrepancy::Stale => !holds(&k.2),
                 Discrepancy::Missing => holds(&k.2),
             };
-            if right && t.converged_by.is_none() {
+            // Only answers given after the change say anything about convergence.
+            if right && t.converged_by.is_none() && t.start() <= obs.at {
                 t.converged_by = Some(obs.at);
                 events.push(EngineEvent::Converging(t.clone()));
             }

@@ -355,3 +355,20 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn answers_older_than_the_change_do_not_count() {
+    let (mut e, p) = synced();
+    // The truth event arrives at 1 s but says the change happened at 1 s; an answer
+    // stamped 0.9 s (sent before, processed after) still holds the IP legitimately.
+    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(1_000)));
+    let ev = e.observe(&obs(p, t(900), &[(ip(1), 5), (ip(2), 5), (ip(3), 5)]));
+    assert!(!ev.iter().any(|e| matches!(e, EngineEvent::Converging(_))));
+    let tr = e.open_trackings().find(|t| t.target == ip(1)).unwrap();
+    assert_eq!(tr.last_wrong, None);
+    // Nor does an old answer without it count as convergence.
+    let ev = e.observe(&obs(p, t(950), &[(ip(2), 5), (ip(3), 5)]));
+    assert!(ev.is_empty());
+    e.observe(&obs(p, t(1_250), &[(ip(2), 5), (ip(3), 5)]));
+    assert_eq!(e.open_trackings().find(|t| t.target == ip(1)).unwrap().converged_by, Some(t(1_250)));
+}

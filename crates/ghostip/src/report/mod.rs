@@ -246,9 +246,9 @@ pub fn summarize(stale: &[WindowRow], missing: &[WindowRow]) -> Summary {
     }
     for r in stale {
         s.max_stale_window_s = s.max_stale_window_s.max(r.window_upper_s.unwrap_or(0.0));
-        let x = r.exposure_upper_s.unwrap_or(0.0);
-        s.max_exposure_s = s.max_exposure_s.max(x);
-        if x > 0.0 {
+        s.max_exposure_s = s.max_exposure_s.max(r.exposure_upper_s.unwrap_or(0.0));
+        // Exposed only when a path was seen serving the endpoint after it died (lower bound).
+        if r.exposure_lower_s.unwrap_or(0.0) > 0.0 {
             s.exposed += 1;
         }
     }

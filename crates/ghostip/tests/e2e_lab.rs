@@ -1,0 +1,239 @@
+//! End-to-end tests in the lab cluster: real kube-apiserver, EndpointSlice controller,
+//! CoreDNS and kube-proxy, a real rollout observed by `ghostip rollout`.
+//!
+//! They need a running lab (`lab/up`) and root; they are `#[ignore]`d so `cargo test`
+//! never touches a cluster. `scripts/test` brings the lab up and runs them with
+//! `GHOSTIP_LAB=1 cargo test --release -p ghostip --test e2e_lab -- --ignored --test-threads=1`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use serde_json::Value;
+
+const PROBE_INTERVAL: f64 = 0.25;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+fn lab_ready() -> bool {
+    if std::env::var_os("GHOSTIP_LAB").is_none() {
+        eprintln!("skipped: set GHOSTIP_LAB=1 with a running lab (lab/up) to run the end-to-end tests");
+        return false;
+    }
+    true
+}
+
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.stdin(Stdio::null()).output().expect("spawn");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn lab(script: &str) -> Command {
+    Command::new(repo().join("lab").join(script))
+}
+
+/// Deploys demo/web with the given Corefile, waits until everything serves.
+fn setup(corefile: &str) {
+    let (code, out, err) = run(lab("scenarios/coredns-cache").args(["--corefile", corefile, "--setup-only"]));
+    assert_eq!(code, 0, "scenario setup failed:\n{out}\n{err}");
+}
+
+/// Runs `ghostip rollout deploy/web -n demo --restart -o json` on node-1.
+fn rollout(db: &Path, html: Option<&Path>) -> (i32, Value, String) {
+    let mut cmd = lab("exec");
+    cmd.args(["node-1", env!("CARGO_BIN_EXE_ghostip"), "--db"]).arg(db);
+    cmd.args(["rollout", "deploy/web", "-n", "demo", "--restart", "--timeout", "150s", "-o", "json"]);
+    if let Some(h) = html {
+        cmd.arg("--html").arg(h);
+    }
+    let (code, out, err) = run(&mut cmd);
+    assert!(code == 0 || code == 1, "rollout failed with {code}:\n{out}\n{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{out}\n{err}"));
+    (code, v, err)
+}
+
+fn f(v: &Value) -> Option<f64> {
+    v.as_f64()
+}
+
+fn pod_path_rows(report: &Value) -> Vec<&Value> {
+    report["stale"].as_array().unwrap().iter().filter(|r| r["path"].as_str().unwrap().starts_with("dns-pod/")).collect()
+}
+
+fn print_rows(report: &Value) {
+    for r in report["stale"].as_array().unwrap() {
+        eprintln!(
+            "  {:<32} {:<14} window {:>6.2}–{:>6.2}s predicted {:>6.2}s ttl {:>3} verdict {:<22} exposure {:?}",
+            r["path"].as_str().unwrap(),
+            r["target"].as_str().unwrap(),
+            f(&r["window_lower_s"]).unwrap_or(-1.0),
+            f(&r["window_upper_s"]).unwrap_or(-1.0),
+            f(&r["predicted_window_s"]).unwrap_or(-1.0),
+            r["ttl_seen"],
+            r["verdict"].to_string(),
+            f(&r["exposure_upper_s"]),
+        );
+    }
+}
+
+/// An independent `dig` loop, every 100 ms, against one CoreDNS pod, from node-1.
+/// Returns (unix time, answer IPs) samples.
+fn dig_loop(server: String, seconds: u32) -> std::thread::JoinHandle<Vec<(f64, Vec<String>)>> {
+    std::thread::spawn(move || {
+        let script = format!(
+            "end=$((SECONDS+{seconds})); n=0; while ((SECONDS < end && n < 3000)); do n=$((n+1)); \
+             a=$(dig +short +time=1 +tries=1 @{server} web.demo.svc.cluster.local A | tr '\\n' ' '); \
+             echo \"$(date +%s.%N) $a\"; sleep 0.1; done"
+        );
+        let (_, out, _) = run(lab("exec").args(["node-1", "bash", "-c", &script]));
+        out.lines()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                let t: f64 = it.next()?.parse().ok()?;
+                Some((t, it.map(str::to_string).collect()))
+            })
+            .collect()
+    })
+}
+
+fn unix(t: &Value) -> f64 {
+    let s = t.as_str().unwrap();
+    let ts: jiff::Timestamp = s.parse().unwrap();
+    ts.as_millisecond() as f64 / 1000.0
+}
+
+#[test]
+#[ignore = "needs the lab cluster (lab/up) and root"]
+fn classic_kubeadm_corefile_keeps_removed_ips_for_the_ttl() {
+    if !lab_ready() {
+        return;
+    }
+    setup("classic");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ledger.db");
+    let html = dir.path().join("timeline.html");
+    // Independent measurement on the same path, side by side.
+    let pods = run(lab("kubectl").args([
+        "-n", "kube-system", "get", "pods", "-l", "k8s-app=kube-dns", "-o", "jsonpath={.items[*].status.podIP}",
+    ]))
+    .1;
+    let first_pod = pods.split_whitespace().next().expect("a CoreDNS pod IP").to_string();
+    let digs = dig_loop(first_pod.clone(), 75);
+    let started = Instant::now();
+    let (code, report, err) = rollout(&db, Some(&html));
+    let samples = digs.join().unwrap();
+    eprintln!("rollout took {:?}; stderr:\n{err}", started.elapsed());
+    print_rows(&report);
+
+    let rows = pod_path_rows(&report);
+    assert!(rows.len() >= 6, "3 removed IPs × ≥2 CoreDNS pods, got {}", rows.len());
+    let mut largest: f64 = 0.0;
+    for r in &rows {
+        let upper = f(&r["window_upper_s"]).expect("every window converged");
+        let predicted = f(&r["predicted_window_s"]).expect("a TTL was seen at t0");
+        largest = largest.max(upper);
+        assert!(upper <= 31.0, "window {upper} > 31 s: {r}");
+        // The cache lets go when the TTL it handed out at t0 runs out.
+        assert!(
+            (upper - predicted).abs() <= PROBE_INTERVAL + 1.0,
+            "window {upper} vs remaining TTL at t0 {predicted}: {r}"
+        );
+        assert_eq!(r["verdict"]["verdict"], "within-expected-lag", "{r}");
+        assert!(r["exposure_upper_s"].is_number(), "exposure reported: {r}");
+        assert!(r["pod"].as_str().is_some_and(|p| p.starts_with("demo/web-")), "former pod named: {r}");
+    }
+    assert!(largest >= 10.0, "largest window {largest} < 10 s");
+    // preStop 0: clients were sent to dead IPs, so the report is a finding (exit 1).
+    assert!(report["summary"]["exposed"].as_u64().unwrap() > 0);
+    assert_eq!(code, 1);
+    assert!(std::fs::read_to_string(&html).unwrap().contains("<svg"));
+
+    // Side by side with dig on the same path: windows differ by at most one probe interval
+    // (plus the dig loop's own 100 ms sampling).
+    let mut diffs = Vec::new();
+    for r in rows.iter().filter(|r| r["path"].as_str().unwrap().contains(&format!("/{first_pod}:"))) {
+        let ip = r["target"].as_str().unwrap();
+        let t0 = unix(&r["t0"]);
+        let last_dig = samples.iter().filter(|(t, ips)| *t >= t0 && ips.iter().any(|i| i == ip)).map(|s| s.0).fold(None, |a: Option<f64>, t| Some(a.map_or(t, |a| a.max(t))));
+        let first_gone = samples.iter().filter(|(t, ips)| Some(*t) > last_dig && *t >= t0 && !ips.is_empty() && !ips.iter().any(|i| i == ip)).map(|s| s.0).next();
+        if let Some(gone) = first_gone {
+            let dig_window = gone - t0;
+            let ours = f(&r["window_upper_s"]).unwrap();
+            diffs.push((ip.to_string(), ours, dig_window));
+            assert!(
+                (ours - dig_window).abs() <= PROBE_INTERVAL + 0.1 + 0.05,
+                "{ip}: ghostip window {ours:.3}s vs dig loop {dig_window:.3}s"
+            );
+        }
+    }
+    eprintln!("accuracy vs 100 ms dig loop on {first_pod}: {diffs:?}");
+    assert!(!diffs.is_empty(), "the dig loop saw the removed IPs");
+
+    // whois of a removed IP names its former pod and when it left.
+    let removed = rows[0]["target"].as_str().unwrap().to_string();
+    let former = rows[0]["pod"].as_str().unwrap().to_string();
+    let (wcode, out, werr) = run(Command::new(env!("CARGO_BIN_EXE_ghostip")).arg("--db").arg(&db).args([
+        "whois", &removed, "-o", "json",
+    ]));
+    assert_eq!(wcode, 0, "{out}{werr}");
+    let w: Value = serde_json::from_str(&out).unwrap();
+    let owner = if w["at_time"].is_null() { &w["before"] } else { &w["at_time"] };
+    let pod = format!("{}/{}", owner["pod"]["namespace"].as_str().unwrap(), owner["pod"]["name"].as_str().unwrap());
+    assert_eq!(pod, former, "{w}");
+    assert!(!owner["closed"].is_null() || !owner["terminating"].is_null(), "when it left: {w}");
+    eprintln!("whois {removed}: {pod}, closed {} ({})", owner["closed"], owner["end_reason"]);
+}
+
+#[test]
+#[ignore = "needs the lab cluster (lab/up) and root"]
+fn cache5_converges_within_six_seconds() {
+    if !lab_ready() {
+        return;
+    }
+    setup("cache5");
+    let dir = tempfile::tempdir().unwrap();
+    let (_, report, _) = rollout(&dir.path().join("l.db"), None);
+    print_rows(&report);
+    let rows = pod_path_rows(&report);
+    assert!(rows.len() >= 6, "{report}");
+    for r in rows {
+        let upper = f(&r["window_upper_s"]).expect("converged");
+        assert!(upper <= 6.0, "window {upper} > 6 s: {r}");
+    }
+}
+
+#[test]
+#[ignore = "needs the lab cluster (lab/up) and root"]
+fn newest_kubeadm_corefile_converges_at_once_but_hands_out_ttl_30() {
+    if !lab_ready() {
+        return;
+    }
+    setup("kubeadm-new");
+    let dir = tempfile::tempdir().unwrap();
+    let (_, report, _) = rollout(&dir.path().join("l.db"), None);
+    print_rows(&report);
+    let rows = pod_path_rows(&report);
+    assert!(rows.len() >= 6, "{report}");
+    for r in rows {
+        let upper = f(&r["window_upper_s"]).expect("converged");
+        assert!(upper <= 2.0, "window {upper} > 2 s: {r}");
+    }
+    let ttls: BTreeMap<String, f64> = report["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap().to_string(), f(&p["client_ttl_s"]).unwrap_or(0.0)))
+        .collect();
+    assert!(!ttls.is_empty());
+    for (path, ttl) in ttls {
+        assert_eq!(ttl, 30.0, "{path} still hands clients a TTL of 30 s");
+    }
+}
