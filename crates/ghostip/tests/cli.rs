@@ -1,0 +1,198 @@
+//! CLI contract: exit codes, `-o json` shapes, error messages, and `watch` against an
+//! unreachable API server (truth gap exported, clean shutdown on SIGTERM).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::cargo::CommandCargoExt;
+use predicates::prelude::*;
+
+fn ghostip() -> assert_cmd::Command {
+    let mut c = assert_cmd::Command::cargo_bin("ghostip").unwrap();
+    c.env_remove("KUBECONFIG").env_remove("GHOSTIP_DB").env("HOME", "/nonexistent-home");
+    c
+}
+
+/// A kubeconfig pointing at a port where nothing listens.
+fn dead_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'https://127.0.0.1:{port}', insecure-skip-tls-verify: true}}\n\
+             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: dead\n  context: {{cluster: c, user: u}}\ncurrent-context: dead\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn help_and_version() {
+    ghostip().arg("--help").assert().success().stdout(predicate::str::contains("rollout"));
+    ghostip().arg("--version").assert().success().stdout(predicate::str::starts_with("ghostip "));
+    ghostip().args(["rollout", "--help"]).assert().success().stdout(predicate::str::contains("--restart"));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    ghostip().arg("frobnicate").assert().code(2);
+    ghostip().args(["whois", "not-an-ip"]).assert().code(2);
+}
+
+#[test]
+fn missing_kubeconfig_is_an_error_naming_it() {
+    ghostip()
+        .args(["check", "--kubeconfig", "/nonexistent/kubeconfig"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::starts_with("ghostip: connecting to Kubernetes: "))
+        .stderr(predicate::str::contains("/nonexistent/kubeconfig"))
+        .stderr(predicate::str::contains("hint:"));
+}
+
+#[test]
+fn unreachable_api_server_is_exit_2_with_server_and_kubeconfig() {
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dead_kubeconfig(dir.path());
+    ghostip()
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args(["check", "-A", "--request-timeout", "3s"])
+        .timeout(Duration::from_secs(30))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("127.0.0.1"))
+        .stderr(predicate::str::contains(kc.to_str().unwrap()));
+    ghostip()
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args(["rollout", "deploy/web", "-n", "demo"])
+        .timeout(Duration::from_secs(30))
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn bad_workload_is_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dead_kubeconfig(dir.path());
+    ghostip()
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args(["rollout", "web"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("KIND/NAME"));
+}
+
+#[test]
+fn whois_on_an_empty_ledger_is_clean_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.db");
+    let out = ghostip()
+        .arg("--db")
+        .arg(&db)
+        .args(["whois", "10.244.1.7", "--at", "-5m", "-o", "json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["ip"], "10.244.1.7");
+    assert!(v["at_time"].is_null() && v["before"].is_null() && v["after"].is_null());
+    assert!(v["at"].is_string());
+    ghostip().arg("--db").arg(&db).args(["whois", "10.244.1.7"]).assert().success().stdout(predicate::str::contains("no known owner"));
+}
+
+#[test]
+fn whois_bad_time_and_corrupt_db_are_errors_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.db");
+    ghostip().arg("--db").arg(&db).args(["whois", "10.0.0.1", "--at", "yesterday-ish"]).assert().code(2).stderr(predicate::str::contains("yesterday-ish"));
+    let bad = dir.path().join("corrupt.db");
+    std::fs::write(&bad, b"this is not a sqlite database, and it must survive untouched").unwrap();
+    ghostip()
+        .arg("--db")
+        .arg(&bad)
+        .args(["whois", "10.0.0.1"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(bad.to_str().unwrap()));
+    assert_eq!(std::fs::read(&bad).unwrap(), b"this is not a sqlite database, and it must survive untouched");
+}
+
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+#[test]
+fn watch_exports_the_truth_gap_and_stops_on_sigterm_within_5s() {
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dead_kubeconfig(dir.path());
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::cargo_bin("ghostip")
+        .unwrap()
+        .env_remove("KUBECONFIG")
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .arg("--db")
+        .arg(dir.path().join("w.db"))
+        .args(["watch", "--listen", &addr])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bounded wait for the endpoint.
+    let mut metrics = None;
+    for _ in 0..100 {
+        if let Some(m) = http_get(&addr, "/metrics") {
+            metrics = Some(m);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let metrics = metrics.expect("watch serves /metrics");
+    assert!(metrics.contains("ghostip_truth_synced 0"), "{metrics}");
+    assert!(http_get(&addr, "/healthz").unwrap().starts_with("HTTP/1.1 200"));
+    assert!(http_get(&addr, "/readyz").unwrap().starts_with("HTTP/1.1 503"));
+
+    let pid = child.id().to_string();
+    let started = Instant::now();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let mut status = None;
+    while started.elapsed() < Duration::from_secs(8) {
+        if let Some(s) = child.try_wait().unwrap() {
+            status = Some(s);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let Some(status) = status else {
+        let _ = child.kill();
+        panic!("watch did not stop within 8 s of SIGTERM");
+    };
+    let took = started.elapsed();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(took < Duration::from_secs(5), "shutdown took {took:?}\n{err}");
+    assert!(status.success(), "{status:?}\n{err}");
+    // Not a TTY: JSON log lines.
+    let first = err.lines().next().unwrap_or_default();
+    assert!(first.starts_with('{'), "JSON logs expected, got: {first}");
+}
