@@ -66,7 +66,7 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
     let mut engine = Engine::new(ghostip_core::engine::EngineConfig::default());
     let idx: Vec<_> = paths.iter().map(|p| engine.add_path(p.info.clone(), Duration::from_secs(5))).collect();
     for key in &services {
-        let set = snap.truth.dns_answers(key).into_iter().map(Target::ip).collect();
+        let set = snap.truth.dns_answers(key).into_iter().filter(std::net::IpAddr::is_ipv4).map(Target::ip).collect();
         engine.set_desired(Layer::Dns, key, set, ChangeTime::received_at(at));
     }
     engine.truth_synced(at);
@@ -77,8 +77,9 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
     let mut rows = Vec::new();
     for key in &services {
         let names = service_names(&snap.truth, key, &names_cfg).with_context(|| format!("building DNS names of {key}"))?;
-        let Some(name) = names.iter().find(|n| matches!(n.qtype, QueryType::A | QueryType::Aaaa)) else { continue };
-        let expected: Vec<String> = snap.truth.dns_answers(key).iter().map(|i| i.to_string()).collect();
+        let Some(name) = names.iter().find(|n| n.qtype == QueryType::A) else { continue };
+        let expected: Vec<String> =
+            snap.truth.dns_answers(key).iter().filter(|i| i.is_ipv4()).map(|i| i.to_string()).collect();
         for (path, pidx) in paths.iter().zip(&idx) {
             budget.acquire().await;
             let started = std::time::Instant::now();

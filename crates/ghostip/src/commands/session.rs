@@ -203,7 +203,8 @@ impl Session {
     }
 
     fn desired_dns(&self, key: &ServiceKey) -> BTreeSet<Target> {
-        self.truth.dns_answers(key).into_iter().map(Target::ip).collect()
+        // IPv4 only, to match the A answers the engine is fed (see `on_probe`).
+        self.truth.dns_answers(key).into_iter().filter(IpAddr::is_ipv4).map(Target::ip).collect()
     }
 
     /// Handles one truth event.
@@ -390,6 +391,11 @@ impl Session {
 
     /// Handles one probe event.
     pub fn on_probe(&mut self, ev: &ProbeEvent) -> Vec<EngineEvent> {
+        // The DNS truth is compared with A answers (IPv4); AAAA and SRV answers hold other
+        // families or ports and would look like missing or stale endpoints.
+        if ev.probe.qtype != crate::dns::query::QueryType::A {
+            return Vec::new();
+        }
         let o = &ev.observation;
         if self.cfg.record_timeline {
             if let ObservationResult::Held(held) = &o.result {

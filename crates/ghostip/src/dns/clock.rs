@@ -1,0 +1,96 @@
+//! Wall-clock time for observations, injectable so tests can run on paused tokio time.
+//!
+//! See [`Clock`]. Probes stamp each observation with [`Clock::now`] when the answer
+//! arrives; [`TokioClock`] (the default) derives wall time from tokio's monotonic clock
+//! through a fixed anchor, so it follows `tokio::time::pause`/`advance` in tests and never
+//! jumps with NTP in production.
+
+use std::time::Duration;
+
+use ghostip_core::Time;
+use tokio::time::Instant;
+
+/// A source of wall-clock time.
+pub trait Clock: Clone + Send + Sync + 'static {
+    /// The current time.
+    fn now(&self) -> Time;
+}
+
+/// The system's wall clock ([`jiff::Timestamp::now`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Time {
+        Time::now()
+    }
+}
+
+/// Wall time = `anchor_time + (tokio::time::Instant::now() - anchor_instant)`.
+#[derive(Clone, Copy, Debug)]
+pub struct TokioClock {
+    instant: Instant,
+    wall: Time,
+}
+
+impl TokioClock {
+    /// Anchored at the current tokio instant and the current system time.
+    pub fn new() -> Self {
+        Self {
+            instant: Instant::now(),
+            wall: Time::now(),
+        }
+    }
+
+    /// Anchored at a given pair (tests: a fixed wall time for a paused clock).
+    pub fn anchored(instant: Instant, wall: Time) -> Self {
+        Self { instant, wall }
+    }
+
+    /// The wall time of a tokio instant (instants before the anchor map to the anchor minus the gap).
+    pub fn at(&self, instant: Instant) -> Time {
+        let result = if instant >= self.instant {
+            self.wall.checked_add(instant.duration_since(self.instant))
+        } else {
+            self.wall.checked_sub(self.instant.duration_since(instant))
+        };
+        result.unwrap_or(self.wall)
+    }
+
+    /// Time elapsed since the anchor, on tokio's clock.
+    pub fn elapsed(&self) -> Duration {
+        self.instant.elapsed()
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Time {
+        self.at(Instant::now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn follows_paused_time() {
+        let wall: Time = "2026-11-30T05:00:00Z".parse().unwrap();
+        let clock = TokioClock::anchored(Instant::now(), wall);
+        assert_eq!(clock.now(), wall);
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        assert_eq!(
+            clock.now(),
+            "2026-11-30T05:00:01.5Z".parse::<Time>().unwrap()
+        );
+        let before = clock.at(clock.instant.checked_sub(Duration::from_secs(1)).unwrap());
+        assert_eq!(before, "2026-11-30T04:59:59Z".parse::<Time>().unwrap());
+    }
+}

@@ -1,0 +1,168 @@
+//! The DNS names to probe for headless Services: A (and AAAA) for the Service name, SRV per named port.
+//!
+//! See [`service_names`] for one Service (what a burst probes) and [`sweep_names`] for
+//! every headless Service (what the slow sweep probes).
+//!
+//! # Errors
+//! [`NameError`] when a namespace, Service or port name does not make a valid DNS name
+//! (Kubernetes validates them, so this means a malformed object).
+
+use std::fmt;
+
+use ghostip_core::truth::{AddressType, Truth};
+use ghostip_core::{Protocol, ServiceKey};
+use hickory_proto::rr::Name;
+
+use super::query::QueryType;
+
+/// Cluster DNS zone used when none is configured.
+pub const DEFAULT_ZONE: &str = "cluster.local";
+
+/// Which names to build.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NameConfig {
+    /// Cluster DNS zone (`cluster.local`).
+    pub zone: String,
+    /// Also probe `_<port>._<proto>.<service>` SRV names for named ports.
+    pub srv: bool,
+}
+
+impl Default for NameConfig {
+    fn default() -> Self {
+        Self {
+            zone: DEFAULT_ZONE.to_string(),
+            srv: false,
+        }
+    }
+}
+
+/// One question to ask every path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProbeName {
+    /// Fully qualified name.
+    pub name: Name,
+    /// Record type.
+    pub qtype: QueryType,
+}
+
+impl fmt::Display for ProbeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.qtype, self.name)
+    }
+}
+
+/// The names of one Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceNames {
+    /// The Service.
+    pub service: ServiceKey,
+    /// Its names.
+    pub names: Vec<ProbeName>,
+}
+
+/// A name that is not valid DNS.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("cannot build a DNS name for {service}: {name:?} is not a valid name ({message})")]
+pub struct NameError {
+    /// The Service.
+    pub service: ServiceKey,
+    /// The text that did not parse.
+    pub name: String,
+    /// The parser's complaint.
+    pub message: String,
+}
+
+/// The names to probe for `key`.
+///
+/// - Unknown Service (deleted, or not synced yet): its A name only, since stale answers
+///   for a deleted Service are exactly what a burst watches.
+/// - Known, not headless: nothing (its name resolves to the ClusterIP, not to pods).
+/// - Headless: A unless it has IPv6 slices only; AAAA when it has IPv6 slices; with
+///   `config.srv`, SRV for every named port.
+///
+/// # Errors
+/// [`NameError`] when a name does not parse.
+pub fn service_names(
+    truth: &Truth,
+    key: &ServiceKey,
+    config: &NameConfig,
+) -> Result<Vec<ProbeName>, NameError> {
+    let base = key.dns_name(&config.zone);
+    let Some(svc) = truth.service(key) else {
+        return Ok(vec![ProbeName {
+            name: parse(key, &base)?,
+            qtype: QueryType::A,
+        }]);
+    };
+    if !svc.headless {
+        return Ok(Vec::new());
+    }
+    let (mut v4, mut v6) = (false, false);
+    for slice in truth.slices_of(key) {
+        match slice.address_type {
+            AddressType::IPv4 => v4 = true,
+            AddressType::IPv6 => v6 = true,
+            AddressType::Fqdn => {}
+        }
+    }
+    let mut names = Vec::new();
+    let name = parse(key, &base)?;
+    if v4 || !v6 {
+        names.push(ProbeName {
+            name: name.clone(),
+            qtype: QueryType::A,
+        });
+    }
+    if v6 {
+        names.push(ProbeName {
+            name,
+            qtype: QueryType::Aaaa,
+        });
+    }
+    if config.srv {
+        for port in &svc.ports {
+            let Some(port_name) = port.name.as_deref().filter(|n| !n.is_empty()) else {
+                continue;
+            };
+            let proto = match port.protocol {
+                Protocol::Tcp => "tcp",
+                Protocol::Udp => "udp",
+                Protocol::Sctp => "sctp",
+            };
+            let srv = format!("_{port_name}._{proto}.{base}");
+            names.push(ProbeName {
+                name: parse(key, &srv)?,
+                qtype: QueryType::Srv,
+            });
+        }
+    }
+    Ok(names)
+}
+
+/// The names of every headless Service, for the sweep. Services whose names do not
+/// parse are left out and logged.
+pub fn sweep_names(truth: &Truth, config: &NameConfig) -> Vec<ServiceNames> {
+    truth
+        .services()
+        .filter(|s| s.headless)
+        .filter_map(|s| match service_names(truth, &s.key, config) {
+            Ok(names) if !names.is_empty() => Some(ServiceNames {
+                service: s.key.clone(),
+                names,
+            }),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "skipping service in DNS sweep");
+                None
+            }
+        })
+        .collect()
+}
+
+fn parse(service: &ServiceKey, text: &str) -> Result<Name, NameError> {
+    Name::from_ascii(text).map_err(|e| NameError {
+        service: service.clone(),
+        name: text.to_string(),
+        message: e.to_string(),
+    })
+}
