@@ -1,0 +1,196 @@
+//! Applies [`Received`] events to the core's [`Truth`] and tracks which watches are synced.
+//!
+//! See [`apply_to_truth`] (shared by `watch`, `rollout` and `check`) and [`SyncState`], which
+//! turns watch failures and relists into truth-gap transitions.
+
+use std::collections::BTreeMap;
+
+use ghostip_core::model::Time;
+use ghostip_core::truth::{ServiceChange, Truth};
+
+use super::{Received, ResourceKind, TruthEvent};
+
+/// Applies one event to the truth and returns the Services whose answers may have changed.
+///
+/// Slice and Service relists go through `Truth::begin_*_relist` / `finish_*_relist`, so any
+/// object applied before and missing from the relist is deleted (and reported as changed).
+/// Pod and Corefile events do not touch the truth.
+pub fn apply_to_truth(truth: &mut Truth, ev: &Received) -> Vec<ServiceChange> {
+    let at = ev.at;
+    match &ev.event {
+        TruthEvent::SliceApplied(s) => truth.apply_slice(s.clone(), at).into_iter().collect(),
+        TruthEvent::SliceDeleted { namespace, name } => truth
+            .delete_slice(namespace, name, at)
+            .into_iter()
+            .collect(),
+        TruthEvent::ServiceApplied(s) => truth.apply_service(s.clone(), at).into_iter().collect(),
+        TruthEvent::ServiceDeleted(key) => truth.delete_service(key, at).into_iter().collect(),
+        TruthEvent::RelistStarted(ResourceKind::EndpointSlices) => {
+            truth.begin_slice_relist();
+            Vec::new()
+        }
+        TruthEvent::RelistDone(ResourceKind::EndpointSlices) => truth.finish_slice_relist(at),
+        TruthEvent::RelistStarted(ResourceKind::Services) => {
+            truth.begin_service_relist();
+            Vec::new()
+        }
+        TruthEvent::RelistDone(ResourceKind::Services) => truth.finish_service_relist(at),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether one watch is synced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SyncStatus {
+    /// Not synced since `since` (start, or the failure that began the gap).
+    Unsynced {
+        /// When the gap began.
+        since: Time,
+        /// The last error seen, if any.
+        error: Option<String>,
+    },
+    /// Synced since `since`.
+    Synced {
+        /// When the last relist completed.
+        since: Time,
+    },
+}
+
+/// A change of one watch's sync status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SyncTransition {
+    /// A synced watch failed: a truth gap starts at `at`.
+    GapStarted {
+        /// Which watch.
+        kind: ResourceKind,
+        /// When.
+        at: Time,
+        /// The error.
+        error: String,
+    },
+    /// A watch synced: the gap `[since, at]` ends (the first one starts when ghostip starts).
+    GapEnded {
+        /// Which watch.
+        kind: ResourceKind,
+        /// When the gap began.
+        since: Time,
+        /// When it ended.
+        at: Time,
+    },
+}
+
+/// Per-watch sync status; the truth is synced when EndpointSlices and Services both are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SyncState {
+    kinds: BTreeMap<ResourceKind, SyncStatus>,
+}
+
+impl SyncState {
+    /// Every watch in `kinds` unsynced since `start`.
+    pub fn new(start: Time, kinds: impl IntoIterator<Item = ResourceKind>) -> Self {
+        let kinds = kinds
+            .into_iter()
+            .map(|k| {
+                (
+                    k,
+                    SyncStatus::Unsynced {
+                        since: start,
+                        error: None,
+                    },
+                )
+            })
+            .collect();
+        Self { kinds }
+    }
+
+    /// Updates the status from an event; returns the transition when a gap starts or ends.
+    /// Events of watches not given to [`SyncState::new`] register them.
+    pub fn observe(&mut self, ev: &Received) -> Option<SyncTransition> {
+        match &ev.event {
+            TruthEvent::WatchFailed { kind, error } => {
+                let status = self
+                    .kinds
+                    .entry(kind.clone())
+                    .or_insert(SyncStatus::Unsynced {
+                        since: ev.at,
+                        error: None,
+                    });
+                match status {
+                    SyncStatus::Synced { .. } => {
+                        *status = SyncStatus::Unsynced {
+                            since: ev.at,
+                            error: Some(error.clone()),
+                        };
+                        Some(SyncTransition::GapStarted {
+                            kind: kind.clone(),
+                            at: ev.at,
+                            error: error.clone(),
+                        })
+                    }
+                    SyncStatus::Unsynced { error: last, .. } => {
+                        *last = Some(error.clone());
+                        None
+                    }
+                }
+            }
+            TruthEvent::Synced(kind) => {
+                let previous = self
+                    .kinds
+                    .insert(kind.clone(), SyncStatus::Synced { since: ev.at });
+                match previous {
+                    Some(SyncStatus::Synced { .. }) => None,
+                    Some(SyncStatus::Unsynced { since, .. }) => Some(SyncTransition::GapEnded {
+                        kind: kind.clone(),
+                        since,
+                        at: ev.at,
+                    }),
+                    None => Some(SyncTransition::GapEnded {
+                        kind: kind.clone(),
+                        since: ev.at,
+                        at: ev.at,
+                    }),
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// The status of one watch.
+    pub fn status(&self, kind: &ResourceKind) -> Option<&SyncStatus> {
+        self.kinds.get(kind)
+    }
+
+    /// Whether one watch is synced.
+    pub fn is_synced(&self, kind: &ResourceKind) -> bool {
+        matches!(self.kinds.get(kind), Some(SyncStatus::Synced { .. }))
+    }
+
+    /// EndpointSlices and Services are synced: the truth may be judged
+    /// (`ghostip_truth_synced` 1).
+    pub fn truth_synced(&self) -> bool {
+        self.is_synced(&ResourceKind::EndpointSlices) && self.is_synced(&ResourceKind::Services)
+    }
+
+    /// Every registered watch is synced.
+    pub fn all_synced(&self) -> bool {
+        self.kinds
+            .values()
+            .all(|s| matches!(s, SyncStatus::Synced { .. }))
+    }
+
+    /// When the current truth gap began, if EndpointSlices or Services are unsynced.
+    pub fn truth_gap_since(&self) -> Option<Time> {
+        [ResourceKind::EndpointSlices, ResourceKind::Services]
+            .iter()
+            .filter_map(|k| match self.kinds.get(k) {
+                Some(SyncStatus::Unsynced { since, .. }) => Some(*since),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// All watches and their status.
+    pub fn iter(&self) -> impl Iterator<Item = (&ResourceKind, &SyncStatus)> {
+        self.kinds.iter()
+    }
+}
