@@ -167,7 +167,11 @@ fn watch_exports_the_truth_gap_and_stops_on_sigterm_within_5s() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let metrics = metrics.expect("watch serves /metrics");
+    let Some(metrics) = metrics else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("watch does not serve /metrics");
+    };
     assert!(metrics.contains("ghostip_truth_synced 0"), "{metrics}");
     assert!(http_get(&addr, "/healthz").unwrap().starts_with("HTTP/1.1 200"));
     assert!(http_get(&addr, "/readyz").unwrap().starts_with("HTTP/1.1 503"));
@@ -185,6 +189,7 @@ fn watch_exports_the_truth_gap_and_stops_on_sigterm_within_5s() {
     }
     let Some(status) = status else {
         let _ = child.kill();
+        let _ = child.wait();
         panic!("watch did not stop within 8 s of SIGTERM");
     };
     let took = started.elapsed();

@@ -150,11 +150,10 @@ impl Pipeline {
             }
             Some(ev) = self.probe_rx.recv() => {
                 let events = self.session.on_probe(&ev);
-                if let Some(l) = &self.ledger {
-                    if let Some(path) = self.session.engine.path(ev.observation.path) {
+                if let Some(l) = &self.ledger
+                    && let Some(path) = self.session.engine.path(ev.observation.path) {
                         let _ = l.send(LedgerOp::Observation { path: path.clone(), observation: ev.observation.clone() }).await;
                     }
-                }
                 self.engine_events(events).await;
                 Step::Probe
             }
@@ -247,11 +246,10 @@ impl Pipeline {
             if matches!(t.verdict, Verdict::Unjudged(_)) && t.kind == Discrepancy::Missing {
                 continue;
             }
-            if let Some(l) = &self.ledger {
-                if let Some(rec) = self.finding(t, matches!(ev, EngineEvent::Stuck(_))) {
+            if let Some(l) = &self.ledger
+                && let Some(rec) = self.finding(t, matches!(ev, EngineEvent::Stuck(_))) {
                     let _ = l.send(LedgerOp::Finding(rec)).await;
                 }
-            }
         }
     }
 

@@ -397,8 +397,8 @@ impl Session {
             return Vec::new();
         }
         let o = &ev.observation;
-        if self.cfg.record_timeline {
-            if let ObservationResult::Held(held) = &o.result {
+        if self.cfg.record_timeline
+            && let ObservationResult::Held(held) = &o.result {
                 let prev = self.last_obs.insert((o.path, o.service.clone()), o.at);
                 for h in held {
                     let segs = self.timeline.entry((o.path, h.target.ip)).or_default();
@@ -409,7 +409,6 @@ impl Session {
                     }
                 }
             }
-        }
         self.engine.observe(o)
     }
 
