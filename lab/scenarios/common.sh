@@ -1,0 +1,142 @@
+# Helpers shared by the scenarios. Sourced after lib.sh.
+# shellcheck shell=bash
+
+SCEN_NS=demo
+SCEN_OBSERVER=node-1   # where dig runs (any node works)
+
+say() { printf '\n=== %s\n' "$*"; }
+# Show a command and its output, as an operator would type it.
+show() { printf '$ %s\n' "$*"; }
+
+require_lab() {
+  need_root
+  [[ -d $LAB_STATE && -e /run/netns/$LAB_HUB ]] || die "the lab is not up: run lab/up first"
+  in_hub curl -fsS --max-time 3 --cacert "$LAB_STATE/pki/ca.crt" -H "Authorization: Bearer $(<"$LAB_STATE/token")" \
+    "$LAB_API/readyz" >/dev/null 2>&1 || die "the lab's kube-apiserver does not answer (see lab/status)"
+}
+
+# Name and IP of every Ready CoreDNS pod: "name ip" lines.
+coredns_pods() {
+  kc -n kube-system get pods -l k8s-app=kube-dns \
+    -o jsonpath='{range .items[?(@.status.podIP)]}{.metadata.name}{" "}{.status.podIP}{" "}{.metadata.deletionTimestamp}{"\n"}{end}' |
+    awk 'NF == 2 {print $1, $2}'
+}
+
+# dig_a NODE SERVER NAME: "TTL ip,ip,..." of the A answer, or "- ERR:<reason>".
+dig_a() {
+  local out rc=0
+  out=$(in_node "$1" timeout 3 dig +noall +answer +time=1 +tries=1 "@$2" "$3" A 2>&1) || rc=$?
+  if ((rc != 0)); then
+    printf -- '- ERR:%s\n' "$(printf '%s' "$out" | tr -s ' \n' ' ' | cut -c1-60 | sed 's/ *$//; s/ /_/g')"
+    return
+  fi
+  printf '%s\n' "$out" | awk '$4 == "A" {ips[++n] = $5; if (min == "" || $2 < min) min = $2}
+    END {if (n == 0) {print "- NOANSWER"; exit}
+         s = ""; for (i = 1; i <= n; i++) s = s (i > 1 ? "," : "") ips[i]; print min, s}' |
+    { read -r ttl ips; printf '%s %s\n' "$ttl" "$(tr ',' '\n' <<<"$ips" | sort -V | paste -sd, -)"; }
+}
+
+# set_corefile FILE: make the coredns ConfigMap hold FILE and make every
+# CoreDNS pod run it (rollout restart when it changed); waits until exactly
+# the Deployment's replicas serve and the old pods are gone.
+set_corefile() {
+  local file=$1 cur want
+  want=$(<"$file")
+  cur=$(kc -n kube-system get configmap coredns -o jsonpath='{.data.Corefile}')
+  if [[ $cur != "$want" ]]; then
+    say "switching the coredns ConfigMap to $(basename "$file") and restarting CoreDNS"
+    show "kubectl -n kube-system create configmap coredns --from-file=Corefile=$file --dry-run=client -o yaml | kubectl apply -f -"
+    kc -n kube-system create configmap coredns --from-file=Corefile="$file" --dry-run=client -o yaml | kc apply -f - >/dev/null
+    show "kubectl -n kube-system rollout restart deployment/coredns"
+    kc -n kube-system rollout restart deployment/coredns >/dev/null
+    KC_TIMEOUT=150 kc -n kube-system rollout status deployment/coredns --timeout=120s
+  fi
+  wait_coredns_settled
+}
+
+coredns_settled() {
+  local want pods files
+  want=$(kc -n kube-system get deploy coredns -o jsonpath='{.spec.replicas}')
+  [[ $(kc -n kube-system get deploy coredns -o jsonpath='{.status.updatedReplicas}/{.status.readyReplicas}/{.status.replicas}') == "$want/$want/$want" ]] || return 1
+  pods=$(kc -n kube-system get pods -l k8s-app=kube-dns --no-headers 2>/dev/null | wc -l)
+  files=$(compgen -G "$LAB_STATE/pods/kube-system_coredns-*.env" | wc -l)
+  ((pods == want && files == want))
+}
+
+wait_coredns_settled() {
+  wait_for podsync 120 "CoreDNS settled (all replicas ready, old pods gone)" coredns_settled
+  local name ip
+  while read -r name ip; do
+    wait_for - 30 "CoreDNS $name answers at $ip" dig_ok "$ip"
+  done < <(coredns_pods)
+}
+
+dig_ok() { in_node "$SCEN_OBSERVER" dig +short +time=1 +tries=1 "@$1" "kubernetes.default.svc.$LAB_DOMAIN" | grep -q .; }
+
+# deploy_web [MIN_READY_SECONDS [PRESTOP_SECONDS]]: namespace demo,
+# Deployment web (3 replicas, containerPort 8080, default rolling update =
+# maxSurge 1 / maxUnavailable 0 for 3 replicas, preStop `sleep N` when N > 0),
+# headless Service web. Waits until the rollout is complete and the
+# EndpointSlice lists 3 ready endpoints.
+deploy_web() {
+  local min_ready=${1:-0} prestop=${2:-0} lifecycle="" grace=30
+  if ((prestop > 0)); then
+    lifecycle="lifecycle: {preStop: {exec: {command: [\"/bin/sh\", \"-c\", \"sleep $prestop\"]}}}"
+    ((prestop + 5 > grace)) && grace=$((prestop + 5))
+  fi
+  kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata: {name: $SCEN_NS}
+EOF
+  wait_for kube-controller-manager 30 "ServiceAccount $SCEN_NS/default" kc -n "$SCEN_NS" get serviceaccount default
+  kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: $SCEN_NS, labels: {app: web}}
+spec:
+  clusterIP: None
+  selector: {app: web}
+  ports: [{name: http, port: 8080, targetPort: 8080, protocol: TCP}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: $SCEN_NS, labels: {app: web}}
+spec:
+  replicas: 3
+  minReadySeconds: $min_ready
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: $grace
+      containers:
+      - name: web
+        image: registry.k8s.io/e2e-test-images/agnhost:2.53
+        args: ["netexec", "--http-port=8080"]
+        ports: [{name: http, containerPort: 8080, protocol: TCP}]
+        $lifecycle
+EOF
+  KC_TIMEOUT=200 kc -n "$SCEN_NS" rollout status deployment/web --timeout=180s >/dev/null
+  wait_for - 60 "3 ready endpoints in the web EndpointSlice and no terminating web pod" web_settled
+}
+
+web_ready_ips() {
+  kc -n "$SCEN_NS" get endpointslices -l kubernetes.io/service-name=web -o json |
+    jq -r '[.items[].endpoints[]? | select(.conditions.ready == true) | .addresses[0]] | sort | .[]' | sort -V
+}
+
+web_settled() {
+  [[ $(web_ready_ips | wc -l) == 3 ]] || return 1
+  [[ $(kc -n "$SCEN_NS" get pods -l app=web --no-headers 2>/dev/null | wc -l) == 3 ]]
+}
+
+# Resolve --corefile NAME|FILE.
+corefile_path() {
+  case $1 in
+    classic|kubeadm-classic) echo "$LAB_DIR/corefiles/kubeadm-classic" ;;
+    cache5) echo "$LAB_DIR/corefiles/cache5" ;;
+    new|kubeadm-new) echo "$LAB_DIR/corefiles/kubeadm-new" ;;
+    *) [[ -f $1 ]] || die "no Corefile '$1' (classic, cache5, kubeadm-new or a file)"; echo "$1" ;;
+  esac
+}
