@@ -73,7 +73,7 @@ fn bench(c: &mut Criterion) {
                 for o in &obs {
                     black_box(e.observe(o));
                 }
-                e
+                (e, obs) // dropped outside the measurement
             },
             criterion::BatchSize::LargeInput,
         )
@@ -88,7 +88,7 @@ fn bench(c: &mut Criterion) {
                         black_box(set);
                     }
                 }
-                e
+                (e, obs)
             },
             criterion::BatchSize::LargeInput,
         )
