@@ -279,6 +279,9 @@ pub struct Engine {
     service_ids: FxHashMap<ServiceKey, u32>,
     desired: FxHashMap<(Layer, u32), Desired>,
     open: BTreeMap<TrackKey, Tracking>,
+    /// Open trackings per (path, service): the hot path asks this one hash map whether
+    /// anything is being measured before it compares sets.
+    open_per_service: FxHashMap<(PathIdx, u32), u32>,
     closed: Vec<Tracking>,
     deaths: HashMap<IpAddr, Death>,
     truth_synced: bool,
@@ -295,6 +298,7 @@ impl Engine {
             service_ids: FxHashMap::default(),
             desired: FxHashMap::default(),
             open: BTreeMap::new(),
+            open_per_service: FxHashMap::default(),
             closed: Vec::new(),
             deaths: HashMap::new(),
             truth_synced: false,
@@ -335,7 +339,7 @@ impl Engine {
         let keys: Vec<TrackKey> = self.open.keys().filter(|k| k.0 == path).cloned().collect();
         let mut events = Vec::new();
         for k in keys {
-            if let Some(mut t) = self.open.remove(&k) {
+            if let Some(mut t) = self.remove_open(&k) {
                 if t.converged_by.is_none() {
                     t.verdict = Verdict::Unjudged(Unjudged::PathRemoved);
                     t.converged_by = None;
@@ -499,7 +503,7 @@ impl Engine {
         why: Unjudged,
         events: &mut Vec<EngineEvent>,
     ) {
-        if let Some(mut t) = self.open.remove(&(path, sid, target, kind)) {
+        if let Some(mut t) = self.remove_open(&(path, sid, target, kind)) {
             t.verdict = Verdict::Unjudged(why);
             events.push(EngineEvent::Closed(t.clone()));
             self.push_closed(t);
@@ -551,7 +555,24 @@ impl Engine {
             was_stuck: false,
         };
         events.push(EngineEvent::Opened(t.clone()));
-        self.open.insert(key, t);
+        self.insert_open(key, t);
+    }
+
+    fn insert_open(&mut self, key: TrackKey, t: Tracking) {
+        if self.open.insert(key, t).is_none() {
+            *self.open_per_service.entry((key.0, key.1)).or_default() += 1;
+        }
+    }
+
+    fn remove_open(&mut self, key: &TrackKey) -> Option<Tracking> {
+        let t = self.open.remove(key)?;
+        if let Some(n) = self.open_per_service.get_mut(&(key.0, key.1)) {
+            *n -= 1;
+            if *n == 0 {
+                self.open_per_service.remove(&(key.0, key.1));
+            }
+        }
+        Some(t)
     }
 
     fn in_gap(&self, at: Time) -> bool {
@@ -594,7 +615,7 @@ impl Engine {
         }
         let Some(desired) = self.desired.get(&(layer, sid)) else { return events };
         let first = (obs.path, sid, min_target(), Discrepancy::Stale);
-        let has_open = self.open.range(first..).next().is_some_and(|(k, _)| k.0 == obs.path && k.1 == sid);
+        let has_open = self.open_per_service.get(&(obs.path, sid)).is_some_and(|n| *n > 0);
         let agrees = held.len() == desired.set.len() && held.iter().all(|h| desired.set.contains(&h.target));
         if agrees && !has_open {
             return events; // The common case: the path is right and nothing is being measured.
@@ -692,7 +713,7 @@ impl Engine {
             }
         }
         for k in to_close {
-            if let Some(mut t) = self.open.remove(&k) {
+            if let Some(mut t) = self.remove_open(&k) {
                 t.verdict = self.judge(&t);
                 events.push(EngineEvent::Closed(t.clone()));
                 self.push_closed(t);
@@ -704,6 +725,7 @@ impl Engine {
     /// Closes every open tracking now (end of a rollout report); open ones keep `Pending` or `Stuck`.
     pub fn finish(&mut self) -> Vec<Tracking> {
         let open = std::mem::take(&mut self.open);
+        self.open_per_service.clear();
         for (_, mut t) in open {
             if t.converged_by.is_some() {
                 t.verdict = self.judge(&t);
