@@ -15,6 +15,13 @@ use serde_json::Value;
 
 const PROBE_INTERVAL: f64 = 0.25;
 
+/// The tests share one lab: run them one at a time even without `--test-threads=1`.
+static LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn lab_lock() -> std::sync::MutexGuard<'static, ()> {
+    LAB.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
@@ -116,6 +123,7 @@ fn classic_kubeadm_corefile_keeps_removed_ips_for_the_ttl() {
     if !lab_ready() {
         return;
     }
+    let _lab = lab_lock();
     setup("classic");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ledger.db");
@@ -198,6 +206,7 @@ fn cache5_converges_within_six_seconds() {
     if !lab_ready() {
         return;
     }
+    let _lab = lab_lock();
     setup("cache5");
     let dir = tempfile::tempdir().unwrap();
     let (_, report, _) = rollout(&dir.path().join("l.db"), None);
@@ -216,6 +225,7 @@ fn newest_kubeadm_corefile_converges_at_once_but_hands_out_ttl_30() {
     if !lab_ready() {
         return;
     }
+    let _lab = lab_lock();
     setup("kubeadm-new");
     let dir = tempfile::tempdir().unwrap();
     let (_, report, _) = rollout(&dir.path().join("l.db"), None);
