@@ -25,7 +25,7 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    ChangeTime, FailureReason, HeldTarget, Layer, Observation, ObservationResult, PathIdx, PathInfo, ServiceKey, Target,
+    ChangeTime, FailureReason, Layer, Observation, ObservationResult, PathIdx, PathInfo, ServiceKey, Target,
     Time,
 };
 
@@ -255,7 +255,10 @@ struct PathState {
     removed: bool,
     stats: PathStats,
     /// Last held set per service (interned id) with TTLs and when.
-    last_held: FxHashMap<u32, (Time, Vec<HeldTarget>)>,
+    ///
+    /// Only the time and the smallest TTL are kept (a DNS answer's records share the
+    /// TTL of their cached RRset): 16 bytes per (path, service) instead of the whole set.
+    last_held: FxHashMap<u32, (Time, Option<u32>)>,
 }
 
 #[derive(Debug, Default)]
@@ -531,12 +534,11 @@ impl Engine {
         let mut predicted_expiry = None;
         let mut ttl_seen = None;
         if kind == Discrepancy::Stale
-            && let Some((at, held)) = p.last_held.get(&sid)
-                && let Some(h) = held.iter().find(|h| h.target == target)
-                    && let Some(ttl) = h.ttl {
-                        predicted_expiry = at.checked_add(Duration::from_secs(u64::from(ttl))).ok();
-                        ttl_seen = Some(ttl);
-                    }
+            && let Some((at, Some(ttl))) = p.last_held.get(&sid).copied()
+        {
+            predicted_expiry = at.checked_add(Duration::from_secs(u64::from(ttl))).ok();
+            ttl_seen = Some(ttl);
+        }
         let t = Tracking {
             path,
             service: service.clone(),
@@ -603,12 +605,8 @@ impl Engine {
         let Some(sid) = sid else { return events };
         let layer = p.info.layer();
         let expected_lag = p.expected_lag;
-        match p.last_held.get_mut(&sid) {
-            Some((at, last)) if last == held => *at = obs.at,
-            Some(slot) => *slot = (obs.at, held.clone()),
-            None => {
-                p.last_held.insert(sid, (obs.at, held.clone()));
-            }
+        if !held.is_empty() {
+            p.last_held.insert(sid, (obs.at, held.iter().filter_map(|h| h.ttl).min()));
         }
         if !judging {
             return events;

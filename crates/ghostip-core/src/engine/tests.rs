@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
-use crate::model::{PathKind, Protocol};
+use crate::model::{HeldTarget, PathKind, Protocol};
 use proptest::prelude::*;
 use std::net::Ipv4Addr;
 

@@ -120,9 +120,8 @@ pub struct Session {
     corefile_error: Option<String>,
     paths: Vec<DnsPath>,
     path_idx: BTreeMap<String, PathIdx>,
-    /// Latest pod per IP, for names and death estimates.
-    pods: HashMap<IpAddr, PodRecord>,
-    /// Former owner of removed IPs, kept after the pod is gone.
+    /// Former owner of IPs removed during the session (not every pod: memory stays
+    /// proportional to changes, not to the cluster).
     former: HashMap<IpAddr, String>,
     /// IPs whose death is measured by a connect probe (estimates are not used for them).
     probed: BTreeSet<IpAddr>,
@@ -148,7 +147,6 @@ impl Session {
             corefile_error: None,
             paths: Vec::new(),
             path_idx: BTreeMap::new(),
-            pods: HashMap::new(),
             former: HashMap::new(),
             probed: BTreeSet::new(),
             removed_at: HashMap::new(),
@@ -213,14 +211,8 @@ impl Session {
         match &r.event {
             TruthEvent::PodApplied(pod) => self.on_pod(pod, r.at, &mut actions),
             TruthEvent::PodDeleted(pod) => {
-                let ips: Vec<IpAddr> =
-                    self.pods.iter().filter(|(_, p)| p.pod.uid == pod.uid && p.pod.name == pod.name).map(|(ip, _)| *ip).collect();
-                for ip in ips {
-                    self.pods.remove(&ip);
-                    if !self.probed.contains(&ip) && self.removed_at.contains_key(&ip) {
-                        self.engine.endpoint_dead(ip, Death { since: r.at, source: DeathSource::PodGone });
-                    }
-                }
+                // The pod object is gone; its IPs were already dated by deletion + preStop.
+                let _ = pod;
             }
             TruthEvent::Corefile { configmap, text } if configmap.name == "coredns" => {
                 match Corefile::parse(text).and_then(|c| c.expected_lag(&self.cfg.names.zone)) {
@@ -237,10 +229,13 @@ impl Session {
             }
             _ => {}
         }
-        let before: HashMap<ServiceKey, BTreeSet<Target>> = HashMap::new();
+        // Owners of the endpoints a slice event may remove, read before the truth forgets them.
+        let owners = self.owners_before(&r.event);
         let changes = apply_to_truth(&mut self.truth, r);
-        let _ = before;
         for c in changes {
+            for (ip, pod) in owners.iter().filter(|(_, (svc, _))| svc == &c.service).map(|(ip, (_, p))| (ip, p)) {
+                self.former.entry(*ip).or_insert_with(|| pod.clone());
+            }
             if c.service == self.cfg.paths.dns_service {
                 self.refresh_paths(r.at, &mut actions);
             }
@@ -286,11 +281,6 @@ impl Session {
         let added: Vec<IpAddr> = desired.difference(&old).map(|t| t.ip).collect();
         for ip in &removed {
             self.removed_at.insert(*ip, at.t0);
-            if let Some(p) = self.pods.get(ip) {
-                self.former.insert(*ip, p.pod.to_string());
-            } else if let Some(pod) = self.truth_pod(key, *ip) {
-                self.former.insert(*ip, pod);
-            }
         }
         if self.synced_once {
             self.changes.push(ChangeRow {
@@ -333,29 +323,43 @@ impl Session {
         self.truth.slices_of(key).flat_map(|s| s.ports.iter()).find(|p| p.protocol == Protocol::Tcp).map(|p| p.port)
     }
 
-    fn truth_pod(&self, key: &ServiceKey, ip: IpAddr) -> Option<String> {
-        self.truth.endpoint(key, ip).and_then(|e| e.pod.as_ref()).map(|p| p.to_string())
+    /// For a slice event, the pods that own its service's endpoints now.
+    fn owners_before(&self, ev: &TruthEvent) -> Vec<(IpAddr, (ServiceKey, String))> {
+        let key = match ev {
+            TruthEvent::SliceApplied(s) => s.service_key(),
+            TruthEvent::SliceDeleted { namespace, name } => {
+                match self.truth.services().find(|svc| {
+                    svc.key.namespace == *namespace && self.truth.slices_of(&svc.key).any(|s| &s.name == name)
+                }) {
+                    Some(svc) => svc.key.clone(),
+                    None => return Vec::new(),
+                }
+            }
+            _ => return Vec::new(),
+        };
+        self.truth
+            .slices_of(&key)
+            .flat_map(|s| s.endpoints.iter())
+            .filter_map(|e| e.pod.as_ref().map(|p| (e.ip, (key.clone(), p.to_string()))))
+            .collect()
     }
 
-    fn on_pod(&mut self, pod: &PodRecord, at: Time, _actions: &mut Actions) {
+    fn on_pod(&mut self, pod: &PodRecord, _at: Time, _actions: &mut Actions) {
+        if pod.host_network {
+            return;
+        }
         for ip in &pod.ips {
-            if pod.host_network {
-                continue;
-            }
             if let Some(del) = pod.deletion {
                 // Estimated death: deletion + preStop (the container keeps serving during preStop).
                 let since = del.checked_add(Duration::from_secs(pod.prestop_seconds.unwrap_or(0))).unwrap_or(del);
                 if !self.probed.contains(ip) {
                     self.engine.endpoint_dead(*ip, Death { since, source: DeathSource::PodTermination });
                 }
-            } else if self.pods.get(ip).is_none_or(|p| p.pod.uid != pod.pod.uid) {
-                // A new pod owns the IP: it accepts connections again.
+            } else if pod.ready_since.is_some() && self.engine.death(*ip).is_some() {
+                // A new, ready pod owns a dead IP again: it accepts connections.
                 self.engine.endpoint_alive(*ip);
             }
-            self.former.insert(*ip, pod.pod.to_string());
-            self.pods.insert(*ip, pod.clone());
         }
-        let _ = at;
     }
 
     /// A connect probe found `ip` dead at `at`.
