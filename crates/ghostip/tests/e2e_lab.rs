@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -245,5 +245,68 @@ fn newest_kubeadm_corefile_converges_at_once_but_hands_out_ttl_30() {
     assert!(!ttls.is_empty());
     for (path, ttl) in ttls {
         assert_eq!(ttl, 30.0, "{path} still hands clients a TTL of 30 s");
+    }
+}
+
+fn node1_metrics(port: u16) -> Option<String> {
+    let (code, out, _) =
+        run(lab("exec").args(["node-1", "curl", "-s", "--max-time", "2", &format!("http://127.0.0.1:{port}/metrics")]));
+    (code == 0 && !out.is_empty()).then_some(out)
+}
+
+fn synced(m: &str) -> Option<bool> {
+    m.lines().find(|l| l.starts_with("ghostip_truth_synced ")).map(|l| l.ends_with(" 1"))
+}
+
+/// Polls every 250 ms, at most `max`, until `want(synced)`; returns when it happened.
+fn wait_synced(port: u16, want: bool, max: Duration) -> Option<Instant> {
+    let start = Instant::now();
+    while start.elapsed() < max {
+        if node1_metrics(port).as_deref().and_then(synced) == Some(want) {
+            return Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    None
+}
+
+#[test]
+#[ignore = "needs the lab cluster (lab/up) and root"]
+fn watch_records_a_truth_gap_and_resumes_within_5s_of_the_api_server() {
+    if !lab_ready() {
+        return;
+    }
+    let _lab = lab_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let port = 19753;
+    let mut child = lab("exec")
+        .args(["node-1", env!("CARGO_BIN_EXE_ghostip"), "--db"])
+        .arg(dir.path().join("w.db"))
+        .args(["watch", "--listen", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let result = std::panic::catch_unwind(|| {
+        assert!(wait_synced(port, true, Duration::from_secs(30)).is_some(), "watch synced");
+        let (code, _, err) = run(lab("component").args(["stop", "kube-apiserver"]));
+        assert_eq!(code, 0, "{err}");
+        let gap = wait_synced(port, false, Duration::from_secs(60));
+        let (code, _, err) = run(lab("component").args(["start", "kube-apiserver"]));
+        assert_eq!(code, 0, "{err}");
+        // `lab/component start` returns once /readyz answers.
+        let api_back = Instant::now();
+        assert!(gap.is_some(), "ghostip_truth_synced went to 0 while the API server was down");
+        let resumed = wait_synced(port, true, Duration::from_secs(30)).expect("watch resumed");
+        let took = resumed.duration_since(api_back);
+        eprintln!("truth resynced {took:?} after the API server was ready again");
+        assert!(took <= Duration::from_secs(5), "resumed after {took:?}");
+    });
+    // The watch process runs inside the netns; stop it by its command line.
+    let _ = run(Command::new("pkill").args(["-TERM", "-f", &format!("watch --listen 127.0.0.1:{port}")]));
+    let _ = child.wait();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
     }
 }
