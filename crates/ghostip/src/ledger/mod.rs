@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use ghostip_core::truth::{EndpointRecord, PodRecord};
 use ghostip_core::{ChangeTime, Observation, PathInfo, PodRef, ServiceKey, Time};
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, TransactionBehavior};
 
 mod at;
@@ -56,7 +57,7 @@ pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use writer::{LedgerSender, LedgerWriter, WriterOptions, WriterStats};
 
 use error::{Inner, sql_error};
-use relist::RelistKind;
+use relist::{RelistKind, Relists};
 use time::to_ns;
 
 /// How long a writer waits for another connection's lock before failing with `SQLITE_BUSY`.
@@ -208,6 +209,11 @@ impl Ledger {
         let mut conn = Connection::open(&path).map_err(sql)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
         conn.set_prepared_statement_cache_capacity(64);
+        // Plans must not depend on bound values: otherwise SQLite marks statements with
+        // range parameters for re-preparation, and the statement cache (which clears
+        // bindings) makes every cached statement re-prepare on each use: 4x slower whois.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+            .map_err(sql)?;
         // Connection settings only: nothing here writes to the file.
         conn.execute_batch(
             "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY; \
@@ -261,11 +267,12 @@ impl Ledger {
 
     fn write<T>(
         &mut self,
-        f: impl FnOnce(&Connection) -> Result<T, Inner>,
+        f: impl FnOnce(&Connection, &mut Relists) -> Result<T, Inner>,
     ) -> Result<T, LedgerError> {
         let run = |conn: &mut Connection| -> Result<T, Inner> {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let v = f(&tx)?;
+            let mut relists = Relists::load(&tx)?;
+            let v = f(&tx, &mut relists)?;
             tx.commit()?;
             Ok(v)
         };
@@ -289,25 +296,25 @@ impl Ledger {
     /// another pod's open interval on that IP at the new start). Open intervals of this
     /// pod on IPs it no longer lists end now (`ip-changed`). Host-network pods are ignored.
     pub fn apply_pod(&mut self, pod: &PodRecord, at: Time) -> Result<(), LedgerError> {
-        self.write(|c| ownership::apply_pod(c, pod, at))
+        self.write(|c, r| ownership::apply_pod(c, r, pod, at))
     }
 
     /// Records that a pod object disappeared: its open intervals end at `at` (`gone`).
     pub fn pod_gone(&mut self, pod: &PodRef, at: Time) -> Result<(), LedgerError> {
-        self.write(|c| ownership::pod_gone(c, pod, at))
+        self.write(|c, r| ownership::pod_gone(c, r, pod, at))
     }
 
     /// Starts a pod relist (after a restart or a watch reset). Pods applied until
     /// [`Ledger::finish_pod_relist`] are "seen"; a relist left unfinished (restart)
     /// is forgotten.
     pub fn begin_pod_relist(&mut self) -> Result<(), LedgerError> {
-        self.write(|c| Ok(relist::begin(c, RelistKind::Pods)?))
+        self.write(|c, r| Ok(relist::begin(c, r, RelistKind::Pods)?))
     }
 
     /// Ends a pod relist: open intervals whose pod was not applied during it end at
     /// `at`, flagged approximate. Returns how many. Without a running relist, does nothing.
     pub fn finish_pod_relist(&mut self, at: Time) -> Result<usize, LedgerError> {
-        self.write(|c| ownership::finish_relist(c, at))
+        self.write(|c, r| ownership::finish_relist(c, r, at))
     }
 
     /// Records an endpoint's state in a Service (`Some`), or that it left (`None`).
@@ -319,7 +326,7 @@ impl Ledger {
         endpoint: Option<&EndpointRecord>,
         at: ChangeTime,
     ) -> Result<(), LedgerError> {
-        self.write(|c| membership::change(c, service, ip, endpoint, at))
+        self.write(|c, r| membership::change(c, r, service, ip, endpoint, at))
     }
 
     /// Makes `endpoints` the complete endpoint list of `service`: records each one's
@@ -330,17 +337,17 @@ impl Ledger {
         endpoints: &[EndpointRecord],
         at: ChangeTime,
     ) -> Result<(), LedgerError> {
-        self.write(|c| membership::sync(c, service, endpoints, at))
+        self.write(|c, r| membership::sync(c, r, service, endpoints, at))
     }
 
     /// Starts a membership relist (see [`Ledger::begin_pod_relist`]).
     pub fn begin_membership_relist(&mut self) -> Result<(), LedgerError> {
-        self.write(|c| Ok(relist::begin(c, RelistKind::Memberships)?))
+        self.write(|c, r| Ok(relist::begin(c, r, RelistKind::Memberships)?))
     }
 
     /// Ends a membership relist: memberships not touched during it end at `at`, approximately.
     pub fn finish_membership_relist(&mut self, at: Time) -> Result<usize, LedgerError> {
-        self.write(|c| membership::finish_relist(c, at))
+        self.write(|c, r| membership::finish_relist(c, r, at))
     }
 
     /// Stores an observation of `path`, merged into the previous run when its result
@@ -350,31 +357,31 @@ impl Ledger {
         path: &PathInfo,
         obs: &Observation,
     ) -> Result<ObservationWrite, LedgerError> {
-        self.write(|c| observation::record(c, path, obs))
+        self.write(|c, _| observation::record(c, path, obs))
     }
 
     /// Stores a finding, or updates the one with the same (path, service, target, t0).
     /// Returns its row id.
     pub fn record_finding(&mut self, finding: &FindingRecord) -> Result<i64, LedgerError> {
-        self.write(|c| finding::record(c, finding))
+        self.write(|c, _| finding::record(c, finding))
     }
 
     /// Opens a truth gap at `at` unless one is open (a gap left open by a crash stays
     /// open: ghostip was not watching). Returns whether it opened one.
     pub fn truth_gap_start(&mut self, at: Time, reason: &str) -> Result<bool, LedgerError> {
-        self.write(|c| finding::gap_start(c, at, reason))
+        self.write(|c, _| finding::gap_start(c, at, reason))
     }
 
     /// Closes the open truth gap at `at`. Returns whether one was open.
     pub fn truth_gap_end(&mut self, at: Time) -> Result<bool, LedgerError> {
-        self.write(|c| finding::gap_end(c, at))
+        self.write(|c, _| finding::gap_end(c, at))
     }
 
     /// Deletes what ended before `older_than`: closed ownership intervals, ended
     /// memberships, observation runs last seen before it, findings last updated before
     /// it, closed truth gaps. Open intervals are kept whatever their age.
     pub fn prune(&mut self, older_than: Time) -> Result<PruneStats, LedgerError> {
-        self.write(|c| prune(c, older_than))
+        self.write(|c, _| prune(c, older_than))
     }
 
     /// [`Ledger::prune`] with the cutoff `now - retention` (see [`DEFAULT_RETENTION`]).
@@ -389,7 +396,7 @@ impl Ledger {
 
     /// Applies `ops` in order in one transaction: all or nothing.
     pub fn apply_batch(&mut self, ops: &[LedgerOp]) -> Result<(), LedgerError> {
-        self.write(|c| ops.iter().try_for_each(|op| apply_op(c, op)))
+        self.write(|c, r| ops.iter().try_for_each(|op| apply_op(c, r, op)))
     }
 
     /// Who owned `ip` at `at`, and the owners just before and after.
@@ -400,11 +407,6 @@ impl Ledger {
     /// Every ownership interval of `ip`, oldest first.
     pub fn history(&self, ip: IpAddr) -> Result<Vec<Ownership>, LedgerError> {
         self.read(|c| ownership::history(c, ip))
-    }
-
-    /// Every ownership interval of `pod`, oldest first.
-    pub fn pod_history(&self, pod: &PodRef) -> Result<Vec<Ownership>, LedgerError> {
-        self.read(|c| ownership::pod_history(c, pod))
     }
 
     /// Every Service membership of `ip`, oldest first, with state changes.
@@ -443,25 +445,25 @@ impl Ledger {
     }
 }
 
-fn apply_op(c: &Connection, op: &LedgerOp) -> Result<(), Inner> {
+fn apply_op(c: &Connection, r: &mut Relists, op: &LedgerOp) -> Result<(), Inner> {
     match op {
-        LedgerOp::ApplyPod { pod, at } => ownership::apply_pod(c, pod, *at),
-        LedgerOp::PodGone { pod, at } => ownership::pod_gone(c, pod, *at),
-        LedgerOp::BeginPodRelist => Ok(relist::begin(c, RelistKind::Pods)?),
-        LedgerOp::FinishPodRelist { at } => ownership::finish_relist(c, *at).map(drop),
+        LedgerOp::ApplyPod { pod, at } => ownership::apply_pod(c, r, pod, *at),
+        LedgerOp::PodGone { pod, at } => ownership::pod_gone(c, r, pod, *at),
+        LedgerOp::BeginPodRelist => Ok(relist::begin(c, r, RelistKind::Pods)?),
+        LedgerOp::FinishPodRelist { at } => ownership::finish_relist(c, r, *at).map(drop),
         LedgerOp::MembershipChange {
             service,
             ip,
             endpoint,
             at,
-        } => membership::change(c, service, *ip, endpoint.as_ref(), *at),
+        } => membership::change(c, r, service, *ip, endpoint.as_ref(), *at),
         LedgerOp::SyncMemberships {
             service,
             endpoints,
             at,
-        } => membership::sync(c, service, endpoints, *at),
-        LedgerOp::BeginMembershipRelist => Ok(relist::begin(c, RelistKind::Memberships)?),
-        LedgerOp::FinishMembershipRelist { at } => membership::finish_relist(c, *at).map(drop),
+        } => membership::sync(c, r, service, endpoints, *at),
+        LedgerOp::BeginMembershipRelist => Ok(relist::begin(c, r, RelistKind::Memberships)?),
+        LedgerOp::FinishMembershipRelist { at } => membership::finish_relist(c, r, *at).map(drop),
         LedgerOp::Observation { path, observation } => {
             observation::record(c, path, observation).map(drop)
         }
@@ -535,4 +537,109 @@ fn verify(c: &Connection) -> Result<VerifyReport, Inner> {
         integrity,
         problems,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn cached_statements_are_not_re_prepared() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Ledger::open(dir.path().join("p.db")).unwrap();
+        assert!(
+            l.conn
+                .db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG)
+                .unwrap()
+        );
+        let sql = "SELECT id FROM ip_intervals WHERE ip = ?1 AND start_ns <= ?2 ORDER BY start_ns DESC LIMIT 1";
+        for i in 0..10_i64 {
+            let mut stmt = l.conn.prepare_cached(sql).unwrap();
+            let _ = stmt
+                .query_map(
+                    rusqlite::params![format!("10.0.0.{i}"), i << 40],
+                    |_| Ok(()),
+                )
+                .unwrap()
+                .count();
+        }
+        let stmt = l.conn.prepare_cached(sql).unwrap();
+        assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0);
+    }
+
+    fn plan(l: &Ledger, sql: &str) -> String {
+        let mut stmt = l
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap();
+        let rows = stmt.query_map([], |r| r.get::<_, String>(3)).unwrap();
+        rows.map(|r| r.unwrap()).collect::<Vec<_>>().join(" | ")
+    }
+
+    /// The hot statements must use their indexes: a table scan here is what turns
+    /// microsecond writes into seconds on a large ledger.
+    #[test]
+    fn hot_statements_use_their_indexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Ledger::open(dir.path().join("p.db")).unwrap();
+        let cases = [
+            (
+                "SELECT id FROM ip_intervals WHERE ip = '1' AND start_ns <= 5 ORDER BY start_ns DESC, id DESC LIMIT 1",
+                "ip_intervals_ip_start",
+            ),
+            (
+                "SELECT id FROM ip_intervals WHERE ip = '1' AND start_ns > 5 ORDER BY start_ns ASC, id ASC LIMIT 1",
+                "ip_intervals_ip_start",
+            ),
+            (
+                "SELECT id FROM ip_intervals WHERE ip = '1' AND closed_ns IS NULL",
+                "ip_intervals_open_ip",
+            ),
+            (
+                "SELECT id, ip FROM ip_intervals WHERE pod_uid = 'u' AND pod_name = 'a' AND pod_namespace = 'n' \
+                 AND closed_ns IS NULL",
+                "ip_intervals_open_pod",
+            ),
+            (
+                "UPDATE ip_intervals SET gone_ns = 1 WHERE pod_uid = 'u' AND pod_name = 'a' AND pod_namespace = 'n' \
+                 AND gone_ns IS NULL AND closed_ns IS NOT NULL",
+                "ip_intervals_not_gone",
+            ),
+            (
+                "UPDATE ip_intervals SET closed_ns = 1 WHERE closed_ns IS NULL \
+                 AND id NOT IN (SELECT id FROM temp.pod_relist_seen)",
+                "ip_intervals_open_",
+            ),
+            (
+                "UPDATE ip_intervals SET closed_ns = 1 WHERE pod_namespace = 'n' AND pod_name = 'a' AND pod_uid = 'u' \
+                 AND closed_ns IS NULL",
+                "ip_intervals_open_pod",
+            ),
+            (
+                "DELETE FROM ip_intervals WHERE closed_ns IS NOT NULL AND closed_ns < 5",
+                "ip_intervals_closed",
+            ),
+            (
+                "SELECT id FROM memberships WHERE svc_namespace = 'n' AND svc_name = 's' AND ip = '1' \
+                 AND end_received_ns IS NULL",
+                "memberships_open",
+            ),
+            (
+                "SELECT id FROM memberships WHERE svc_namespace = 'n' AND svc_name = 's' AND end_received_ns IS NULL",
+                "memberships_open",
+            ),
+            (
+                "SELECT id FROM observations WHERE path_id = 'p' AND svc_namespace = 'n' AND svc_name = 's' \
+                 ORDER BY id DESC LIMIT 1",
+                "observations_path_service",
+            ),
+        ];
+        for (sql, index) in cases {
+            let p = plan(&l, sql);
+            assert!(p.contains(index), "{sql}\n  plan: {p}");
+            assert!(!p.contains("TEMP B-TREE"), "{sql}\n  plan: {p}");
+        }
+    }
 }
