@@ -347,7 +347,7 @@ pub fn render_table(r: &Report) -> String {
     if s.exposed > 0 && s.over_expected_lag == 0 {
         let _ = writeln!(
             out,
-            "Every path did what its configuration says, but clients were sent to endpoints that no longer accepted connections: add a preStop delay longer than the expected lag, or lower the cache/TTL (see `ghostip audit`)."
+            "Every path did what its configuration says, but clients were sent to endpoints that no longer accepted connections: add a preStop delay longer than the expected lag, or lower the cache/TTL."
         );
     }
     out
