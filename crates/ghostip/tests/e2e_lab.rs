@@ -200,6 +200,22 @@ fn classic_kubeadm_corefile_keeps_removed_ips_for_the_ttl() {
     eprintln!("whois {removed}: {pod}, closed {} ({})", owner["closed"], owner["end_reason"]);
 }
 
+/// Rolls demo/web out under `corefile`; every removed IP leaves every CoreDNS pod path
+/// within `max` seconds.
+fn rollout_with_windows_at_most(corefile: &str, max: f64) -> Value {
+    setup(corefile);
+    let dir = tempfile::tempdir().unwrap();
+    let (_, report, _) = rollout(&dir.path().join("l.db"), None);
+    print_rows(&report);
+    let rows = pod_path_rows(&report);
+    assert!(rows.len() >= 6, "3 removed IPs × ≥2 CoreDNS pods: {report}");
+    for r in rows {
+        let upper = f(&r["window_upper_s"]).expect("converged");
+        assert!(upper <= max, "window {upper} > {max} s: {r}");
+    }
+    report
+}
+
 #[test]
 #[ignore = "needs the lab cluster (lab/up) and root"]
 fn cache5_converges_within_six_seconds() {
@@ -207,16 +223,7 @@ fn cache5_converges_within_six_seconds() {
         return;
     }
     let _lab = lab_lock();
-    setup("cache5");
-    let dir = tempfile::tempdir().unwrap();
-    let (_, report, _) = rollout(&dir.path().join("l.db"), None);
-    print_rows(&report);
-    let rows = pod_path_rows(&report);
-    assert!(rows.len() >= 6, "{report}");
-    for r in rows {
-        let upper = f(&r["window_upper_s"]).expect("converged");
-        assert!(upper <= 6.0, "window {upper} > 6 s: {r}");
-    }
+    rollout_with_windows_at_most("cache5", 6.0);
 }
 
 #[test]
@@ -226,16 +233,7 @@ fn newest_kubeadm_corefile_converges_at_once_but_hands_out_ttl_30() {
         return;
     }
     let _lab = lab_lock();
-    setup("kubeadm-new");
-    let dir = tempfile::tempdir().unwrap();
-    let (_, report, _) = rollout(&dir.path().join("l.db"), None);
-    print_rows(&report);
-    let rows = pod_path_rows(&report);
-    assert!(rows.len() >= 6, "{report}");
-    for r in rows {
-        let upper = f(&r["window_upper_s"]).expect("converged");
-        assert!(upper <= 2.0, "window {upper} > 2 s: {r}");
-    }
+    let report = rollout_with_windows_at_most("kubeadm-new", 2.0);
     let ttls: BTreeMap<String, f64> = report["paths"]
         .as_array()
         .unwrap()
