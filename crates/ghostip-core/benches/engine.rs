@@ -22,7 +22,7 @@ fn ip(s: usize, i: usize) -> Target {
 }
 
 fn setup() -> (Engine, Vec<Observation>) {
-    let mut e = Engine::new(EngineConfig::default());
+    let mut e = Engine::new(EngineConfig { settle: Duration::from_millis(100), ..EngineConfig::default() });
     let paths: Vec<PathIdx> = (0..PATHS)
         .map(|p| {
             e.add_path(
@@ -53,6 +53,7 @@ fn setup() -> (Engine, Vec<Observation>) {
             Observation {
                 path: paths[n % PATHS],
                 service: services[s].clone(),
+                // 10 µs apart: 100 k observations span one second, four ticks.
                 at: t0.checked_add(Duration::from_micros(n as u64 * 10)).unwrap(),
                 result: ObservationResult::Held(held),
                 latency: None,
@@ -70,8 +71,12 @@ fn bench(c: &mut Criterion) {
         b.iter_batched(
             setup,
             |(mut e, obs)| {
-                for o in &obs {
+                for (i, o) in obs.iter().enumerate() {
                     black_box(e.observe(o));
+                    // The pipeline ticks every 250 ms of (here simulated) time.
+                    if i % 25_000 == 24_999 {
+                        black_box(e.tick(o.at));
+                    }
                 }
                 (e, obs) // dropped outside the measurement
             },
