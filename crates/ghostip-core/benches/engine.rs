@@ -10,7 +10,8 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ghostip_core::engine::{Engine, EngineConfig};
 use ghostip_core::{
-    ChangeTime, HeldTarget, Layer, Observation, ObservationResult, PathIdx, PathInfo, PathKind, ServiceKey, Target, Time,
+    ChangeTime, HeldTarget, Layer, Observation, ObservationResult, PathIdx, PathInfo, PathKind,
+    ServiceKey, Target, Time,
 };
 
 const SERVICES: usize = 1_000;
@@ -18,28 +19,47 @@ const PATHS: usize = 3;
 const OBS: usize = 100_000;
 
 fn ip(s: usize, i: usize) -> Target {
-    Target::ip(IpAddr::V4(Ipv4Addr::new(10, (s / 250) as u8, (s % 250) as u8, i as u8)))
+    Target::ip(IpAddr::V4(Ipv4Addr::new(
+        10,
+        (s / 250) as u8,
+        (s % 250) as u8,
+        i as u8,
+    )))
 }
 
 fn setup() -> (Engine, Vec<Observation>) {
-    let mut e = Engine::new(EngineConfig { settle: Duration::from_millis(100), ..EngineConfig::default() });
+    let mut e = Engine::new(EngineConfig {
+        settle: Duration::from_millis(100),
+        ..EngineConfig::default()
+    });
     let paths: Vec<PathIdx> = (0..PATHS)
         .map(|p| {
             e.add_path(
-                PathInfo { id: format!("dns-pod/{p}"), kind: PathKind::DnsPod, description: String::new(), node: None },
+                PathInfo {
+                    id: format!("dns-pod/{p}"),
+                    kind: PathKind::DnsPod,
+                    description: String::new(),
+                    node: None,
+                },
                 Duration::from_secs(30),
             )
         })
         .collect();
     let t0 = Time::from_second(1_800_000_000).unwrap();
-    let services: Vec<ServiceKey> = (0..SERVICES).map(|s| ServiceKey::new("bench", format!("svc-{s}"))).collect();
+    let services: Vec<ServiceKey> = (0..SERVICES)
+        .map(|s| ServiceKey::new("bench", format!("svc-{s}")))
+        .collect();
     for (s, key) in services.iter().enumerate() {
         let set: BTreeSet<Target> = (1..=3).map(|i| ip(s, i)).collect();
         e.set_desired(Layer::Dns, key, set, ChangeTime::received_at(t0));
     }
     e.truth_synced(t0);
     // A rollout on every tenth service, so a share of observations hits open trackings.
-    for (s, key) in services.iter().enumerate().filter(|(s, _)| s.is_multiple_of(10)) {
+    for (s, key) in services
+        .iter()
+        .enumerate()
+        .filter(|(s, _)| s.is_multiple_of(10))
+    {
         let set: BTreeSet<Target> = (2..=4).map(|i| ip(s, i)).collect();
         e.set_desired(Layer::Dns, key, set, ChangeTime::received_at(t0));
     }
@@ -48,13 +68,18 @@ fn setup() -> (Engine, Vec<Observation>) {
             let s = n % SERVICES;
             let stale = s.is_multiple_of(10) && n < OBS / 2;
             let held = (if stale { 1..=3 } else { 2..=4 })
-                .map(|i| HeldTarget { target: ip(s, i), ttl: Some(30) })
+                .map(|i| HeldTarget {
+                    target: ip(s, i),
+                    ttl: Some(30),
+                })
                 .collect();
             Observation {
                 path: paths[n % PATHS],
                 service: services[s].clone(),
                 // 10 µs apart: 100 k observations span one second, four ticks.
-                at: t0.checked_add(Duration::from_micros(n as u64 * 10)).unwrap(),
+                at: t0
+                    .checked_add(Duration::from_micros(n as u64 * 10))
+                    .unwrap(),
                 result: ObservationResult::Held(held),
                 latency: None,
             }

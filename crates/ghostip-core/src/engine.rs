@@ -25,8 +25,8 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    ChangeTime, FailureReason, Layer, Observation, ObservationResult, PathIdx, PathInfo, ServiceKey, Target,
-    Time,
+    ChangeTime, FailureReason, Layer, Observation, ObservationResult, PathIdx, PathInfo,
+    ServiceKey, Target, Time,
 };
 
 /// Tunables of the engine.
@@ -202,7 +202,8 @@ impl Tracking {
 
     /// Window upper bound: t0 to the first observation after which the path was right.
     pub fn window_upper(&self) -> Option<Duration> {
-        self.converged_by.map(|c| non_negative(c.duration_since(self.start())))
+        self.converged_by
+            .map(|c| non_negative(c.duration_since(self.start())))
     }
 
     /// The part of the window during which the target was dead.
@@ -211,10 +212,22 @@ impl Tracking {
         if self.kind != Discrepancy::Stale {
             return None;
         }
-        let from = if death.since > self.start() { death.since } else { self.start() };
-        let lower = self.last_wrong.map_or(Duration::ZERO, |w| non_negative(w.duration_since(from)));
-        let upper = self.converged_by.map_or(lower, |c| non_negative(c.duration_since(from)));
-        Some(Exposure { lower, upper, death })
+        let from = if death.since > self.start() {
+            death.since
+        } else {
+            self.start()
+        };
+        let lower = self
+            .last_wrong
+            .map_or(Duration::ZERO, |w| non_negative(w.duration_since(from)));
+        let upper = self
+            .converged_by
+            .map_or(lower, |c| non_negative(c.duration_since(from)));
+        Some(Exposure {
+            lower,
+            upper,
+            death,
+        })
     }
 }
 
@@ -336,7 +349,9 @@ impl Engine {
 
     /// Marks a path as gone (e.g. its CoreDNS pod was removed); its open trackings close unjudged.
     pub fn remove_path(&mut self, path: PathIdx, at: Time) -> Vec<EngineEvent> {
-        let Some(p) = self.paths.get_mut(path.0 as usize) else { return Vec::new() };
+        let Some(p) = self.paths.get_mut(path.0 as usize) else {
+            return Vec::new();
+        };
         p.removed = true;
         p.last_held.clear();
         let keys: Vec<TrackKey> = self.open.keys().filter(|k| k.0 == path).cloned().collect();
@@ -376,7 +391,11 @@ impl Engine {
 
     /// All registered paths that are not removed.
     pub fn paths(&self) -> impl Iterator<Item = (PathIdx, &PathInfo)> {
-        self.paths.iter().enumerate().filter(|(_, p)| !p.removed).map(|(i, p)| (PathIdx(i as u32), &p.info))
+        self.paths
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !p.removed)
+            .map(|(i, p)| (PathIdx(i as u32), &p.info))
     }
 
     /// Counters of a path.
@@ -393,9 +412,14 @@ impl Engine {
     pub fn truth_synced(&mut self, at: Time) {
         self.truth_synced = true;
         if let Some(since) = self.gap_since.take()
-            && let Some(g) = self.gaps.iter_mut().rev().find(|g| g.0 == since && g.1.is_none()) {
-                g.1 = Some(at);
-            }
+            && let Some(g) = self
+                .gaps
+                .iter_mut()
+                .rev()
+                .find(|g| g.0 == since && g.1.is_none())
+        {
+            g.1 = Some(at);
+        }
     }
 
     /// The truth watch went down: a gap starts. Open trackings are marked unjudged.
@@ -417,11 +441,14 @@ impl Engine {
 
     /// Records when an endpoint stopped accepting connections (the earliest wins).
     pub fn endpoint_dead(&mut self, ip: IpAddr, death: Death) {
-        self.deaths.entry(ip).and_modify(|d| {
-            if death.since < d.since {
-                *d = death;
-            }
-        }).or_insert(death);
+        self.deaths
+            .entry(ip)
+            .and_modify(|d| {
+                if death.since < d.since {
+                    *d = death;
+                }
+            })
+            .or_insert(death);
     }
 
     /// An endpoint accepts connections again (its IP was reused by a new pod).
@@ -471,12 +498,44 @@ impl Engine {
         for path in path_ids {
             for t in &removed {
                 // A missing target that leaves again before it was served is withdrawn.
-                self.close_unjudged(path, sid, *t, Discrepancy::Missing, Unjudged::Withdrawn, &mut events);
-                self.open_tracking(path, sid, service, *t, Discrepancy::Stale, Some(change), change.t0, &mut events);
+                self.close_unjudged(
+                    path,
+                    sid,
+                    *t,
+                    Discrepancy::Missing,
+                    Unjudged::Withdrawn,
+                    &mut events,
+                );
+                self.open_tracking(
+                    path,
+                    sid,
+                    service,
+                    *t,
+                    Discrepancy::Stale,
+                    Some(change),
+                    change.t0,
+                    &mut events,
+                );
             }
             for t in &added {
-                self.close_unjudged(path, sid, *t, Discrepancy::Stale, Unjudged::Readded, &mut events);
-                self.open_tracking(path, sid, service, *t, Discrepancy::Missing, Some(change), change.t0, &mut events);
+                self.close_unjudged(
+                    path,
+                    sid,
+                    *t,
+                    Discrepancy::Stale,
+                    Unjudged::Readded,
+                    &mut events,
+                );
+                self.open_tracking(
+                    path,
+                    sid,
+                    service,
+                    *t,
+                    Discrepancy::Missing,
+                    Some(change),
+                    change.t0,
+                    &mut events,
+                );
             }
         }
         events
@@ -529,7 +588,9 @@ impl Engine {
         if self.open.contains_key(&key) {
             return;
         }
-        let Some(p) = self.paths.get(path.0 as usize) else { return };
+        let Some(p) = self.paths.get(path.0 as usize) else {
+            return;
+        };
         // The TTL the path handed out just before the change predicts when a cache lets go.
         let mut predicted_expiry = None;
         let mut ttl_seen = None;
@@ -578,7 +639,9 @@ impl Engine {
     }
 
     fn in_gap(&self, at: Time) -> bool {
-        self.gaps.iter().any(|(s, e)| at >= *s && e.is_none_or(|e| at <= e))
+        self.gaps
+            .iter()
+            .any(|(s, e)| at >= *s && e.is_none_or(|e| at <= e))
     }
 
     /// Feeds one observation.
@@ -586,7 +649,9 @@ impl Engine {
         let mut events = Vec::new();
         let judging = self.judging();
         let sid = self.service_ids.get(&obs.service).copied();
-        let Some(p) = self.paths.get_mut(obs.path.0 as usize) else { return events };
+        let Some(p) = self.paths.get_mut(obs.path.0 as usize) else {
+            return events;
+        };
         if p.removed {
             return events;
         }
@@ -594,7 +659,10 @@ impl Engine {
         let held = match &obs.result {
             ObservationResult::Failed(reason) => {
                 p.stats.failures += 1;
-                *p.stats.failures_by_reason.entry(reason.label().to_string()).or_default() += 1;
+                *p.stats
+                    .failures_by_reason
+                    .entry(reason.label().to_string())
+                    .or_default() += 1;
                 p.stats.last_failure = Some((obs.at, reason.clone()));
                 return events;
             }
@@ -606,15 +674,22 @@ impl Engine {
         let layer = p.info.layer();
         let expected_lag = p.expected_lag;
         if !held.is_empty() {
-            p.last_held.insert(sid, (obs.at, held.iter().filter_map(|h| h.ttl).min()));
+            p.last_held
+                .insert(sid, (obs.at, held.iter().filter_map(|h| h.ttl).min()));
         }
         if !judging {
             return events;
         }
-        let Some(desired) = self.desired.get(&(layer, sid)) else { return events };
+        let Some(desired) = self.desired.get(&(layer, sid)) else {
+            return events;
+        };
         let first = (obs.path, sid, min_target(), Discrepancy::Stale);
-        let has_open = self.open_per_service.get(&(obs.path, sid)).is_some_and(|n| *n > 0);
-        let agrees = held.len() == desired.set.len() && held.iter().all(|h| desired.set.contains(&h.target));
+        let has_open = self
+            .open_per_service
+            .get(&(obs.path, sid))
+            .is_some_and(|n| *n > 0);
+        let agrees =
+            held.len() == desired.set.len() && held.iter().all(|h| desired.set.contains(&h.target));
         if agrees && !has_open {
             return events; // The common case: the path is right and nothing is being measured.
         }
@@ -640,15 +715,26 @@ impl Engine {
             }
             let key = (obs.path, sid, target, Discrepancy::Stale);
             if !self.open.contains_key(&key) {
-                self.open_tracking(obs.path, sid, &obs.service, target, Discrepancy::Stale, change, obs.at, &mut events);
+                self.open_tracking(
+                    obs.path,
+                    sid,
+                    &obs.service,
+                    target,
+                    Discrepancy::Stale,
+                    change,
+                    obs.at,
+                    &mut events,
+                );
             }
             if let Some(t) = self.open.get_mut(&key) {
                 t.expected_lag = expected_lag;
                 if t.ttl_seen.is_none()
-                    && let Some(ttl) = ttl {
-                        t.ttl_seen = Some(ttl);
-                        t.predicted_expiry = obs.at.checked_add(Duration::from_secs(u64::from(ttl))).ok();
-                    }
+                    && let Some(ttl) = ttl
+                {
+                    t.ttl_seen = Some(ttl);
+                    t.predicted_expiry =
+                        obs.at.checked_add(Duration::from_secs(u64::from(ttl))).ok();
+                }
                 t.last_wrong = Some(obs.at);
                 if t.converged_by.take().is_some() {
                     t.reappearances += 1;
@@ -662,7 +748,16 @@ impl Engine {
             }
             let key = (obs.path, sid, target, Discrepancy::Missing);
             if !self.open.contains_key(&key) {
-                self.open_tracking(obs.path, sid, &obs.service, target, Discrepancy::Missing, change, obs.at, &mut events);
+                self.open_tracking(
+                    obs.path,
+                    sid,
+                    &obs.service,
+                    target,
+                    Discrepancy::Missing,
+                    change,
+                    obs.at,
+                    &mut events,
+                );
             }
             if let Some(t) = self.open.get_mut(&key) {
                 t.expected_lag = expected_lag;
@@ -674,7 +769,11 @@ impl Engine {
             }
         }
         // Everything open on this (path, service) that the observation got right converges.
-        for (k, t) in self.open.range_mut(first..).take_while(|(k, _)| k.0 == obs.path && k.1 == sid) {
+        for (k, t) in self
+            .open
+            .range_mut(first..)
+            .take_while(|(k, _)| k.0 == obs.path && k.1 == sid)
+        {
             let right = match k.3 {
                 Discrepancy::Stale => !holds(&k.2),
                 Discrepancy::Missing => holds(&k.2),
@@ -694,7 +793,9 @@ impl Engine {
         let mut to_close = Vec::new();
         for (k, t) in self.open.iter_mut() {
             if let Some(c) = t.converged_by {
-                if now.duration_since(c) >= jiff::SignedDuration::try_from(self.cfg.settle).unwrap_or_default() {
+                if now.duration_since(c)
+                    >= jiff::SignedDuration::try_from(self.cfg.settle).unwrap_or_default()
+                {
                     to_close.push(*k);
                 }
                 continue;
@@ -702,7 +803,8 @@ impl Engine {
             if t.was_stuck || t.gap {
                 continue;
             }
-            let horizon = (t.expected_lag.saturating_mul(self.cfg.stuck_factor)).max(self.cfg.stuck_floor);
+            let horizon =
+                (t.expected_lag.saturating_mul(self.cfg.stuck_factor)).max(self.cfg.stuck_floor);
             let start = t.change.map_or(t.opened, |c| c.t0);
             if non_negative(now.duration_since(start)) >= horizon {
                 t.was_stuck = true;
@@ -767,7 +869,10 @@ impl Engine {
 
     /// Whether any open tracking of `service` is not converged yet.
     pub fn unconverged(&self, service: &ServiceKey) -> usize {
-        self.open.values().filter(|t| &t.service == service && t.converged_by.is_none()).count()
+        self.open
+            .values()
+            .filter(|t| &t.service == service && t.converged_by.is_none())
+            .count()
     }
 
     /// Open, unconverged stale trackings per path (for the `ghostip_stale_endpoints` gauge).
@@ -788,7 +893,10 @@ impl Engine {
 }
 
 fn min_target() -> Target {
-    Target { ip: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), port: None }
+    Target {
+        ip: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        port: None,
+    }
 }
 
 fn non_negative(d: jiff::SignedDuration) -> Duration {

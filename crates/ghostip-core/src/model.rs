@@ -26,12 +26,20 @@ pub struct ServiceKey {
 impl ServiceKey {
     /// Builds a key from its parts.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self { namespace: namespace.into(), name: name.into() }
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
     }
 
     /// The DNS name CoreDNS answers for this Service in `zone` (e.g. `cluster.local`).
     pub fn dns_name(&self, zone: &str) -> String {
-        format!("{}.{}.svc.{}.", self.name, self.namespace, zone.trim_end_matches('.'))
+        format!(
+            "{}.{}.svc.{}.",
+            self.name,
+            self.namespace,
+            zone.trim_end_matches('.')
+        )
     }
 }
 
@@ -100,7 +108,10 @@ impl Target {
 
     /// An `ip:port` target (load-balancer backends).
     pub fn socket(ip: IpAddr, port: u16) -> Self {
-        Self { ip, port: Some(port) }
+        Self {
+            ip,
+            port: Some(port),
+        }
     }
 }
 
@@ -192,10 +203,13 @@ impl PathKind {
     /// The layer this kind of path belongs to.
     pub fn layer(self) -> Layer {
         match self {
-            PathKind::DnsPod | PathKind::DnsClusterIp | PathKind::DnsNodeLocal | PathKind::DnsOverride => {
-                Layer::Dns
+            PathKind::DnsPod
+            | PathKind::DnsClusterIp
+            | PathKind::DnsNodeLocal
+            | PathKind::DnsOverride => Layer::Dns,
+            PathKind::Iptables | PathKind::Nftables | PathKind::Ipvs | PathKind::Cilium => {
+                Layer::Datapath
             }
-            PathKind::Iptables | PathKind::Nftables | PathKind::Ipvs | PathKind::Cilium => Layer::Datapath,
             PathKind::Conntrack => Layer::Conntrack,
         }
     }
@@ -242,7 +256,11 @@ pub struct ChangeTime {
 impl ChangeTime {
     /// A change known only by its receive time.
     pub fn received_at(at: Time) -> Self {
-        Self { t0: at, received: at, from_trigger_annotation: false }
+        Self {
+            t0: at,
+            received: at,
+            from_trigger_annotation: false,
+        }
     }
 }
 

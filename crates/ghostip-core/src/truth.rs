@@ -214,19 +214,28 @@ impl Truth {
         }
         let key = svc.key.clone();
         let before = self.dns_answers(&key);
-        let before_policy = self.services.get(&key).map(|s| (s.headless, s.publish_not_ready));
+        let before_policy = self
+            .services
+            .get(&key)
+            .map(|s| (s.headless, s.publish_not_ready));
         self.services.insert(key.clone(), svc);
         let after = self.dns_answers(&key);
-        let after_policy = self.services.get(&key).map(|s| (s.headless, s.publish_not_ready));
-        (before != after || before_policy != after_policy)
-            .then(|| ServiceChange { service: key, at: ChangeTime::received_at(received) })
+        let after_policy = self
+            .services
+            .get(&key)
+            .map(|s| (s.headless, s.publish_not_ready));
+        (before != after || before_policy != after_policy).then(|| ServiceChange {
+            service: key,
+            at: ChangeTime::received_at(received),
+        })
     }
 
     /// Removes a Service.
     pub fn delete_service(&mut self, key: &ServiceKey, received: Time) -> Option<ServiceChange> {
-        self.services
-            .remove(key)
-            .map(|_| ServiceChange { service: key.clone(), at: ChangeTime::received_at(received) })
+        self.services.remove(key).map(|_| ServiceChange {
+            service: key.clone(),
+            at: ChangeTime::received_at(received),
+        })
     }
 
     /// Adds or replaces a slice. Returns the change of its Service when its endpoints differ.
@@ -236,30 +245,45 @@ impl Truth {
             seen.insert(id.clone());
         }
         let key = slice.service_key();
-        let changed = self.slices.get(&id).is_none_or(|old| old.endpoints != slice.endpoints || old.ports != slice.ports);
+        let changed = self
+            .slices
+            .get(&id)
+            .is_none_or(|old| old.endpoints != slice.endpoints || old.ports != slice.ports);
         // A slice that moved between services (label edited) leaves the old one.
         let mut moved_from = None;
         if let Some(old) = self.slices.get(&id)
-            && old.service != slice.service {
-                moved_from = Some(old.service_key());
-            }
+            && old.service != slice.service
+        {
+            moved_from = Some(old.service_key());
+        }
         if let Some(old_key) = moved_from
-            && let Some(set) = self.slices_by_service.get_mut(&old_key) {
-                set.remove(&slice.name);
-            }
+            && let Some(set) = self.slices_by_service.get_mut(&old_key)
+        {
+            set.remove(&slice.name);
+        }
         let at = ChangeTime {
             t0: slice.trigger_time.unwrap_or(received),
             received,
             from_trigger_annotation: slice.trigger_time.is_some(),
         };
-        self.slices_by_service.entry(key.clone()).or_default().insert(slice.name.clone());
+        self.slices_by_service
+            .entry(key.clone())
+            .or_default()
+            .insert(slice.name.clone());
         self.slices.insert(id, slice);
         changed.then_some(ServiceChange { service: key, at })
     }
 
     /// Removes a slice.
-    pub fn delete_slice(&mut self, namespace: &str, name: &str, received: Time) -> Option<ServiceChange> {
-        let slice = self.slices.remove(&(namespace.to_string(), name.to_string()))?;
+    pub fn delete_slice(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        received: Time,
+    ) -> Option<ServiceChange> {
+        let slice = self
+            .slices
+            .remove(&(namespace.to_string(), name.to_string()))?;
         let key = slice.service_key();
         if let Some(set) = self.slices_by_service.get_mut(&key) {
             set.remove(name);
@@ -267,7 +291,10 @@ impl Truth {
                 self.slices_by_service.remove(&key);
             }
         }
-        Some(ServiceChange { service: key, at: ChangeTime::received_at(received) })
+        Some(ServiceChange {
+            service: key,
+            at: ChangeTime::received_at(received),
+        })
     }
 
     /// Starts a relist of slices: every slice not re-applied before
@@ -278,9 +305,18 @@ impl Truth {
 
     /// Ends a slice relist; slices missing from it are deleted (a relist that misses an object means deleted).
     pub fn finish_slice_relist(&mut self, received: Time) -> Vec<ServiceChange> {
-        let Some(seen) = self.relist_slices.take() else { return Vec::new() };
-        let gone: Vec<(String, String)> = self.slices.keys().filter(|k| !seen.contains(*k)).cloned().collect();
-        gone.into_iter().filter_map(|(ns, name)| self.delete_slice(&ns, &name, received)).collect()
+        let Some(seen) = self.relist_slices.take() else {
+            return Vec::new();
+        };
+        let gone: Vec<(String, String)> = self
+            .slices
+            .keys()
+            .filter(|k| !seen.contains(*k))
+            .cloned()
+            .collect();
+        gone.into_iter()
+            .filter_map(|(ns, name)| self.delete_slice(&ns, &name, received))
+            .collect()
     }
 
     /// Starts a relist of services.
@@ -290,16 +326,27 @@ impl Truth {
 
     /// Ends a service relist; services missing from it are deleted.
     pub fn finish_service_relist(&mut self, received: Time) -> Vec<ServiceChange> {
-        let Some(seen) = self.relist_services.take() else { return Vec::new() };
-        let gone: Vec<ServiceKey> = self.services.keys().filter(|k| !seen.contains(*k)).cloned().collect();
-        gone.iter().filter_map(|k| self.delete_service(k, received)).collect()
+        let Some(seen) = self.relist_services.take() else {
+            return Vec::new();
+        };
+        let gone: Vec<ServiceKey> = self
+            .services
+            .keys()
+            .filter(|k| !seen.contains(*k))
+            .cloned()
+            .collect();
+        gone.iter()
+            .filter_map(|k| self.delete_service(k, received))
+            .collect()
     }
 
     /// The A/AAAA answers CoreDNS should give for a headless Service:
     /// ready endpoints, or all endpoints with `publishNotReadyAddresses`.
     /// Empty for unknown or non-headless services.
     pub fn dns_answers(&self, key: &ServiceKey) -> BTreeSet<IpAddr> {
-        let Some(svc) = self.services.get(key) else { return BTreeSet::new() };
+        let Some(svc) = self.services.get(key) else {
+            return BTreeSet::new();
+        };
         if !svc.headless {
             return BTreeSet::new();
         }
@@ -314,12 +361,25 @@ impl Truth {
     /// The backends a load balancer on `node` should route `key`'s port `port_name` to:
     /// ready endpoints; serving+terminating ones when none is ready; narrowed to the
     /// node's own endpoints when `local` (traffic policy Local).
-    pub fn lb_backends(&self, key: &ServiceKey, port_name: Option<&str>, node: Option<&str>, local: bool) -> BTreeSet<Target> {
-        let Some(svc) = self.services.get(key) else { return BTreeSet::new() };
+    pub fn lb_backends(
+        &self,
+        key: &ServiceKey,
+        port_name: Option<&str>,
+        node: Option<&str>,
+        local: bool,
+    ) -> BTreeSet<Target> {
+        let Some(svc) = self.services.get(key) else {
+            return BTreeSet::new();
+        };
         let mut ready = BTreeSet::new();
         let mut fallback = BTreeSet::new();
-        for slice in self.slices_of(key).filter(|s| s.address_type != AddressType::Fqdn) {
-            let Some(port) = slice.ports.iter().find(|p| p.name.as_deref() == port_name) else { continue };
+        for slice in self
+            .slices_of(key)
+            .filter(|s| s.address_type != AddressType::Fqdn)
+        {
+            let Some(port) = slice.ports.iter().find(|p| p.name.as_deref() == port_name) else {
+                continue;
+            };
             for e in &slice.endpoints {
                 if local && e.node.as_deref() != node {
                     continue;
@@ -337,6 +397,8 @@ impl Truth {
 
     /// The endpoint record for `ip` among a service's slices.
     pub fn endpoint(&self, key: &ServiceKey, ip: IpAddr) -> Option<&EndpointRecord> {
-        self.slices_of(key).flat_map(|s| s.endpoints.iter()).find(|e| e.ip == ip)
+        self.slices_of(key)
+            .flat_map(|s| s.endpoints.iter())
+            .find(|e| e.ip == ip)
     }
 }

@@ -14,15 +14,23 @@ use ghostip::dns::names::NameConfig;
 use ghostip::dns::paths::PathConfig;
 use ghostip::kube::{Received, ResourceKind, SyncState, TruthEvent};
 use ghostip_core::engine::EngineConfig;
-use ghostip_core::truth::{AddressType, EndpointPort, EndpointRecord, PodRecord, ServiceRecord, SliceRecord, TrafficPolicy};
-use ghostip_core::{HeldTarget, Observation, ObservationResult, PodRef, Protocol, ServiceKey, Target, Time};
+use ghostip_core::truth::{
+    AddressType, EndpointPort, EndpointRecord, PodRecord, ServiceRecord, SliceRecord, TrafficPolicy,
+};
+use ghostip_core::{
+    HeldTarget, Observation, ObservationResult, PodRef, Protocol, ServiceKey, Target, Time,
+};
 
-fn vm_hwm_kib() -> u64 {
+fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_string))
+        .and_then(|s| s.lines().find(|l| l.starts_with(field)).map(str::to_string))
         .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         .unwrap_or(0)
+}
+
+fn vm_hwm_kib() -> u64 {
+    status_kib("VmHWM:")
 }
 
 fn ip(n: u32) -> IpAddr {
@@ -30,12 +38,19 @@ fn ip(n: u32) -> IpAddr {
 }
 
 fn main() {
-    let args: Vec<u32> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<u32> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let services = args.first().copied().unwrap_or(10_000);
     let per = args.get(1).copied().unwrap_or(15);
     let before = vm_hwm_kib();
     let t = Time::now();
-    let kinds = [ResourceKind::EndpointSlices, ResourceKind::Services, ResourceKind::Pods];
+    let kinds = [
+        ResourceKind::EndpointSlices,
+        ResourceKind::Services,
+        ResourceKind::Pods,
+    ];
     let cfg = SessionConfig {
         paths: PathConfig::default(),
         names: NameConfig::default(),
@@ -67,7 +82,11 @@ fn main() {
         let mut endpoints = Vec::new();
         for j in 0..per {
             n += 1;
-            let pod = PodRef { namespace: key.namespace.clone(), name: format!("svc-{i}-{j}"), uid: format!("uid-{n}") };
+            let pod = PodRef {
+                namespace: key.namespace.clone(),
+                name: format!("svc-{i}-{j}"),
+                uid: format!("uid-{n}"),
+            };
             s.on_truth(&rx(TruthEvent::PodApplied(PodRecord {
                 pod: pod.clone(),
                 ips: vec![ip(n)],
@@ -98,7 +117,11 @@ fn main() {
             service: key.name.clone(),
             address_type: AddressType::IPv4,
             endpoints,
-            ports: vec![EndpointPort { name: Some("http".into()), port: 8080, protocol: Protocol::Tcp }],
+            ports: vec![EndpointPort {
+                name: Some("http".into()),
+                port: 8080,
+                protocol: Protocol::Tcp,
+            }],
             trigger_time: Some(t),
         })));
     }
@@ -127,7 +150,10 @@ fn main() {
         let held: Vec<HeldTarget> = (0..per)
             .map(|_| {
                 n += 1;
-                HeldTarget { target: Target::ip(ip(n)), ttl: Some(30) }
+                HeldTarget {
+                    target: Target::ip(ip(n)),
+                    ttl: Some(30),
+                }
             })
             .collect();
         for p in &paths {
@@ -148,5 +174,9 @@ fn main() {
         after_truth as f64 / 1024.0,
         after as f64 / 1024.0,
         s.truth.slice_count()
+    );
+    println!(
+        "resident now (VmRSS): {:.1} MiB",
+        status_kib("VmRSS:") as f64 / 1024.0
     );
 }

@@ -68,7 +68,12 @@ pub enum Command {
 #[derive(Debug, Args, Clone)]
 pub struct Scope {
     /// Namespace to look at (default: all namespaces).
-    #[arg(short = 'n', long, value_name = "NS", conflicts_with = "all_namespaces")]
+    #[arg(
+        short = 'n',
+        long,
+        value_name = "NS",
+        conflicts_with = "all_namespaces"
+    )]
     pub namespace: Option<String>,
     /// All namespaces (the default when -n is not given).
     #[arg(short = 'A', long)]
@@ -174,7 +179,12 @@ pub struct WhoisArgs {
     #[arg(value_name = "IP")]
     pub ip: std::net::IpAddr,
     /// When: an RFC 3339 time, `now`, or relative like `-5m`, `-30s`, `-2h`.
-    #[arg(long, default_value = "now", value_name = "TIME", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        default_value = "now",
+        value_name = "TIME",
+        allow_hyphen_values = true
+    )]
     pub at: String,
 }
 
@@ -191,16 +201,24 @@ pub fn parse_dns_server(s: &str) -> Result<SocketAddr, String> {
 /// Parses durations like `250ms`, `1s`, `5m`, `2h`, `7d`, or a plain number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration (e.g. 250ms, 30s, 5m)"))?;
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (e.g. 250ms, 30s, 5m)"))?;
     let secs = match unit {
         "ms" => n / 1000.0,
         "" | "s" => n,
         "m" => n * 60.0,
         "h" => n * 3600.0,
         "d" => n * 86400.0,
-        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ms, s, m, h or d)")),
+        _ => {
+            return Err(format!(
+                "`{s}`: unknown unit `{unit}` (use ms, s, m, h or d)"
+            ));
+        }
     };
     if !secs.is_finite() || secs < 0.0 {
         return Err(format!("`{s}` is not a valid duration"));
@@ -223,10 +241,19 @@ mod tests {
     fn durations_and_servers_parse() {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
-        assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(7 * 86400));
+        assert_eq!(
+            parse_duration("7d").unwrap(),
+            Duration::from_secs(7 * 86400)
+        );
         assert!(parse_duration("5x").is_err());
-        assert_eq!(parse_dns_server("10.96.0.10").unwrap(), "10.96.0.10:53".parse().unwrap());
-        assert_eq!(parse_dns_server("127.0.0.1:5353").unwrap(), "127.0.0.1:5353".parse().unwrap());
+        assert_eq!(
+            parse_dns_server("10.96.0.10").unwrap(),
+            "10.96.0.10:53".parse().unwrap()
+        );
+        assert_eq!(
+            parse_dns_server("127.0.0.1:5353").unwrap(),
+            "127.0.0.1:5353".parse().unwrap()
+        );
         assert!(parse_dns_server("nope").is_err());
     }
 }

@@ -11,7 +11,11 @@ use ghostip::commands::{self, Outcome};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.global.log, matches!(cli.command, Command::Watch(_)));
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("ghostip: starting the async runtime: {e}");
@@ -36,10 +40,18 @@ fn main() -> ExitCode {
 fn init_logging(filter: &str, long_running: bool) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    if std::io::stderr().is_terminal() || !long_running && std::env::var_os("GHOSTIP_JSON_LOGS").is_none() {
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if std::io::stderr().is_terminal()
+        || !long_running && std::env::var_os("GHOSTIP_JSON_LOGS").is_none()
+    {
         builder.with_target(false).compact().init();
     } else {
-        builder.json().flatten_event(true).with_current_span(false).init();
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init();
     }
 }

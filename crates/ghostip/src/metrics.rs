@@ -62,7 +62,9 @@ pub struct ErrorLabels {
 }
 
 fn window_histogram() -> Histogram {
-    Histogram::new([0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 45.0, 60.0, 120.0, 300.0, 900.0])
+    Histogram::new([
+        0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 45.0, 60.0, 120.0, 300.0, 900.0,
+    ])
 }
 
 /// All of ghostip's metrics, in one owned registry.
@@ -92,7 +94,9 @@ impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
         let mut registry = Registry::default();
-        let stale_window = Family::<WindowLabels, Histogram>::new_with_constructor(window_histogram as fn() -> Histogram);
+        let stale_window = Family::<WindowLabels, Histogram>::new_with_constructor(
+            window_histogram as fn() -> Histogram,
+        );
         registry.register(
             "ghostip_stale_window_seconds",
             "Seconds a path kept serving an endpoint after it left the truth (upper bound of the window)",
@@ -105,18 +109,38 @@ impl Metrics {
             stale_endpoints.clone(),
         );
         let stuck_paths = Family::<StuckLabels, Gauge>::default();
-        registry.register("ghostip_stuck_paths", "Paths with at least one stuck endpoint", stuck_paths.clone());
+        registry.register(
+            "ghostip_stuck_paths",
+            "Paths with at least one stuck endpoint",
+            stuck_paths.clone(),
+        );
         let probe_queries = Family::<QueryLabels, Counter>::default();
-        registry.register("ghostip_probe_queries", "Probe queries sent", probe_queries.clone());
+        registry.register(
+            "ghostip_probe_queries",
+            "Probe queries sent",
+            probe_queries.clone(),
+        );
         let probe_errors = Family::<ErrorLabels, Counter>::default();
-        registry.register("ghostip_probe_errors", "Probe queries that failed", probe_errors.clone());
+        registry.register(
+            "ghostip_probe_errors",
+            "Probe queries that failed",
+            probe_errors.clone(),
+        );
         let truth_synced = Gauge::<i64, AtomicI64>::default();
         registry.register(
             "ghostip_truth_synced",
             "1 when ghostip's view of the Kubernetes API is synced, 0 during a truth gap",
             truth_synced.clone(),
         );
-        Self { registry, stale_window, stale_endpoints, stuck_paths, probe_queries, probe_errors, truth_synced }
+        Self {
+            registry,
+            stale_window,
+            stale_endpoints,
+            stuck_paths,
+            probe_queries,
+            probe_errors,
+            truth_synced,
+        }
     }
 
     /// Text exposition (OpenMetrics).
@@ -128,12 +152,18 @@ impl Metrics {
     }
 
     /// Records a closed stale window.
-    pub fn observe_event(&self, ev: &EngineEvent, kind_of: impl Fn(&Tracking) -> Option<(Layer, PathKind)>) {
+    pub fn observe_event(
+        &self,
+        ev: &EngineEvent,
+        kind_of: impl Fn(&Tracking) -> Option<(Layer, PathKind)>,
+    ) {
         if let EngineEvent::Closed(t) = ev {
             if t.kind != Discrepancy::Stale || matches!(t.verdict, Verdict::Unjudged(_)) {
                 return;
             }
-            let (Some((layer, kind)), Some(window)) = (kind_of(t), t.window_upper()) else { return };
+            let (Some((layer, kind)), Some(window)) = (kind_of(t), t.window_upper()) else {
+                return;
+            };
             self.stale_window
                 .get_or_create(&WindowLabels {
                     layer: layer.to_string(),
@@ -158,12 +188,37 @@ mod tests {
     fn names_are_the_documented_ones() {
         let m = Metrics::new();
         m.truth_synced.set(1);
-        m.probe_queries.get_or_create(&QueryLabels { path_kind: "dns-pod".into() }).inc();
-        m.probe_errors.get_or_create(&ErrorLabels { path_kind: "dns-pod".into(), reason: "timeout".into() }).inc();
-        m.stale_endpoints.get_or_create(&StaleLabels { layer: "dns".into(), path_kind: "dns-pod".into(), node: String::new() }).set(2);
-        m.stuck_paths.get_or_create(&StuckLabels { layer: "dns".into(), node: String::new() }).set(0);
+        m.probe_queries
+            .get_or_create(&QueryLabels {
+                path_kind: "dns-pod".into(),
+            })
+            .inc();
+        m.probe_errors
+            .get_or_create(&ErrorLabels {
+                path_kind: "dns-pod".into(),
+                reason: "timeout".into(),
+            })
+            .inc();
+        m.stale_endpoints
+            .get_or_create(&StaleLabels {
+                layer: "dns".into(),
+                path_kind: "dns-pod".into(),
+                node: String::new(),
+            })
+            .set(2);
+        m.stuck_paths
+            .get_or_create(&StuckLabels {
+                layer: "dns".into(),
+                node: String::new(),
+            })
+            .set(0);
         m.stale_window
-            .get_or_create(&WindowLabels { layer: "dns".into(), path_kind: "dns-pod".into(), namespace: "demo".into(), service: "web".into() })
+            .get_or_create(&WindowLabels {
+                layer: "dns".into(),
+                path_kind: "dns-pod".into(),
+                namespace: "demo".into(),
+                service: "web".into(),
+            })
             .observe(29.5);
         let text = m.encode();
         for name in [

@@ -12,7 +12,9 @@ use predicates::prelude::*;
 
 fn ghostip() -> assert_cmd::Command {
     let mut c = assert_cmd::Command::cargo_bin("ghostip").unwrap();
-    c.env_remove("KUBECONFIG").env_remove("GHOSTIP_DB").env("HOME", "/nonexistent-home");
+    c.env_remove("KUBECONFIG")
+        .env_remove("GHOSTIP_DB")
+        .env("HOME", "/nonexistent-home");
     c
 }
 
@@ -36,9 +38,21 @@ fn dead_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
 
 #[test]
 fn help_and_version() {
-    ghostip().arg("--help").assert().success().stdout(predicate::str::contains("rollout"));
-    ghostip().arg("--version").assert().success().stdout(predicate::str::starts_with("ghostip "));
-    ghostip().args(["rollout", "--help"]).assert().success().stdout(predicate::str::contains("--restart"));
+    ghostip()
+        .arg("--help")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("rollout"));
+    ghostip()
+        .arg("--version")
+        .assert()
+        .success()
+        .stdout(predicate::str::starts_with("ghostip "));
+    ghostip()
+        .args(["rollout", "--help"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("--restart"));
 }
 
 #[test]
@@ -53,7 +67,9 @@ fn missing_kubeconfig_is_an_error_naming_it() {
         .args(["check", "--kubeconfig", "/nonexistent/kubeconfig"])
         .assert()
         .code(2)
-        .stderr(predicate::str::starts_with("ghostip: connecting to Kubernetes: "))
+        .stderr(predicate::str::starts_with(
+            "ghostip: connecting to Kubernetes: ",
+        ))
         .stderr(predicate::str::contains("/nonexistent/kubeconfig"))
         .stderr(predicate::str::contains("hint:"));
 }
@@ -110,16 +126,32 @@ fn whois_on_an_empty_ledger_is_clean_json() {
     assert_eq!(v["ip"], "10.244.1.7");
     assert!(v["at_time"].is_null() && v["before"].is_null() && v["after"].is_null());
     assert!(v["at"].is_string());
-    ghostip().arg("--db").arg(&db).args(["whois", "10.244.1.7"]).assert().success().stdout(predicate::str::contains("no known owner"));
+    ghostip()
+        .arg("--db")
+        .arg(&db)
+        .args(["whois", "10.244.1.7"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("no known owner"));
 }
 
 #[test]
 fn whois_bad_time_and_corrupt_db_are_errors_naming_them() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("l.db");
-    ghostip().arg("--db").arg(&db).args(["whois", "10.0.0.1", "--at", "yesterday-ish"]).assert().code(2).stderr(predicate::str::contains("yesterday-ish"));
+    ghostip()
+        .arg("--db")
+        .arg(&db)
+        .args(["whois", "10.0.0.1", "--at", "yesterday-ish"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("yesterday-ish"));
     let bad = dir.path().join("corrupt.db");
-    std::fs::write(&bad, b"this is not a sqlite database, and it must survive untouched").unwrap();
+    std::fs::write(
+        &bad,
+        b"this is not a sqlite database, and it must survive untouched",
+    )
+    .unwrap();
     ghostip()
         .arg("--db")
         .arg(&bad)
@@ -127,13 +159,20 @@ fn whois_bad_time_and_corrupt_db_are_errors_naming_them() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains(bad.to_str().unwrap()));
-    assert_eq!(std::fs::read(&bad).unwrap(), b"this is not a sqlite database, and it must survive untouched");
+    assert_eq!(
+        std::fs::read(&bad).unwrap(),
+        b"this is not a sqlite database, and it must survive untouched"
+    );
 }
 
 fn http_get(addr: &str, path: &str) -> Option<String> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     Some(out)
@@ -143,7 +182,11 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
 fn watch_exports_the_truth_gap_and_stops_on_sigterm_within_5s() {
     let dir = tempfile::tempdir().unwrap();
     let kc = dead_kubeconfig(dir.path());
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let addr = format!("127.0.0.1:{port}");
     let mut child = Command::cargo_bin("ghostip")
         .unwrap()
@@ -173,8 +216,16 @@ fn watch_exports_the_truth_gap_and_stops_on_sigterm_within_5s() {
         panic!("watch does not serve /metrics");
     };
     assert!(metrics.contains("ghostip_truth_synced 0"), "{metrics}");
-    assert!(http_get(&addr, "/healthz").unwrap().starts_with("HTTP/1.1 200"));
-    assert!(http_get(&addr, "/readyz").unwrap().starts_with("HTTP/1.1 503"));
+    assert!(
+        http_get(&addr, "/healthz")
+            .unwrap()
+            .starts_with("HTTP/1.1 200")
+    );
+    assert!(
+        http_get(&addr, "/readyz")
+            .unwrap()
+            .starts_with("HTTP/1.1 503")
+    );
 
     let pid = child.id().to_string();
     let started = Instant::now();
@@ -194,8 +245,16 @@ fn watch_exports_the_truth_gap_and_stops_on_sigterm_within_5s() {
     };
     let took = started.elapsed();
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    assert!(took < Duration::from_secs(5), "shutdown took {took:?}\n{err}");
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(
+        took < Duration::from_secs(5),
+        "shutdown took {took:?}\n{err}"
+    );
     assert!(status.success(), "{status:?}\n{err}");
     // Not a TTY: JSON log lines.
     let first = err.lines().next().unwrap_or_default();

@@ -19,16 +19,22 @@ const PROBE_INTERVAL: f64 = 0.25;
 static LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn lab_lock() -> std::sync::MutexGuard<'static, ()> {
-    LAB.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    LAB.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 fn lab_ready() -> bool {
     if std::env::var_os("GHOSTIP_LAB").is_none() {
-        eprintln!("skipped: set GHOSTIP_LAB=1 with a running lab (lab/up) to run the end-to-end tests");
+        eprintln!(
+            "skipped: set GHOSTIP_LAB=1 with a running lab (lab/up) to run the end-to-end tests"
+        );
         return false;
     }
     true
@@ -49,21 +55,37 @@ fn lab(script: &str) -> Command {
 
 /// Deploys demo/web with the given Corefile, waits until everything serves.
 fn setup(corefile: &str) {
-    let (code, out, err) = run(lab("scenarios/coredns-cache").args(["--corefile", corefile, "--setup-only"]));
+    let (code, out, err) =
+        run(lab("scenarios/coredns-cache").args(["--corefile", corefile, "--setup-only"]));
     assert_eq!(code, 0, "scenario setup failed:\n{out}\n{err}");
 }
 
 /// Runs `ghostip rollout deploy/web -n demo --restart -o json` on node-1.
 fn rollout(db: &Path, html: Option<&Path>) -> (i32, Value, String) {
     let mut cmd = lab("exec");
-    cmd.args(["node-1", env!("CARGO_BIN_EXE_ghostip"), "--db"]).arg(db);
-    cmd.args(["rollout", "deploy/web", "-n", "demo", "--restart", "--timeout", "150s", "-o", "json"]);
+    cmd.args(["node-1", env!("CARGO_BIN_EXE_ghostip"), "--db"])
+        .arg(db);
+    cmd.args([
+        "rollout",
+        "deploy/web",
+        "-n",
+        "demo",
+        "--restart",
+        "--timeout",
+        "150s",
+        "-o",
+        "json",
+    ]);
     if let Some(h) = html {
         cmd.arg("--html").arg(h);
     }
     let (code, out, err) = run(&mut cmd);
-    assert!(code == 0 || code == 1, "rollout failed with {code}:\n{out}\n{err}");
-    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{out}\n{err}"));
+    assert!(
+        code == 0 || code == 1,
+        "rollout failed with {code}:\n{out}\n{err}"
+    );
+    let v: Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{out}\n{err}"));
     (code, v, err)
 }
 
@@ -72,7 +94,12 @@ fn f(v: &Value) -> Option<f64> {
 }
 
 fn pod_path_rows(report: &Value) -> Vec<&Value> {
-    report["stale"].as_array().unwrap().iter().filter(|r| r["path"].as_str().unwrap().starts_with("dns-pod/")).collect()
+    report["stale"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["path"].as_str().unwrap().starts_with("dns-pod/"))
+        .collect()
 }
 
 fn print_rows(report: &Value) {
@@ -130,10 +157,21 @@ fn classic_kubeadm_corefile_keeps_removed_ips_for_the_ttl() {
     let html = dir.path().join("timeline.html");
     // Independent measurement on the same path, side by side.
     let pods = run(lab("kubectl").args([
-        "-n", "kube-system", "get", "pods", "-l", "k8s-app=kube-dns", "-o", "jsonpath={.items[*].status.podIP}",
+        "-n",
+        "kube-system",
+        "get",
+        "pods",
+        "-l",
+        "k8s-app=kube-dns",
+        "-o",
+        "jsonpath={.items[*].status.podIP}",
     ]))
     .1;
-    let first_pod = pods.split_whitespace().next().expect("a CoreDNS pod IP").to_string();
+    let first_pod = pods
+        .split_whitespace()
+        .next()
+        .expect("a CoreDNS pod IP")
+        .to_string();
     let digs = dig_loop(first_pod.clone(), 75);
     let started = Instant::now();
     let (code, report, err) = rollout(&db, Some(&html));
@@ -142,7 +180,11 @@ fn classic_kubeadm_corefile_keeps_removed_ips_for_the_ttl() {
     print_rows(&report);
 
     let rows = pod_path_rows(&report);
-    assert!(rows.len() >= 6, "3 removed IPs × ≥2 CoreDNS pods, got {}", rows.len());
+    assert!(
+        rows.len() >= 6,
+        "3 removed IPs × ≥2 CoreDNS pods, got {}",
+        rows.len()
+    );
     let mut largest: f64 = 0.0;
     for r in &rows {
         let upper = f(&r["window_upper_s"]).expect("every window converged");
@@ -156,7 +198,12 @@ fn classic_kubeadm_corefile_keeps_removed_ips_for_the_ttl() {
         );
         assert_eq!(r["verdict"]["verdict"], "within-expected-lag", "{r}");
         assert!(r["exposure_upper_s"].is_number(), "exposure reported: {r}");
-        assert!(r["pod"].as_str().is_some_and(|p| p.starts_with("demo/web-")), "former pod named: {r}");
+        assert!(
+            r["pod"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("demo/web-")),
+            "former pod named: {r}"
+        );
     }
     assert!(largest >= 10.0, "largest window {largest} < 10 s");
     // preStop 0: clients were sent to dead IPs, so the report is a finding (exit 1).
@@ -167,11 +214,26 @@ fn classic_kubeadm_corefile_keeps_removed_ips_for_the_ttl() {
     // Side by side with dig on the same path: windows differ by at most one probe interval
     // (plus the dig loop's own 100 ms sampling).
     let mut diffs = Vec::new();
-    for r in rows.iter().filter(|r| r["path"].as_str().unwrap().contains(&format!("/{first_pod}:"))) {
+    for r in rows.iter().filter(|r| {
+        r["path"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("/{first_pod}:"))
+    }) {
         let ip = r["target"].as_str().unwrap();
         let t0 = unix(&r["t0"]);
-        let last_dig = samples.iter().filter(|(t, ips)| *t >= t0 && ips.iter().any(|i| i == ip)).map(|s| s.0).fold(None, |a: Option<f64>, t| Some(a.map_or(t, |a| a.max(t))));
-        let first_gone = samples.iter().filter(|(t, ips)| Some(*t) > last_dig && *t >= t0 && !ips.is_empty() && !ips.iter().any(|i| i == ip)).map(|s| s.0).next();
+        let last_dig = samples
+            .iter()
+            .filter(|(t, ips)| *t >= t0 && ips.iter().any(|i| i == ip))
+            .map(|s| s.0)
+            .fold(None, |a: Option<f64>, t| Some(a.map_or(t, |a| a.max(t))));
+        let first_gone = samples
+            .iter()
+            .filter(|(t, ips)| {
+                Some(*t) > last_dig && *t >= t0 && !ips.is_empty() && !ips.iter().any(|i| i == ip)
+            })
+            .map(|s| s.0)
+            .next();
         if let Some(gone) = first_gone {
             let dig_window = gone - t0;
             let ours = f(&r["window_upper_s"]).unwrap();
@@ -188,16 +250,31 @@ fn classic_kubeadm_corefile_keeps_removed_ips_for_the_ttl() {
     // whois of a removed IP names its former pod and when it left.
     let removed = rows[0]["target"].as_str().unwrap().to_string();
     let former = rows[0]["pod"].as_str().unwrap().to_string();
-    let (wcode, out, werr) = run(Command::new(env!("CARGO_BIN_EXE_ghostip")).arg("--db").arg(&db).args([
-        "whois", &removed, "-o", "json",
-    ]));
+    let (wcode, out, werr) = run(Command::new(env!("CARGO_BIN_EXE_ghostip"))
+        .arg("--db")
+        .arg(&db)
+        .args(["whois", &removed, "-o", "json"]));
     assert_eq!(wcode, 0, "{out}{werr}");
     let w: Value = serde_json::from_str(&out).unwrap();
-    let owner = if w["at_time"].is_null() { &w["before"] } else { &w["at_time"] };
-    let pod = format!("{}/{}", owner["pod"]["namespace"].as_str().unwrap(), owner["pod"]["name"].as_str().unwrap());
+    let owner = if w["at_time"].is_null() {
+        &w["before"]
+    } else {
+        &w["at_time"]
+    };
+    let pod = format!(
+        "{}/{}",
+        owner["pod"]["namespace"].as_str().unwrap(),
+        owner["pod"]["name"].as_str().unwrap()
+    );
     assert_eq!(pod, former, "{w}");
-    assert!(!owner["closed"].is_null() || !owner["terminating"].is_null(), "when it left: {w}");
-    eprintln!("whois {removed}: {pod}, closed {} ({})", owner["closed"], owner["end_reason"]);
+    assert!(
+        !owner["closed"].is_null() || !owner["terminating"].is_null(),
+        "when it left: {w}"
+    );
+    eprintln!(
+        "whois {removed}: {pod}, closed {} ({})",
+        owner["closed"], owner["end_reason"]
+    );
 }
 
 /// Rolls demo/web out under `corefile`; every removed IP leaves every CoreDNS pod path
@@ -238,7 +315,12 @@ fn newest_kubeadm_corefile_converges_at_once_but_hands_out_ttl_30() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| (p["id"].as_str().unwrap().to_string(), f(&p["client_ttl_s"]).unwrap_or(0.0)))
+        .map(|p| {
+            (
+                p["id"].as_str().unwrap().to_string(),
+                f(&p["client_ttl_s"]).unwrap_or(0.0),
+            )
+        })
         .collect();
     assert!(!ttls.is_empty());
     for (path, ttl) in ttls {
@@ -247,13 +329,21 @@ fn newest_kubeadm_corefile_converges_at_once_but_hands_out_ttl_30() {
 }
 
 fn node1_metrics(port: u16) -> Option<String> {
-    let (code, out, _) =
-        run(lab("exec").args(["node-1", "curl", "-s", "--max-time", "2", &format!("http://127.0.0.1:{port}/metrics")]));
+    let (code, out, _) = run(lab("exec").args([
+        "node-1",
+        "curl",
+        "-s",
+        "--max-time",
+        "2",
+        &format!("http://127.0.0.1:{port}/metrics"),
+    ]));
     (code == 0 && !out.is_empty()).then_some(out)
 }
 
 fn synced(m: &str) -> Option<bool> {
-    m.lines().find(|l| l.starts_with("ghostip_truth_synced ")).map(|l| l.ends_with(" 1"))
+    m.lines()
+        .find(|l| l.starts_with("ghostip_truth_synced "))
+        .map(|l| l.ends_with(" 1"))
 }
 
 /// Polls every 250 ms, at most `max`, until `want(synced)`; returns when it happened.
@@ -287,7 +377,10 @@ fn watch_records_a_truth_gap_and_resumes_within_5s_of_the_api_server() {
         .spawn()
         .unwrap();
     let result = std::panic::catch_unwind(|| {
-        assert!(wait_synced(port, true, Duration::from_secs(30)).is_some(), "watch synced");
+        assert!(
+            wait_synced(port, true, Duration::from_secs(30)).is_some(),
+            "watch synced"
+        );
         let (code, _, err) = run(lab("component").args(["stop", "kube-apiserver"]));
         assert_eq!(code, 0, "{err}");
         let gap = wait_synced(port, false, Duration::from_secs(60));
@@ -295,14 +388,21 @@ fn watch_records_a_truth_gap_and_resumes_within_5s_of_the_api_server() {
         assert_eq!(code, 0, "{err}");
         // `lab/component start` returns once /readyz answers.
         let api_back = Instant::now();
-        assert!(gap.is_some(), "ghostip_truth_synced went to 0 while the API server was down");
+        assert!(
+            gap.is_some(),
+            "ghostip_truth_synced went to 0 while the API server was down"
+        );
         let resumed = wait_synced(port, true, Duration::from_secs(30)).expect("watch resumed");
         let took = resumed.duration_since(api_back);
         eprintln!("truth resynced {took:?} after the API server was ready again");
         assert!(took <= Duration::from_secs(5), "resumed after {took:?}");
     });
     // The watch process runs inside the netns; stop it by its command line.
-    let _ = run(Command::new("pkill").args(["-TERM", "-f", &format!("watch --listen 127.0.0.1:{port}")]));
+    let _ = run(Command::new("pkill").args([
+        "-TERM",
+        "-f",
+        &format!("watch --listen 127.0.0.1:{port}"),
+    ]));
     let _ = child.wait();
     if let Err(e) = result {
         std::panic::resume_unwind(e);

@@ -35,7 +35,14 @@ fn obs(path: PathIdx, at: Time, held: &[(Target, u32)]) -> Observation {
         path,
         service: svc(),
         at,
-        result: ObservationResult::Held(held.iter().map(|(t, ttl)| HeldTarget { target: *t, ttl: Some(*ttl) }).collect()),
+        result: ObservationResult::Held(
+            held.iter()
+                .map(|(t, ttl)| HeldTarget {
+                    target: *t,
+                    ttl: Some(*ttl),
+                })
+                .collect(),
+        ),
         latency: None,
     }
 }
@@ -48,7 +55,12 @@ fn set(ts: &[Target]) -> BTreeSet<Target> {
 fn synced() -> (Engine, PathIdx) {
     let mut e = Engine::new(EngineConfig::default());
     let p = dns_path(&mut e, 10, 30);
-    e.set_desired(Layer::Dns, &svc(), set(&[ip(1), ip(2), ip(3)]), ChangeTime::received_at(t(-60_000)));
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(1), ip(2), ip(3)]),
+        ChangeTime::received_at(t(-60_000)),
+    );
     e.truth_synced(t(-60_000));
     (e, p)
 }
@@ -57,8 +69,15 @@ fn synced() -> (Engine, PathIdx) {
 fn exact_window_for_a_removed_ip() {
     let (mut e, p) = synced();
     e.observe(&obs(p, t(-5_000), &[(ip(1), 25), (ip(2), 25), (ip(3), 25)]));
-    let ev = e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3), ip(4)]), ChangeTime::received_at(t(0)));
-    assert!(ev.iter().any(|e| matches!(e, EngineEvent::Opened(t) if t.kind == Discrepancy::Stale && t.target == ip(1))));
+    let ev = e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(2), ip(3), ip(4)]),
+        ChangeTime::received_at(t(0)),
+    );
+    assert!(ev.iter().any(
+        |e| matches!(e, EngineEvent::Opened(t) if t.kind == Discrepancy::Stale && t.target == ip(1))
+    ));
     // The cache keeps answering the old set for 20 s, probed every 250 ms.
     let mut at = 250;
     while at <= 20_000 {
@@ -96,35 +115,71 @@ fn exact_window_for_a_removed_ip() {
 #[test]
 fn over_expected_lag_and_tolerance() {
     let (mut e, p) = synced();
-    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(2), ip(3)]),
+        ChangeTime::received_at(t(0)),
+    );
     e.observe(&obs(p, t(31_000), &[(ip(1), 1), (ip(2), 1), (ip(3), 1)]));
     e.observe(&obs(p, t(31_250), &[(ip(2), 1), (ip(3), 1)]));
     let closed = e.tick(t(40_000));
-    let v = closed.iter().find_map(|e| match e { EngineEvent::Closed(t) => Some(t.verdict), _ => None }).unwrap();
+    let v = closed
+        .iter()
+        .find_map(|e| match e {
+            EngineEvent::Closed(t) => Some(t.verdict),
+            _ => None,
+        })
+        .unwrap();
     assert_eq!(v, Verdict::WithinExpectedLag, "31 s ≤ 30 s + 1 s tolerance");
 
     let (mut e, p) = synced();
-    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(2), ip(3)]),
+        ChangeTime::received_at(t(0)),
+    );
     e.observe(&obs(p, t(31_500), &[(ip(1), 1), (ip(2), 1), (ip(3), 1)]));
     e.observe(&obs(p, t(31_750), &[(ip(2), 1), (ip(3), 1)]));
     let closed = e.tick(t(40_000));
-    let v = closed.iter().find_map(|e| match e { EngineEvent::Closed(t) => Some(t.verdict), _ => None }).unwrap();
+    let v = closed
+        .iter()
+        .find_map(|e| match e {
+            EngineEvent::Closed(t) => Some(t.verdict),
+            _ => None,
+        })
+        .unwrap();
     assert_eq!(v, Verdict::OverExpectedLag);
 }
 
 #[test]
 fn a_flapping_path_resets_convergence() {
     let (mut e, p) = synced();
-    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(2), ip(3)]),
+        ChangeTime::received_at(t(0)),
+    );
     e.observe(&obs(p, t(1_000), &[(ip(1), 5), (ip(2), 5), (ip(3), 5)]));
     e.observe(&obs(p, t(2_000), &[(ip(2), 5), (ip(3), 5)]));
     // Another CoreDNS replica behind the same address still had it: it comes back.
     let ev = e.observe(&obs(p, t(3_000), &[(ip(1), 3), (ip(2), 5), (ip(3), 5)]));
     assert!(ev.iter().any(|e| matches!(e, EngineEvent::Reappeared(_))));
-    assert!(e.tick(t(6_000)).is_empty(), "a reappeared target is not converged");
+    assert!(
+        e.tick(t(6_000)).is_empty(),
+        "a reappeared target is not converged"
+    );
     e.observe(&obs(p, t(4_000), &[(ip(2), 5), (ip(3), 5)]));
     let closed = e.tick(t(7_000));
-    let tr = closed.iter().find_map(|e| match e { EngineEvent::Closed(t) => Some(t.clone()), _ => None }).unwrap();
+    let tr = closed
+        .iter()
+        .find_map(|e| match e {
+            EngineEvent::Closed(t) => Some(t.clone()),
+            _ => None,
+        })
+        .unwrap();
     assert_eq!(tr.reappearances, 1);
     assert_eq!(tr.last_wrong, Some(t(3_000)));
     assert_eq!(tr.converged_by, Some(t(4_000)));
@@ -134,11 +189,21 @@ fn a_flapping_path_resets_convergence() {
 fn nothing_is_judged_before_the_truth_synced() {
     let mut e = Engine::new(EngineConfig::default());
     let p = dns_path(&mut e, 10, 30);
-    e.set_desired(Layer::Dns, &svc(), set(&[ip(2)]), ChangeTime::received_at(t(0)));
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(2)]),
+        ChangeTime::received_at(t(0)),
+    );
     let ev = e.observe(&obs(p, t(100), &[(ip(1), 30), (ip(2), 30)]));
     assert!(ev.is_empty());
     assert_eq!(e.open_count(), 0);
-    e.set_desired(Layer::Dns, &svc(), set(&[ip(3)]), ChangeTime::received_at(t(200)));
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(3)]),
+        ChangeTime::received_at(t(200)),
+    );
     assert_eq!(e.open_count(), 0, "changes before sync are the baseline");
 }
 
@@ -149,12 +214,29 @@ fn truth_gaps_never_produce_staleness() {
     // During the gap the path holds something the (stale) truth does not have.
     let ev = e.observe(&obs(p, t(1_000), &[(ip(1), 30), (ip(2), 30), (ip(9), 30)]));
     assert!(ev.is_empty());
-    let ev = e.set_desired(Layer::Dns, &svc(), set(&[ip(2)]), ChangeTime::received_at(t(2_000)));
-    assert!(ev.is_empty(), "no tracking opens while the truth is not synced");
+    let ev = e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(2)]),
+        ChangeTime::received_at(t(2_000)),
+    );
+    assert!(
+        ev.is_empty(),
+        "no tracking opens while the truth is not synced"
+    );
     e.truth_synced(t(5_000));
     assert_eq!(e.gaps(), &[(t(0), Some(t(5_000)))]);
     // A change whose t0 fell inside the gap is measured but not judged.
-    e.set_desired(Layer::Dns, &svc(), set(&[ip(3)]), ChangeTime { t0: t(4_000), received: t(5_000), from_trigger_annotation: true });
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(3)]),
+        ChangeTime {
+            t0: t(4_000),
+            received: t(5_000),
+            from_trigger_annotation: true,
+        },
+    );
     e.observe(&obs(p, t(6_000), &[(ip(3), 30)]));
     let closed = e.tick(t(60_000));
     assert!(!closed.is_empty());
@@ -168,20 +250,36 @@ fn truth_gaps_never_produce_staleness() {
 #[test]
 fn a_gap_during_an_open_window_unjudges_it() {
     let (mut e, p) = synced();
-    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(2), ip(3)]),
+        ChangeTime::received_at(t(0)),
+    );
     e.observe(&obs(p, t(1_000), &[(ip(1), 30), (ip(2), 30), (ip(3), 30)]));
     e.truth_gap(t(2_000));
     e.truth_synced(t(3_000));
     e.observe(&obs(p, t(4_000), &[(ip(2), 30), (ip(3), 30)]));
     let closed = e.tick(t(10_000));
-    let v = closed.iter().find_map(|e| match e { EngineEvent::Closed(t) => Some(t.verdict), _ => None }).unwrap();
+    let v = closed
+        .iter()
+        .find_map(|e| match e {
+            EngineEvent::Closed(t) => Some(t.verdict),
+            _ => None,
+        })
+        .unwrap();
     assert_eq!(v, Verdict::Unjudged(Unjudged::TruthGap));
 }
 
 #[test]
 fn failures_are_counted_not_judged() {
     let (mut e, p) = synced();
-    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(2), ip(3)]),
+        ChangeTime::received_at(t(0)),
+    );
     for i in 1..=4 {
         let ev = e.observe(&Observation {
             path: p,
@@ -202,7 +300,12 @@ fn failures_are_counted_not_judged() {
 #[test]
 fn stuck_after_ten_times_the_expected_lag_or_five_minutes() {
     let (mut e, p) = synced();
-    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(2), ip(3)]),
+        ChangeTime::received_at(t(0)),
+    );
     e.observe(&obs(p, t(1_000), &[(ip(1), 30), (ip(2), 30), (ip(3), 30)]));
     assert!(e.tick(t(299_000)).is_empty());
     let ev = e.tick(t(300_000));
@@ -211,17 +314,31 @@ fn stuck_after_ten_times_the_expected_lag_or_five_minutes() {
     // If it later converges, the verdict stays stuck.
     e.observe(&obs(p, t(400_000), &[(ip(2), 30), (ip(3), 30)]));
     let ev = e.tick(t(410_000));
-    let v = ev.iter().find_map(|e| match e { EngineEvent::Closed(t) => Some(t.verdict), _ => None }).unwrap();
+    let v = ev
+        .iter()
+        .find_map(|e| match e {
+            EngineEvent::Closed(t) => Some(t.verdict),
+            _ => None,
+        })
+        .unwrap();
     assert_eq!(v, Verdict::Stuck);
 }
 
 #[test]
 fn stale_found_without_seeing_the_change_is_dated_by_the_departure_when_known() {
     let (mut e, p) = synced();
-    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(2), ip(3)]),
+        ChangeTime::received_at(t(0)),
+    );
     let p2 = dns_path(&mut e, 11, 30); // a new CoreDNS pod appears after the change
     e.observe(&obs(p2, t(2_000), &[(ip(1), 3), (ip(2), 3)]));
-    let open: Vec<_> = e.open_trackings().filter(|t| t.path == p2 && t.kind == Discrepancy::Stale).collect();
+    let open: Vec<_> = e
+        .open_trackings()
+        .filter(|t| t.path == p2 && t.kind == Discrepancy::Stale)
+        .collect();
     assert_eq!(open.len(), 1);
     assert_eq!(open[0].change.map(|c| c.t0), Some(t(0)));
     // Unknown departure: an IP that was never in the truth.
@@ -234,21 +351,50 @@ fn stale_found_without_seeing_the_change_is_dated_by_the_departure_when_known() 
 #[test]
 fn readded_target_cancels_its_stale_tracking() {
     let (mut e, p) = synced();
-    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(2), ip(3)]),
+        ChangeTime::received_at(t(0)),
+    );
     e.observe(&obs(p, t(1_000), &[(ip(1), 30), (ip(2), 30), (ip(3), 30)]));
-    let ev = e.set_desired(Layer::Dns, &svc(), set(&[ip(1), ip(2), ip(3)]), ChangeTime::received_at(t(2_000)));
-    assert!(ev.iter().any(|e| matches!(e, EngineEvent::Closed(t) if t.verdict == Verdict::Unjudged(Unjudged::Readded))));
+    let ev = e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(1), ip(2), ip(3)]),
+        ChangeTime::received_at(t(2_000)),
+    );
+    assert!(ev.iter().any(
+        |e| matches!(e, EngineEvent::Closed(t) if t.verdict == Verdict::Unjudged(Unjudged::Readded))
+    ));
 }
 
 #[test]
 fn exposure_counts_only_the_dead_part_of_the_window() {
     let (mut e, p) = synced();
-    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
-    e.endpoint_dead(ip(1).ip, Death { since: t(2_000), source: DeathSource::ConnectProbe });
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(2), ip(3)]),
+        ChangeTime::received_at(t(0)),
+    );
+    e.endpoint_dead(
+        ip(1).ip,
+        Death {
+            since: t(2_000),
+            source: DeathSource::ConnectProbe,
+        },
+    );
     e.observe(&obs(p, t(10_000), &[(ip(1), 30), (ip(2), 30), (ip(3), 30)]));
     e.observe(&obs(p, t(10_250), &[(ip(2), 30), (ip(3), 30)]));
     let closed = e.tick(t(20_000));
-    let tr = closed.iter().find_map(|e| match e { EngineEvent::Closed(t) => Some(t.clone()), _ => None }).unwrap();
+    let tr = closed
+        .iter()
+        .find_map(|e| match e {
+            EngineEvent::Closed(t) => Some(t.clone()),
+            _ => None,
+        })
+        .unwrap();
     let x = tr.exposure(e.death(ip(1).ip)).unwrap();
     assert_eq!(x.lower, Duration::from_secs(8));
     assert_eq!(x.upper, Duration::from_millis(8_250));
@@ -257,7 +403,12 @@ fn exposure_counts_only_the_dead_part_of_the_window() {
 #[test]
 fn removed_path_closes_unconverged_trackings_unjudged() {
     let (mut e, p) = synced();
-    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(0)));
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(2), ip(3)]),
+        ChangeTime::received_at(t(0)),
+    );
     let ev = e.remove_path(p, t(1_000));
     assert!(ev.iter().any(|e| matches!(e, EngineEvent::Closed(t) if t.verdict == Verdict::Unjudged(Unjudged::PathRemoved))));
     assert_eq!(e.paths().count(), 0);
@@ -267,16 +418,46 @@ fn removed_path_closes_unconverged_trackings_unjudged() {
 fn datapath_targets_with_ports_compare_like_dns_ones() {
     let mut e = Engine::new(EngineConfig::default());
     let p = e.add_path(
-        PathInfo { id: "iptables/node-2".into(), kind: PathKind::Iptables, description: "iptables on node-2".into(), node: Some("node-2".into()) },
+        PathInfo {
+            id: "iptables/node-2".into(),
+            kind: PathKind::Iptables,
+            description: "iptables on node-2".into(),
+            node: Some("node-2".into()),
+        },
         Duration::from_secs(1),
     );
     let a = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 2, 5)), 53);
     let b = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 2, 6)), 53);
     let _ = Protocol::Udp;
-    e.set_desired(Layer::Datapath, &svc(), set(&[a, b]), ChangeTime::received_at(t(0)));
+    e.set_desired(
+        Layer::Datapath,
+        &svc(),
+        set(&[a, b]),
+        ChangeTime::received_at(t(0)),
+    );
     e.truth_synced(t(0));
-    e.set_desired(Layer::Datapath, &svc(), set(&[b]), ChangeTime::received_at(t(1_000)));
-    e.observe(&Observation { path: p, service: svc(), at: t(61_000), result: ObservationResult::Held(vec![HeldTarget { target: a, ttl: None }, HeldTarget { target: b, ttl: None }]), latency: None });
+    e.set_desired(
+        Layer::Datapath,
+        &svc(),
+        set(&[b]),
+        ChangeTime::received_at(t(1_000)),
+    );
+    e.observe(&Observation {
+        path: p,
+        service: svc(),
+        at: t(61_000),
+        result: ObservationResult::Held(vec![
+            HeldTarget {
+                target: a,
+                ttl: None,
+            },
+            HeldTarget {
+                target: b,
+                ttl: None,
+            },
+        ]),
+        latency: None,
+    });
     let ev = e.tick(t(302_000));
     assert!(matches!(ev.as_slice(), [EngineEvent::Stuck(t)] if t.target == a));
 }
@@ -361,7 +542,12 @@ fn answers_older_than_the_change_do_not_count() {
     let (mut e, p) = synced();
     // The truth event arrives at 1 s but says the change happened at 1 s; an answer
     // stamped 0.9 s (sent before, processed after) still holds the IP legitimately.
-    e.set_desired(Layer::Dns, &svc(), set(&[ip(2), ip(3)]), ChangeTime::received_at(t(1_000)));
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(2), ip(3)]),
+        ChangeTime::received_at(t(1_000)),
+    );
     let ev = e.observe(&obs(p, t(900), &[(ip(1), 5), (ip(2), 5), (ip(3), 5)]));
     assert!(!ev.iter().any(|e| matches!(e, EngineEvent::Converging(_))));
     let tr = e.open_trackings().find(|t| t.target == ip(1)).unwrap();
@@ -370,5 +556,11 @@ fn answers_older_than_the_change_do_not_count() {
     let ev = e.observe(&obs(p, t(950), &[(ip(2), 5), (ip(3), 5)]));
     assert!(ev.is_empty());
     e.observe(&obs(p, t(1_250), &[(ip(2), 5), (ip(3), 5)]));
-    assert_eq!(e.open_trackings().find(|t| t.target == ip(1)).unwrap().converged_by, Some(t(1_250)));
+    assert_eq!(
+        e.open_trackings()
+            .find(|t| t.target == ip(1))
+            .unwrap()
+            .converged_by,
+        Some(t(1_250))
+    );
 }

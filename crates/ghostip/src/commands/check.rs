@@ -36,13 +36,23 @@ struct Row {
 pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outcome> {
     let conn = kube_connect(g).await?;
     // The DNS paths live in kube-system, so the truth is listed cluster-wide and filtered after.
-    let scope = WatchScope { namespace: None, ..WatchScope::default() };
-    let snap = snapshot(&conn, &scope, args.request_timeout, &SystemClock).await.context("reading the truth")?;
+    let scope = WatchScope {
+        namespace: None,
+        ..WatchScope::default()
+    };
+    let snap = snapshot(&conn, &scope, args.request_timeout, &SystemClock)
+        .await
+        .context("reading the truth")?;
     let at = snap.at;
     let filter = ServiceFilter {
         namespace: args.scope.namespace.clone(),
         only: None,
-        selector: args.scope.selector.as_deref().map(ServiceFilter::parse_selector).unwrap_or_default(),
+        selector: args
+            .scope
+            .selector
+            .as_deref()
+            .map(ServiceFilter::parse_selector)
+            .unwrap_or_default(),
     };
     let path_cfg = PathConfig {
         pods: !args.dns.no_pod_paths,
@@ -52,7 +62,10 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
         ..PathConfig::default()
     };
     let paths = discover(&snap.truth, &path_cfg);
-    let names_cfg = NameConfig { zone: args.dns.zone.clone(), ..NameConfig::default() };
+    let names_cfg = NameConfig {
+        zone: args.dns.zone.clone(),
+        ..NameConfig::default()
+    };
     let services: Vec<_> = snap
         .truth
         .services()
@@ -64,22 +77,42 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
     // The same engine as watch and rollout: the truth now is the baseline, every path is
     // observed once, and whatever does not match opens a tracking.
     let mut engine = Engine::new(ghostip_core::engine::EngineConfig::default());
-    let idx: Vec<_> = paths.iter().map(|p| engine.add_path(p.info.clone(), Duration::from_secs(5))).collect();
+    let idx: Vec<_> = paths
+        .iter()
+        .map(|p| engine.add_path(p.info.clone(), Duration::from_secs(5)))
+        .collect();
     for key in &services {
-        let set = snap.truth.dns_answers(key).into_iter().filter(std::net::IpAddr::is_ipv4).map(Target::ip).collect();
+        let set = snap
+            .truth
+            .dns_answers(key)
+            .into_iter()
+            .filter(std::net::IpAddr::is_ipv4)
+            .map(Target::ip)
+            .collect();
         engine.set_desired(Layer::Dns, key, set, ChangeTime::received_at(at));
     }
     engine.truth_synced(at);
 
-    let qcfg = QueryConfig { timeout: args.dns.query_timeout, ..QueryConfig::default() };
+    let qcfg = QueryConfig {
+        timeout: args.dns.query_timeout,
+        ..QueryConfig::default()
+    };
     let qps = std::num::NonZeroU32::new(args.dns.qps).context("--qps must be at least 1")?;
     let budget = Budget::per_second(qps);
     let mut rows = Vec::new();
     for key in &services {
-        let names = service_names(&snap.truth, key, &names_cfg).with_context(|| format!("building DNS names of {key}"))?;
-        let Some(name) = names.iter().find(|n| n.qtype == QueryType::A) else { continue };
-        let expected: Vec<String> =
-            snap.truth.dns_answers(key).iter().filter(|i| i.is_ipv4()).map(|i| i.to_string()).collect();
+        let names = service_names(&snap.truth, key, &names_cfg)
+            .with_context(|| format!("building DNS names of {key}"))?;
+        let Some(name) = names.iter().find(|n| n.qtype == QueryType::A) else {
+            continue;
+        };
+        let expected: Vec<String> = snap
+            .truth
+            .dns_answers(key)
+            .iter()
+            .filter(|i| i.is_ipv4())
+            .map(|i| i.to_string())
+            .collect();
         for (path, pidx) in paths.iter().zip(&idx) {
             budget.acquire().await;
             let started = std::time::Instant::now();
@@ -94,7 +127,12 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
                 }
                 Err(e) => {
                     let reason = e.reason;
-                    (ObservationResult::Failed(reason.clone()), Vec::new(), None, Some(reason.to_string()))
+                    (
+                        ObservationResult::Failed(reason.clone()),
+                        Vec::new(),
+                        None,
+                        Some(reason.to_string()),
+                    )
                 }
             };
             let obs = Observation {
@@ -105,10 +143,20 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
                 latency: Some(started.elapsed()),
             };
             engine.observe(&obs);
-            let open: Vec<_> = engine.open_trackings().filter(|t| t.path == *pidx && &t.service == key).collect();
-            let stale: Vec<String> = open.iter().filter(|t| t.kind == Discrepancy::Stale).map(|t| t.target.to_string()).collect();
-            let missing: Vec<String> =
-                open.iter().filter(|t| t.kind == Discrepancy::Missing).map(|t| t.target.to_string()).collect();
+            let open: Vec<_> = engine
+                .open_trackings()
+                .filter(|t| t.path == *pidx && &t.service == key)
+                .collect();
+            let stale: Vec<String> = open
+                .iter()
+                .filter(|t| t.kind == Discrepancy::Stale)
+                .map(|t| t.target.to_string())
+                .collect();
+            let missing: Vec<String> = open
+                .iter()
+                .filter(|t| t.kind == Discrepancy::Missing)
+                .map(|t| t.target.to_string())
+                .collect();
             let state = match (&error, stale.is_empty(), missing.is_empty()) {
                 (Some(_), _, _) => "failed",
                 (None, true, true) => "ok",
@@ -128,7 +176,10 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
             });
         }
     }
-    let bad = rows.iter().filter(|r| matches!(r.state, "stale" | "missing")).count();
+    let bad = rows
+        .iter()
+        .filter(|r| matches!(r.state, "stale" | "missing"))
+        .count();
     let failed = rows.iter().filter(|r| r.state == "failed").count();
     match g.output {
         OutputFormat::Json => print_json(&serde_json::json!({
@@ -140,14 +191,24 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
         }))?,
         OutputFormat::Table => print!("{}", render(&rows, paths.len(), services.len())),
     }
-    Ok(if bad > 0 { Outcome::Finding } else { Outcome::Clean })
+    Ok(if bad > 0 {
+        Outcome::Finding
+    } else {
+        Outcome::Clean
+    })
 }
 
-fn filter_matches(f: &ServiceFilter, truth: &ghostip_core::truth::Truth, key: &ghostip_core::ServiceKey) -> bool {
+fn filter_matches(
+    f: &ServiceFilter,
+    truth: &ghostip_core::truth::Truth,
+    key: &ghostip_core::ServiceKey,
+) -> bool {
     if f.namespace.as_ref().is_some_and(|ns| ns != &key.namespace) {
         return false;
     }
-    let Some(svc) = truth.service(key) else { return false };
+    let Some(svc) = truth.service(key) else {
+        return false;
+    };
     f.selector.iter().all(|(k, v, neg)| {
         let hit = match v {
             Some(v) => svc.labels.get(k) == Some(v),
@@ -160,7 +221,9 @@ fn filter_matches(f: &ServiceFilter, truth: &ghostip_core::truth::Truth, key: &g
 fn render(rows: &[Row], paths: usize, services: usize) -> String {
     let mut out = String::new();
     let mut t = Table::new();
-    t.load_style(UTF8_FULL_CONDENSED).set_header(vec!["SERVICE", "PATH", "STATE", "STALE", "MISSING", "TTL", "DETAIL"]);
+    t.load_style(UTF8_FULL_CONDENSED).set_header(vec![
+        "SERVICE", "PATH", "STATE", "STALE", "MISSING", "TTL", "DETAIL",
+    ]);
     let mut by_state: BTreeMap<&str, usize> = BTreeMap::new();
     for r in rows {
         *by_state.entry(r.state).or_default() += 1;
@@ -176,6 +239,14 @@ fn render(rows: &[Row], paths: usize, services: usize) -> String {
     }
     let _ = writeln!(out, "{t}");
     let counts: Vec<String> = by_state.iter().map(|(k, v)| format!("{v} {k}")).collect();
-    let _ = writeln!(out, "{services} headless services × {paths} DNS paths: {}", if counts.is_empty() { "nothing to check".into() } else { counts.join(", ") });
+    let _ = writeln!(
+        out,
+        "{services} headless services × {paths} DNS paths: {}",
+        if counts.is_empty() {
+            "nothing to check".into()
+        } else {
+            counts.join(", ")
+        }
+    );
     out
 }

@@ -57,17 +57,26 @@ pub fn hint_for(e: &anyhow::Error) -> Option<&'static str> {
         if let Some(l) = cause.downcast_ref::<LedgerError>() {
             let text = l.to_string();
             if text.contains("newer") {
-                return Some("this database was written by a newer ghostip; upgrade, or pass --db with another file");
+                return Some(
+                    "this database was written by a newer ghostip; upgrade, or pass --db with another file",
+                );
             }
-            return Some("pass --db PATH to use another database file; the existing file was left untouched");
+            return Some(
+                "pass --db PATH to use another database file; the existing file was left untouched",
+            );
         }
     }
     None
 }
 
 pub(crate) async fn kube_connect(g: &GlobalArgs) -> anyhow::Result<Connection> {
-    let opts = ConnectOptions { kubeconfig: g.kubeconfig.clone(), context: g.context.clone() };
-    crate::kube::connect(&opts).await.context("connecting to Kubernetes")
+    let opts = ConnectOptions {
+        kubeconfig: g.kubeconfig.clone(),
+        context: g.context.clone(),
+    };
+    crate::kube::connect(&opts)
+        .await
+        .context("connecting to Kubernetes")
 }
 
 pub(crate) fn open_ledger(g: &GlobalArgs) -> anyhow::Result<Ledger> {
@@ -87,7 +96,11 @@ pub(crate) fn probe_settings(d: &DnsArgs, sweep: Duration) -> anyhow::Result<Pro
     })
 }
 
-pub(crate) fn session_config(d: &DnsArgs, filter: ServiceFilter, record_timeline: bool) -> SessionConfig {
+pub(crate) fn session_config(
+    d: &DnsArgs,
+    filter: ServiceFilter,
+    record_timeline: bool,
+) -> SessionConfig {
     SessionConfig {
         paths: PathConfig {
             pods: !d.no_pod_paths,
@@ -96,7 +109,10 @@ pub(crate) fn session_config(d: &DnsArgs, filter: ServiceFilter, record_timeline
             overrides: d.dns_servers.clone(),
             ..PathConfig::default()
         },
-        names: NameConfig { zone: d.zone.clone(), ..NameConfig::default() },
+        names: NameConfig {
+            zone: d.zone.clone(),
+            ..NameConfig::default()
+        },
         filter,
         engine: EngineConfig::default(),
         record_timeline,

@@ -93,12 +93,19 @@ impl Pipeline {
             sweep_period: probe.sweep,
             ..ProberConfig::default()
         };
-        let query = QueryConfig { timeout: probe.query_timeout, ..QueryConfig::default() };
+        let query = QueryConfig {
+            timeout: probe.query_timeout,
+            ..QueryConfig::default()
+        };
         let prober = Prober::new(cfg, query);
         let stats = prober.stats();
         // Connect probes have their own small budget so exposure checks never starve DNS.
         let connect_budget = Budget::per_second(NonZeroU32::new(20).unwrap_or(NonZeroU32::MIN));
-        let connect = Arc::new(ConnectProber::new(connect_budget, Duration::from_millis(500), TokioClock::new()));
+        let connect = Arc::new(ConnectProber::new(
+            connect_budget,
+            Duration::from_millis(500),
+            TokioClock::new(),
+        ));
         let (probe_tx, cmd_rx) = mpsc::channel(256);
         let (ev_tx, probe_rx) = mpsc::channel(4096);
         tokio::spawn(prober.run(cmd_rx, ev_tx, cancel.child_token()));
@@ -180,9 +187,10 @@ impl Pipeline {
         for t in &actions.sync {
             if let Some(l) = &self.ledger {
                 let op = match t {
-                    SyncTransition::GapStarted { at, error, kind } => {
-                        LedgerOp::TruthGapStart { at: *at, reason: format!("{kind}: {error}") }
-                    }
+                    SyncTransition::GapStarted { at, error, kind } => LedgerOp::TruthGapStart {
+                        at: *at,
+                        reason: format!("{kind}: {error}"),
+                    },
                     SyncTransition::GapEnded { at, .. } => LedgerOp::TruthGapEnd { at: *at },
                 };
                 let _ = l.send(op).await;
@@ -216,19 +224,36 @@ impl Pipeline {
     async fn ledger_truth(&self, r: &Received) {
         let Some(l) = &self.ledger else { return };
         let op = match &r.event {
-            TruthEvent::PodApplied(p) => LedgerOp::ApplyPod { pod: p.clone(), at: r.at },
-            TruthEvent::PodDeleted(p) => LedgerOp::PodGone { pod: p.clone(), at: r.at },
+            TruthEvent::PodApplied(p) => LedgerOp::ApplyPod {
+                pod: p.clone(),
+                at: r.at,
+            },
+            TruthEvent::PodDeleted(p) => LedgerOp::PodGone {
+                pod: p.clone(),
+                at: r.at,
+            },
             TruthEvent::RelistStarted(crate::kube::ResourceKind::Pods) => LedgerOp::BeginPodRelist,
-            TruthEvent::RelistDone(crate::kube::ResourceKind::Pods) => LedgerOp::FinishPodRelist { at: r.at },
+            TruthEvent::RelistDone(crate::kube::ResourceKind::Pods) => {
+                LedgerOp::FinishPodRelist { at: r.at }
+            }
             TruthEvent::SliceApplied(s) => {
                 let key = s.service_key();
-                let endpoints = self.session.truth.slices_of(&key).flat_map(|s| s.endpoints.iter().cloned()).collect();
+                let endpoints = self
+                    .session
+                    .truth
+                    .slices_of(&key)
+                    .flat_map(|s| s.endpoints.iter().cloned())
+                    .collect();
                 let at = ghostip_core::ChangeTime {
                     t0: s.trigger_time.unwrap_or(r.at),
                     received: r.at,
                     from_trigger_annotation: s.trigger_time.is_some(),
                 };
-                LedgerOp::SyncMemberships { service: key, endpoints, at }
+                LedgerOp::SyncMemberships {
+                    service: key,
+                    endpoints,
+                    at,
+                }
             }
             _ => return,
         };
@@ -242,23 +267,32 @@ impl Pipeline {
                 let engine = &self.session.engine;
                 m.observe_event(&ev, |t| engine.path(t.path).map(|p| (p.layer(), p.kind)));
             }
-            let (EngineEvent::Closed(t) | EngineEvent::Stuck(t)) = &ev else { continue };
+            let (EngineEvent::Closed(t) | EngineEvent::Stuck(t)) = &ev else {
+                continue;
+            };
             if matches!(t.verdict, Verdict::Unjudged(_)) && t.kind == Discrepancy::Missing {
                 continue;
             }
             if let Some(l) = &self.ledger
-                && let Some(rec) = self.finding(t, matches!(ev, EngineEvent::Stuck(_))) {
-                    let _ = l.send(LedgerOp::Finding(rec)).await;
-                }
+                && let Some(rec) = self.finding(t, matches!(ev, EngineEvent::Stuck(_)))
+            {
+                let _ = l.send(LedgerOp::Finding(rec)).await;
+            }
         }
     }
 
     fn finding(&self, t: &Tracking, stuck: bool) -> Option<FindingRecord> {
         let path = self.session.engine.path(t.path)?;
         let change = t.change;
-        let exposure = t.exposure(self.session.engine.death(t.target.ip)).map(|x| x.upper);
+        let exposure = t
+            .exposure(self.session.engine.death(t.target.ip))
+            .map(|x| x.upper);
         let former_pod = self.session.former_pod(t.target.ip).and_then(|s| {
-            s.split_once('/').map(|(ns, n)| ghostip_core::PodRef { namespace: ns.into(), name: n.into(), uid: String::new() })
+            s.split_once('/').map(|(ns, n)| ghostip_core::PodRef {
+                namespace: ns.into(),
+                name: n.into(),
+                uid: String::new(),
+            })
         });
         Some(FindingRecord {
             kind: if stuck {
@@ -291,28 +325,52 @@ impl Pipeline {
         for ((kind, source), n) in &snap.queries {
             let key = (*kind, *source);
             let before = self.reported.queries.get(&key).copied().unwrap_or(0);
-            m.probe_queries.get_or_create(&QueryLabels { path_kind: kind.to_string() }).inc_by(n.saturating_sub(before));
+            m.probe_queries
+                .get_or_create(&QueryLabels {
+                    path_kind: kind.to_string(),
+                })
+                .inc_by(n.saturating_sub(before));
         }
         for ((kind, reason), n) in &snap.errors {
-            let before = self.reported.errors.get(&(*kind, *reason)).copied().unwrap_or(0);
+            let before = self
+                .reported
+                .errors
+                .get(&(*kind, *reason))
+                .copied()
+                .unwrap_or(0);
             m.probe_errors
-                .get_or_create(&ErrorLabels { path_kind: kind.to_string(), reason: (*reason).to_string() })
+                .get_or_create(&ErrorLabels {
+                    path_kind: kind.to_string(),
+                    reason: (*reason).to_string(),
+                })
                 .inc_by(n.saturating_sub(before));
         }
         self.reported = snap;
         let engine = &self.session.engine;
         let stale = engine.stale_now();
-        let mut stuck_by_node: std::collections::BTreeMap<(Layer, String), i64> = Default::default();
+        let mut stuck_by_node: std::collections::BTreeMap<(Layer, String), i64> =
+            Default::default();
         for (idx, info) in engine.paths() {
             let node = info.node.clone().unwrap_or_default();
             m.stale_endpoints
-                .get_or_create(&StaleLabels { layer: info.layer().to_string(), path_kind: info.kind.to_string(), node: node.clone() })
+                .get_or_create(&StaleLabels {
+                    layer: info.layer().to_string(),
+                    path_kind: info.kind.to_string(),
+                    node: node.clone(),
+                })
                 .set(stale.get(&idx).copied().unwrap_or(0) as i64);
-            let stuck = engine.open_trackings().any(|t| t.path == idx && t.was_stuck && t.converged_by.is_none());
+            let stuck = engine
+                .open_trackings()
+                .any(|t| t.path == idx && t.was_stuck && t.converged_by.is_none());
             *stuck_by_node.entry((info.layer(), node)).or_default() += i64::from(stuck);
         }
         for ((layer, node), n) in stuck_by_node {
-            m.stuck_paths.get_or_create(&StuckLabels { layer: layer.to_string(), node }).set(n);
+            m.stuck_paths
+                .get_or_create(&StuckLabels {
+                    layer: layer.to_string(),
+                    node,
+                })
+                .set(n);
         }
     }
 

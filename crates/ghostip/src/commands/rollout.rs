@@ -40,7 +40,9 @@ fn parse_workload(s: &str) -> anyhow::Result<(Kind, String)> {
         "deployment" | "deployments" | "deploy" | "deployment.apps" => Kind::Deployment,
         "statefulset" | "statefulsets" | "sts" | "statefulset.apps" => Kind::StatefulSet,
         "daemonset" | "daemonsets" | "ds" | "daemonset.apps" => Kind::DaemonSet,
-        other => bail!("unsupported workload kind `{other}` (use deployment, statefulset or daemonset)"),
+        other => {
+            bail!("unsupported workload kind `{other}` (use deployment, statefulset or daemonset)")
+        }
     };
     if name.is_empty() {
         bail!("`{s}` has no name");
@@ -54,18 +56,30 @@ struct WorkloadState {
     complete: bool,
 }
 
-async fn workload_state(conn: &Connection, ns: &str, kind: Kind, name: &str) -> anyhow::Result<WorkloadState> {
+async fn workload_state(
+    conn: &Connection,
+    ns: &str,
+    kind: Kind,
+    name: &str,
+) -> anyhow::Result<WorkloadState> {
     let c = conn.client.clone();
     let what = format!("{kind:?} {ns}/{name}").to_lowercase();
     Ok(match kind {
         Kind::Deployment => {
-            let d = Api::<Deployment>::namespaced(c, ns).get(name).await.with_context(|| format!("reading {what}"))?;
+            let d = Api::<Deployment>::namespaced(c, ns)
+                .get(name)
+                .await
+                .with_context(|| format!("reading {what}"))?;
             let spec = d.spec.unwrap_or_default();
             let st = d.status.unwrap_or_default();
             let want = spec.replicas.unwrap_or(1);
             let generation = d.metadata.generation.unwrap_or(0);
             WorkloadState {
-                labels: spec.template.metadata.and_then(|m| m.labels).unwrap_or_default(),
+                labels: spec
+                    .template
+                    .metadata
+                    .and_then(|m| m.labels)
+                    .unwrap_or_default(),
                 complete: st.observed_generation.unwrap_or(0) >= generation
                     && st.updated_replicas.unwrap_or(0) == want
                     && st.replicas.unwrap_or(0) == want
@@ -73,12 +87,19 @@ async fn workload_state(conn: &Connection, ns: &str, kind: Kind, name: &str) -> 
             }
         }
         Kind::StatefulSet => {
-            let s = Api::<StatefulSet>::namespaced(c, ns).get(name).await.with_context(|| format!("reading {what}"))?;
+            let s = Api::<StatefulSet>::namespaced(c, ns)
+                .get(name)
+                .await
+                .with_context(|| format!("reading {what}"))?;
             let spec = s.spec.unwrap_or_default();
             let st = s.status.unwrap_or_default();
             let want = spec.replicas.unwrap_or(1);
             WorkloadState {
-                labels: spec.template.metadata.and_then(|m| m.labels).unwrap_or_default(),
+                labels: spec
+                    .template
+                    .metadata
+                    .and_then(|m| m.labels)
+                    .unwrap_or_default(),
                 complete: st.observed_generation.unwrap_or(0) >= s.metadata.generation.unwrap_or(0)
                     && st.updated_replicas.unwrap_or(0) == want
                     && st.ready_replicas.unwrap_or(0) == want
@@ -86,11 +107,18 @@ async fn workload_state(conn: &Connection, ns: &str, kind: Kind, name: &str) -> 
             }
         }
         Kind::DaemonSet => {
-            let d = Api::<DaemonSet>::namespaced(c, ns).get(name).await.with_context(|| format!("reading {what}"))?;
+            let d = Api::<DaemonSet>::namespaced(c, ns)
+                .get(name)
+                .await
+                .with_context(|| format!("reading {what}"))?;
             let spec = d.spec.unwrap_or_default();
             let st = d.status.unwrap_or_default();
             WorkloadState {
-                labels: spec.template.metadata.and_then(|m| m.labels).unwrap_or_default(),
+                labels: spec
+                    .template
+                    .metadata
+                    .and_then(|m| m.labels)
+                    .unwrap_or_default(),
                 complete: st.observed_generation.unwrap_or(0) >= d.metadata.generation.unwrap_or(0)
                     && st.updated_number_scheduled.unwrap_or(0) == st.desired_number_scheduled
                     && st.number_available.unwrap_or(0) == st.desired_number_scheduled,
@@ -100,7 +128,11 @@ async fn workload_state(conn: &Connection, ns: &str, kind: Kind, name: &str) -> 
 }
 
 /// Services in `ns` whose selector matches the pod template labels.
-async fn services_of(conn: &Connection, ns: &str, labels: &BTreeMap<String, String>) -> anyhow::Result<Vec<(ServiceKey, bool)>> {
+async fn services_of(
+    conn: &Connection,
+    ns: &str,
+    labels: &BTreeMap<String, String>,
+) -> anyhow::Result<Vec<(ServiceKey, bool)>> {
     let list = Api::<Service>::namespaced(conn.client.clone(), ns)
         .list(&ListParams::default())
         .await
@@ -113,7 +145,10 @@ async fn services_of(conn: &Connection, ns: &str, labels: &BTreeMap<String, Stri
             let sel = spec.selector.filter(|m| !m.is_empty())?;
             sel.iter().all(|(k, v)| labels.get(k) == Some(v)).then(|| {
                 let headless = spec.cluster_ip.as_deref() == Some("None");
-                (ServiceKey::new(ns, s.metadata.name.unwrap_or_default()), headless)
+                (
+                    ServiceKey::new(ns, s.metadata.name.unwrap_or_default()),
+                    headless,
+                )
             })
         })
         .collect())
@@ -127,9 +162,18 @@ async fn restart(conn: &Connection, ns: &str, kind: Kind, name: &str) -> anyhow:
     let pp = PatchParams::default();
     let c = conn.client.clone();
     let r = match kind {
-        Kind::Deployment => Api::<Deployment>::namespaced(c, ns).patch(name, &pp, &Patch::Merge(&patch)).await.map(|_| ()),
-        Kind::StatefulSet => Api::<StatefulSet>::namespaced(c, ns).patch(name, &pp, &Patch::Merge(&patch)).await.map(|_| ()),
-        Kind::DaemonSet => Api::<DaemonSet>::namespaced(c, ns).patch(name, &pp, &Patch::Merge(&patch)).await.map(|_| ()),
+        Kind::Deployment => Api::<Deployment>::namespaced(c, ns)
+            .patch(name, &pp, &Patch::Merge(&patch))
+            .await
+            .map(|_| ()),
+        Kind::StatefulSet => Api::<StatefulSet>::namespaced(c, ns)
+            .patch(name, &pp, &Patch::Merge(&patch))
+            .await
+            .map(|_| ()),
+        Kind::DaemonSet => Api::<DaemonSet>::namespaced(c, ns)
+            .patch(name, &pp, &Patch::Merge(&patch))
+            .await
+            .map(|_| ()),
     };
     r.with_context(|| format!("restarting {kind:?} {ns}/{name}").to_lowercase())
 }
@@ -139,7 +183,10 @@ fn progress() -> Option<ProgressBar> {
         return None;
     }
     let pb = ProgressBar::new_spinner();
-    pb.set_style(ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
     pb.enable_steady_tick(Duration::from_millis(120));
     Some(pb)
 }
@@ -150,28 +197,51 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
     let conn = kube_connect(g).await?;
     let state = workload_state(&conn, &ns, kind, &name).await?;
     let services = services_of(&conn, &ns, &state.labels).await?;
-    let headless: BTreeSet<ServiceKey> = services.iter().filter(|(_, h)| *h).map(|(k, _)| k.clone()).collect();
+    let headless: BTreeSet<ServiceKey> = services
+        .iter()
+        .filter(|(_, h)| *h)
+        .map(|(k, _)| k.clone())
+        .collect();
     let mut notes = Vec::new();
     if headless.is_empty() {
         let names: Vec<String> = services.iter().map(|(k, _)| k.to_string()).collect();
         bail!(
             "no headless Service selects the pods of {}/{name} in {ns} (services: {}); DNS answers for a ClusterIP Service never change during a rollout",
             args.workload.split('/').next().unwrap_or("workload"),
-            if names.is_empty() { "none".into() } else { names.join(", ") }
+            if names.is_empty() {
+                "none".into()
+            } else {
+                names.join(", ")
+            }
         );
     }
     let ledger = open_ledger(g)?;
-    let writer = LedgerWriter::spawn(ledger, WriterOptions::default()).context("starting the ledger writer")?;
+    let writer = LedgerWriter::spawn(ledger, WriterOptions::default())
+        .context("starting the ledger writer")?;
 
     let cancel = CancellationToken::new();
     let scope = WatchScope::default();
     let truth = watch_truth(&conn, &scope, std::sync::Arc::new(SystemClock));
-    let filter = ServiceFilter { namespace: Some(ns.clone()), only: Some(headless.clone()), selector: Vec::new() };
-    let mut session = Session::new(session_config(&args.dns, filter, true), SyncState::new(Time::now(), scope.kinds()));
+    let filter = ServiceFilter {
+        namespace: Some(ns.clone()),
+        only: Some(headless.clone()),
+        selector: Vec::new(),
+    };
+    let mut session = Session::new(
+        session_config(&args.dns, filter, true),
+        SyncState::new(Time::now(), scope.kinds()),
+    );
     let deadline = tokio::time::Instant::now() + args.timeout;
     session.min_burst_until = Some(deadline + args.settle);
     let settings = probe_settings(&args.dns, Duration::from_secs(3600))?;
-    let mut p = Pipeline::start(session, truth.boxed(), settings, Some(writer.sender()), None, cancel.clone());
+    let mut p = Pipeline::start(
+        session,
+        truth.boxed(),
+        settings,
+        Some(writer.sender()),
+        None,
+        cancel.clone(),
+    );
     p.auto_stop_bursts = false;
     let pb = progress();
     let started = Time::now();
@@ -180,7 +250,10 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
     let sync_deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !p.session.synced() {
         if tokio::time::Instant::now() > sync_deadline {
-            bail!("the truth did not sync within 30 s ({}): is the API server reachable?", conn.origin);
+            bail!(
+                "the truth did not sync within 30 s ({}): is the API server reachable?",
+                conn.origin
+            );
         }
         if let Step::Stopped = p.next().await {
             bail!("the watch ended before it synced");
@@ -189,8 +262,15 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
     // 2. Probe the workload's names on every path for the whole observation, so the TTL held
     //    at t0 is known and every change is seen at the probe interval.
     for key in &headless {
-        if let Ok(names) = crate::dns::names::service_names(&p.session.truth, key, &session_names(&args)) {
-            p.probe(ProbeCommand::Burst { service: key.clone(), names, until: deadline + args.settle }).await;
+        if let Ok(names) =
+            crate::dns::names::service_names(&p.session.truth, key, &session_names(&args))
+        {
+            p.probe(ProbeCommand::Burst {
+                service: key.clone(),
+                names,
+                until: deadline + args.settle,
+            })
+            .await;
         }
     }
     let baseline_until = tokio::time::Instant::now() + Duration::from_secs(2);
@@ -198,12 +278,18 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
         p.next().await;
     }
     if p.session.dns_paths().is_empty() {
-        notes.push("no DNS path found (no kube-dns endpoints and no --dns-server): nothing was probed".into());
+        notes.push(
+            "no DNS path found (no kube-dns endpoints and no --dns-server): nothing was probed"
+                .into(),
+        );
     }
     // 3. Trigger or wait.
     if args.restart {
         restart(&conn, &ns, kind, &name).await?;
-        notes.push(format!("rollout triggered at {} (rollout restart)", Time::now().strftime("%T%.3f")));
+        notes.push(format!(
+            "rollout triggered at {} (rollout restart)",
+            Time::now().strftime("%T%.3f")
+        ));
     }
     let mut completed_at: Option<tokio::time::Instant> = None;
     let mut last_poll = tokio::time::Instant::now();
@@ -221,16 +307,28 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
             match st {
                 Ok(s) if s.complete && changed && completed_at.is_none() => {
                     completed_at = Some(now);
-                    notes.push(format!("rollout complete at {}", Time::now().strftime("%T%.3f")));
+                    notes.push(format!(
+                        "rollout complete at {}",
+                        Time::now().strftime("%T%.3f")
+                    ));
                 }
                 Ok(_) => {}
-                Err(e) => tracing::warn!(error = %format!("{e:#}"), "cannot read the workload; will retry"),
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "cannot read the workload; will retry")
+                }
             }
         }
         if let Some(done) = completed_at {
             // Done once every tracking of the rollout closed, or the settle time ran out.
-            let open = p.session.engine.open_trackings().filter(|t| headless.contains(&t.service)).count();
-            if (open == 0 && now.duration_since(done) >= Duration::from_secs(2)) || now.duration_since(done) >= args.settle {
+            let open = p
+                .session
+                .engine
+                .open_trackings()
+                .filter(|t| headless.contains(&t.service))
+                .count();
+            if (open == 0 && now.duration_since(done) >= Duration::from_secs(2))
+                || now.duration_since(done) >= args.settle
+            {
                 break;
             }
         }
@@ -245,7 +343,10 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
         pb.finish_and_clear();
     }
     if timed_out {
-        notes.push(format!("gave up after --timeout {:?}; open windows are reported as pending", args.timeout));
+        notes.push(format!(
+            "gave up after --timeout {:?}; open windows are reported as pending",
+            args.timeout
+        ));
     }
     for (s, e) in p.session.engine.gaps() {
         notes.push(format!(
@@ -255,31 +356,51 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
         ));
     }
     let finished = Time::now();
-    let report = build_report(&mut p, format!("rollout of {} in {ns}", args.workload), started, finished, notes, &headless);
+    let report = build_report(
+        &mut p,
+        format!("rollout of {} in {ns}", args.workload),
+        started,
+        finished,
+        notes,
+        &headless,
+    );
     p.flush().await;
     p.shutdown();
     drop(p);
-    let (_, stats) = tokio::task::spawn_blocking(move || writer.close()).await.context("closing the ledger")??;
+    let (_, stats) = tokio::task::spawn_blocking(move || writer.close())
+        .await
+        .context("closing the ledger")??;
     tracing::debug!(?stats, "ledger writer closed");
 
     if let Some(path) = &args.html {
-        std::fs::write(path, html::render(&report)).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, html::render(&report))
+            .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("ghostip: timeline written to {}", path.display());
     }
     match g.output {
         OutputFormat::Json => print_json(&report)?,
         OutputFormat::Table => print!("{}", report::render_table(&report)),
     }
-    Ok(if report.summary.finding { Outcome::Finding } else { Outcome::Clean })
+    Ok(if report.summary.finding {
+        Outcome::Finding
+    } else {
+        Outcome::Clean
+    })
 }
 
 fn session_names(args: &RolloutArgs) -> crate::dns::names::NameConfig {
-    crate::dns::names::NameConfig { zone: args.dns.zone.clone(), ..Default::default() }
+    crate::dns::names::NameConfig {
+        zone: args.dns.zone.clone(),
+        ..Default::default()
+    }
 }
 
 fn live_message(p: &Pipeline, complete: bool) -> String {
     let engine = &p.session.engine;
-    let stale = engine.open_trackings().filter(|t| t.kind == Discrepancy::Stale && t.converged_by.is_none()).count();
+    let stale = engine
+        .open_trackings()
+        .filter(|t| t.kind == Discrepancy::Stale && t.converged_by.is_none())
+        .count();
     let max = engine
         .open_trackings()
         .chain(engine.closed_trackings())
@@ -292,7 +413,11 @@ fn live_message(p: &Pipeline, complete: bool) -> String {
         p.session.changes().len(),
         stale,
         max.as_secs_f64(),
-        if complete { "rollout complete, waiting for caches" } else { "rolling out" }
+        if complete {
+            "rollout complete, waiting for caches"
+        } else {
+            "rolling out"
+        }
     )
 }
 
@@ -310,7 +435,12 @@ pub(crate) fn build_report(
     let mut missing = Vec::new();
     for t in trackings.iter().filter(|t| services.contains(&t.service)) {
         let path = p.session.engine.path(t.path);
-        let row = window_row(t, path, p.session.engine.death(t.target.ip), p.session.former_pod(t.target.ip));
+        let row = window_row(
+            t,
+            path,
+            p.session.engine.death(t.target.ip),
+            p.session.former_pod(t.target.ip),
+        );
         match t.kind {
             Discrepancy::Stale => stale.push(row),
             Discrepancy::Missing => missing.push(row),
@@ -325,7 +455,13 @@ pub(crate) fn build_report(
         started,
         finished,
         notes,
-        changes: p.session.changes().iter().filter(|c| services.iter().any(|s| s.to_string() == c.service)).cloned().collect(),
+        changes: p
+            .session
+            .changes()
+            .iter()
+            .filter(|c| services.iter().any(|s| s.to_string() == c.service))
+            .cloned()
+            .collect(),
         paths: path_rows(&p.session.engine, &facts),
         stale,
         missing,
@@ -341,8 +477,14 @@ mod tests {
 
     #[test]
     fn workloads_parse() {
-        assert_eq!(parse_workload("deploy/web").unwrap(), (Kind::Deployment, "web".into()));
-        assert_eq!(parse_workload("sts/db").unwrap(), (Kind::StatefulSet, "db".into()));
+        assert_eq!(
+            parse_workload("deploy/web").unwrap(),
+            (Kind::Deployment, "web".into())
+        );
+        assert_eq!(
+            parse_workload("sts/db").unwrap(),
+            (Kind::StatefulSet, "db".into())
+        );
         assert!(parse_workload("web").is_err());
         assert!(parse_workload("pod/web").is_err());
         assert!(parse_workload("deploy/").is_err());

@@ -11,7 +11,9 @@ use std::time::Duration;
 use ghostip_core::corefile::{Corefile, ExpectedLag};
 use ghostip_core::engine::{Death, DeathSource, Discrepancy, Engine, EngineConfig, EngineEvent};
 use ghostip_core::truth::{PodRecord, Truth};
-use ghostip_core::{ChangeTime, Layer, ObservationResult, PathIdx, Protocol, ServiceKey, Target, Time};
+use ghostip_core::{
+    ChangeTime, Layer, ObservationResult, PathIdx, Protocol, ServiceKey, Target, Time,
+};
 
 use crate::dns::names::{NameConfig, service_names, sweep_names};
 use crate::dns::paths::{DnsPath, PathConfig, diff_with_truth};
@@ -51,13 +53,19 @@ impl ServiceFilter {
     }
 
     fn matches(&self, truth: &Truth, key: &ServiceKey) -> bool {
-        if self.namespace.as_ref().is_some_and(|ns| ns != &key.namespace) {
+        if self
+            .namespace
+            .as_ref()
+            .is_some_and(|ns| ns != &key.namespace)
+        {
             return false;
         }
         if self.only.as_ref().is_some_and(|only| !only.contains(key)) {
             return false;
         }
-        let Some(svc) = truth.service(key) else { return false };
+        let Some(svc) = truth.service(key) else {
+            return false;
+        };
         self.selector.iter().all(|(k, v, neg)| {
             let hit = match v {
                 Some(v) => svc.labels.get(k) == Some(v),
@@ -197,12 +205,19 @@ impl Session {
     }
 
     fn lag_for_paths(&self) -> Duration {
-        self.corefile.as_ref().map_or(Duration::from_secs(5), |(_, l)| l.cache_lag)
+        self.corefile
+            .as_ref()
+            .map_or(Duration::from_secs(5), |(_, l)| l.cache_lag)
     }
 
     fn desired_dns(&self, key: &ServiceKey) -> BTreeSet<Target> {
         // IPv4 only, to match the A answers the engine is fed (see `on_probe`).
-        self.truth.dns_answers(key).into_iter().filter(IpAddr::is_ipv4).map(Target::ip).collect()
+        self.truth
+            .dns_answers(key)
+            .into_iter()
+            .filter(IpAddr::is_ipv4)
+            .map(Target::ip)
+            .collect()
     }
 
     /// Handles one truth event.
@@ -233,14 +248,21 @@ impl Session {
         let owners = self.owners_before(&r.event);
         let changes = apply_to_truth(&mut self.truth, r);
         for c in changes {
-            for (ip, pod) in owners.iter().filter(|(_, (svc, _))| svc == &c.service).map(|(ip, (_, p))| (ip, p)) {
+            for (ip, pod) in owners
+                .iter()
+                .filter(|(_, (svc, _))| svc == &c.service)
+                .map(|(ip, (_, p))| (ip, p))
+            {
                 self.former.entry(*ip).or_insert_with(|| pod.clone());
             }
             if c.service == self.cfg.paths.dns_service {
                 self.refresh_paths(r.at, &mut actions);
             }
             if !self.cfg.filter.matches(&self.truth, &c.service)
-                && self.engine.desired(Layer::Dns, &c.service).is_none_or(|d| d.is_empty())
+                && self
+                    .engine
+                    .desired(Layer::Dns, &c.service)
+                    .is_none_or(|d| d.is_empty())
             {
                 continue;
             }
@@ -267,13 +289,22 @@ impl Session {
 
     fn sweep(&self) -> Vec<crate::dns::names::ServiceNames> {
         let wanted: BTreeSet<ServiceKey> = self.services().into_iter().collect();
-        sweep_names(&self.truth, &self.cfg.names).into_iter().filter(|s| wanted.contains(&s.service)).collect()
+        sweep_names(&self.truth, &self.cfg.names)
+            .into_iter()
+            .filter(|s| wanted.contains(&s.service))
+            .collect()
     }
 
     fn set_desired(&mut self, key: &ServiceKey, at: ChangeTime, actions: &mut Actions) {
         let desired = self.desired_dns(key);
-        let old: BTreeSet<Target> = self.engine.desired(Layer::Dns, key).cloned().unwrap_or_default();
-        let events = self.engine.set_desired(Layer::Dns, key, desired.clone(), at);
+        let old: BTreeSet<Target> = self
+            .engine
+            .desired(Layer::Dns, key)
+            .cloned()
+            .unwrap_or_default();
+        let events = self
+            .engine
+            .set_desired(Layer::Dns, key, desired.clone(), at);
         if old == desired {
             return;
         }
@@ -297,7 +328,11 @@ impl Session {
                 if let Some(min) = self.min_burst_until {
                     until = until.max(min);
                 }
-                actions.probe.push(ProbeCommand::Burst { service: key.clone(), names, until });
+                actions.probe.push(ProbeCommand::Burst {
+                    service: key.clone(),
+                    names,
+                    until,
+                });
             }
             // Exposure: connect-probe removed endpoints on their first TCP port.
             if let Some(port) = self.tcp_port(key) {
@@ -320,7 +355,11 @@ impl Session {
     }
 
     fn tcp_port(&self, key: &ServiceKey) -> Option<u16> {
-        self.truth.slices_of(key).flat_map(|s| s.ports.iter()).find(|p| p.protocol == Protocol::Tcp).map(|p| p.port)
+        self.truth
+            .slices_of(key)
+            .flat_map(|s| s.ports.iter())
+            .find(|p| p.protocol == Protocol::Tcp)
+            .map(|p| p.port)
     }
 
     /// For a slice event, the pods that own its service's endpoints now.
@@ -329,7 +368,8 @@ impl Session {
             TruthEvent::SliceApplied(s) => s.service_key(),
             TruthEvent::SliceDeleted { namespace, name } => {
                 match self.truth.services().find(|svc| {
-                    svc.key.namespace == *namespace && self.truth.slices_of(&svc.key).any(|s| &s.name == name)
+                    svc.key.namespace == *namespace
+                        && self.truth.slices_of(&svc.key).any(|s| &s.name == name)
                 }) {
                     Some(svc) => svc.key.clone(),
                     None => return Vec::new(),
@@ -351,9 +391,17 @@ impl Session {
         for ip in &pod.ips {
             if let Some(del) = pod.deletion {
                 // Estimated death: deletion + preStop (the container keeps serving during preStop).
-                let since = del.checked_add(Duration::from_secs(pod.prestop_seconds.unwrap_or(0))).unwrap_or(del);
+                let since = del
+                    .checked_add(Duration::from_secs(pod.prestop_seconds.unwrap_or(0)))
+                    .unwrap_or(del);
                 if !self.probed.contains(ip) {
-                    self.engine.endpoint_dead(*ip, Death { since, source: DeathSource::PodTermination });
+                    self.engine.endpoint_dead(
+                        *ip,
+                        Death {
+                            since,
+                            source: DeathSource::PodTermination,
+                        },
+                    );
                 }
             } else if pod.ready_since.is_some() && self.engine.death(*ip).is_some() {
                 // A new, ready pod owns a dead IP again: it accepts connections.
@@ -364,7 +412,13 @@ impl Session {
 
     /// A connect probe found `ip` dead at `at`.
     pub fn on_dead(&mut self, ip: IpAddr, at: Time) {
-        self.engine.endpoint_dead(ip, Death { since: at, source: DeathSource::ConnectProbe });
+        self.engine.endpoint_dead(
+            ip,
+            Death {
+                since: at,
+                source: DeathSource::ConnectProbe,
+            },
+        );
     }
 
     fn refresh_paths(&mut self, _at: Time, actions: &mut Actions) {
@@ -388,7 +442,12 @@ impl Session {
         let probe_paths: Vec<ProbePath> = self
             .paths
             .iter()
-            .filter_map(|p| self.path_idx.get(p.id()).map(|idx| ProbePath { idx: *idx, path: p.clone() }))
+            .filter_map(|p| {
+                self.path_idx.get(p.id()).map(|idx| ProbePath {
+                    idx: *idx,
+                    path: p.clone(),
+                })
+            })
             .collect();
         actions.probe.push(ProbeCommand::SetPaths(probe_paths));
     }
@@ -402,17 +461,21 @@ impl Session {
         }
         let o = &ev.observation;
         if self.cfg.record_timeline
-            && let ObservationResult::Held(held) = &o.result {
-                let prev = self.last_obs.insert((o.path, o.service.clone()), o.at);
-                for h in held {
-                    let segs = self.timeline.entry((o.path, h.target.ip)).or_default();
-                    match segs.last_mut() {
-                        // Extend the bar when the previous observation of this service also held it.
-                        Some(s) if prev.is_some_and(|p| p <= s.end) => s.end = o.at,
-                        _ => segs.push(Segment { start: o.at, end: o.at }),
-                    }
+            && let ObservationResult::Held(held) = &o.result
+        {
+            let prev = self.last_obs.insert((o.path, o.service.clone()), o.at);
+            for h in held {
+                let segs = self.timeline.entry((o.path, h.target.ip)).or_default();
+                match segs.last_mut() {
+                    // Extend the bar when the previous observation of this service also held it.
+                    Some(s) if prev.is_some_and(|p| p <= s.end) => s.end = o.at,
+                    _ => segs.push(Segment {
+                        start: o.at,
+                        end: o.at,
+                    }),
                 }
             }
+        }
         self.engine.observe(o)
     }
 
@@ -423,7 +486,8 @@ impl Session {
 
     /// Stop bursts for services with nothing left to measure.
     pub fn idle_services(&self) -> Vec<ServiceKey> {
-        let busy: BTreeSet<&ServiceKey> = self.engine.open_trackings().map(|t| &t.service).collect();
+        let busy: BTreeSet<&ServiceKey> =
+            self.engine.open_trackings().map(|t| &t.service).collect();
         self.changes
             .iter()
             .filter_map(|c| c.service.split_once('/'))
@@ -451,14 +515,16 @@ impl Session {
             let f = match &self.corefile {
                 Some((name, lag)) => PathFacts {
                     client_ttl: Some(lag.client_ttl),
-                    notes: std::iter::once(format!("from {name}")).chain(lag.notes.iter().cloned()).collect(),
+                    notes: std::iter::once(format!("from {name}"))
+                        .chain(lag.notes.iter().cloned())
+                        .collect(),
                 },
                 None => PathFacts {
                     client_ttl: None,
-                    notes: vec![self
-                        .corefile_error
-                        .clone()
-                        .unwrap_or_else(|| "no Corefile seen: assumed the kubernetes plugin's default TTL of 5 s".into())],
+                    notes: vec![self.corefile_error.clone().unwrap_or_else(|| {
+                        "no Corefile seen: assumed the kubernetes plugin's default TTL of 5 s"
+                            .into()
+                    })],
                 },
             };
             m.insert(*idx, f);
@@ -468,8 +534,11 @@ impl Session {
 
     /// The per (path, IP) timeline.
     pub fn timeline(&self) -> Vec<TimelineRow> {
-        let paths: BTreeMap<PathIdx, String> =
-            self.engine.paths().map(|(i, p)| (i, p.id.clone())).collect();
+        let paths: BTreeMap<PathIdx, String> = self
+            .engine
+            .paths()
+            .map(|(i, p)| (i, p.id.clone()))
+            .collect();
         self.timeline
             .iter()
             .filter_map(|((idx, ip), segs)| {
@@ -493,6 +562,9 @@ impl Session {
 
     /// Counts of open (unconverged) stale trackings.
     pub fn unconverged_stale(&self) -> usize {
-        self.engine.open_trackings().filter(|t| t.kind == Discrepancy::Stale && t.converged_by.is_none()).count()
+        self.engine
+            .open_trackings()
+            .filter(|t| t.kind == Discrepancy::Stale && t.converged_by.is_none())
+            .count()
     }
 }

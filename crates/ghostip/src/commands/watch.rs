@@ -32,7 +32,13 @@ struct Http {
 }
 
 async fn metrics_handler(State(s): State<Http>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.encode(),
+    )
 }
 
 async fn healthz() -> &'static str {
@@ -43,7 +49,10 @@ async fn readyz(State(s): State<Http>) -> impl IntoResponse {
     if s.ready.load(Ordering::Relaxed) {
         (StatusCode::OK, "ok: truth synced\n")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready: truth not synced (truth gap)\n")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: truth not synced (truth gap)\n",
+        )
     }
 }
 
@@ -51,7 +60,8 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
     let conn = kube_connect(g).await?;
     let ledger = open_ledger(g)?;
     let db_path = ledger.path().to_path_buf();
-    let writer = LedgerWriter::spawn(ledger, WriterOptions::default()).context("starting the ledger writer")?;
+    let writer = LedgerWriter::spawn(ledger, WriterOptions::default())
+        .context("starting the ledger writer")?;
     let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     let cancel = CancellationToken::new();
@@ -63,24 +73,47 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(Http { metrics: Arc::clone(&metrics), ready: Arc::clone(&ready) });
+        .with_state(Http {
+            metrics: Arc::clone(&metrics),
+            ready: Arc::clone(&ready),
+        });
     let http_cancel = cancel.clone();
     let server = tokio::spawn(async move {
-        axum::serve(listener, app).with_graceful_shutdown(async move { http_cancel.cancelled().await }).await
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { http_cancel.cancelled().await })
+            .await
     });
     tracing::info!(listen = %args.listen, db = %db_path.display(), api = %conn.origin, "ghostip watch started");
 
-    let scope = WatchScope { namespace: None, ..WatchScope::default() };
+    let scope = WatchScope {
+        namespace: None,
+        ..WatchScope::default()
+    };
     let truth = watch_truth(&conn, &scope, Arc::new(SystemClock));
     let filter = ServiceFilter {
         namespace: args.scope.namespace.clone(),
         only: None,
-        selector: args.scope.selector.as_deref().map(ServiceFilter::parse_selector).unwrap_or_default(),
+        selector: args
+            .scope
+            .selector
+            .as_deref()
+            .map(ServiceFilter::parse_selector)
+            .unwrap_or_default(),
     };
-    let session = Session::new(session_config(&args.dns, filter, false), SyncState::new(Time::now(), scope.kinds()));
+    let session = Session::new(
+        session_config(&args.dns, filter, false),
+        SyncState::new(Time::now(), scope.kinds()),
+    );
     let settings = probe_settings(&args.dns, args.sweep)?;
     metrics.truth_synced.set(0);
-    let mut p = Pipeline::start(session, truth.boxed(), settings, Some(writer.sender()), Some(Arc::clone(&metrics)), cancel.clone());
+    let mut p = Pipeline::start(
+        session,
+        truth.boxed(),
+        settings,
+        Some(writer.sender()),
+        Some(Arc::clone(&metrics)),
+        cancel.clone(),
+    );
 
     let signal_cancel = cancel.clone();
     tokio::spawn(async move {
@@ -108,7 +141,10 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
                 if last_prune.elapsed() >= Duration::from_secs(3600) {
                     last_prune = tokio::time::Instant::now();
                     if let Ok(cutoff) = now.checked_sub(args.retention) {
-                        let _ = writer.sender().send(LedgerOp::Prune { older_than: cutoff }).await;
+                        let _ = writer
+                            .sender()
+                            .send(LedgerOp::Prune { older_than: cutoff })
+                            .await;
                     }
                 }
             }
@@ -120,9 +156,15 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
     let _ = tokio::time::timeout(Duration::from_secs(3), p.flush()).await;
     drop(p);
     let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
-    let closed = tokio::time::timeout(Duration::from_secs(1), tokio::task::spawn_blocking(move || writer.close())).await;
+    let closed = tokio::time::timeout(
+        Duration::from_secs(1),
+        tokio::task::spawn_blocking(move || writer.close()),
+    )
+    .await;
     if closed.is_err() {
-        tracing::warn!("the ledger writer did not finish within the shutdown deadline; committed data is safe");
+        tracing::warn!(
+            "the ledger writer did not finish within the shutdown deadline; committed data is safe"
+        );
     }
     tracing::info!("ghostip watch stopped");
     Ok(Outcome::Clean)

@@ -8,9 +8,12 @@ use crate::cli::{GlobalArgs, OutputFormat, WhoisArgs};
 use crate::ledger::{parse_at, render_whois_table, whois_json};
 
 pub(super) fn run(g: &GlobalArgs, args: WhoisArgs) -> anyhow::Result<Outcome> {
-    let at = parse_at(&args.at, Time::now()).with_context(|| format!("reading --at {}", args.at))?;
+    let at =
+        parse_at(&args.at, Time::now()).with_context(|| format!("reading --at {}", args.at))?;
     let ledger = open_ledger(g)?;
-    let whois = ledger.whois(args.ip, at).with_context(|| format!("looking up {}", args.ip))?;
+    let whois = ledger
+        .whois(args.ip, at)
+        .with_context(|| format!("looking up {}", args.ip))?;
     match g.output {
         OutputFormat::Json => print_json(&whois_json(&whois, args.ip, at))?,
         OutputFormat::Table => print!("{}", render_whois_table(&whois, args.ip, at)),

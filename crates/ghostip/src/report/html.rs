@@ -6,7 +6,10 @@ use super::{Report, TimelineRow};
 use ghostip_core::Time;
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 fn secs_between(a: Time, b: Time) -> f64 {
@@ -22,7 +25,9 @@ pub fn render(r: &Report) -> String {
     let x = |t: Time| label_w + (secs_between(r.started, t).clamp(0.0, total) / total) * plot_w;
 
     let mut rows: Vec<&TimelineRow> = r.timeline.iter().collect();
-    rows.sort_by(|a, b| (a.path.as_str(), !a.removed, a.ip).cmp(&(b.path.as_str(), !b.removed, b.ip)));
+    rows.sort_by(|a, b| {
+        (a.path.as_str(), !a.removed, a.ip).cmp(&(b.path.as_str(), !b.removed, b.ip))
+    });
     let height = 60.0 + row_h * rows.len() as f64 + 40.0;
     let mut svg = String::new();
     let _ = write!(
@@ -31,7 +36,10 @@ pub fn render(r: &Report) -> String {
         w = label_w + plot_w + 20.0
     );
     // Time axis every 5 s (or coarser for long reports).
-    let step = [1.0, 5.0, 10.0, 30.0, 60.0, 300.0].into_iter().find(|s| total / s <= 20.0).unwrap_or(600.0);
+    let step = [1.0, 5.0, 10.0, 30.0, 60.0, 300.0]
+        .into_iter()
+        .find(|s| total / s <= 20.0)
+        .unwrap_or(600.0);
     let mut s = 0.0;
     while s <= total {
         let px = label_w + s / total * plot_w;
@@ -49,8 +57,16 @@ pub fn render(r: &Report) -> String {
             "{} at {}: +{} −{}",
             c.service,
             c.at.strftime("%T%.3f"),
-            c.added.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(" "),
-            c.removed.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(" ")
+            c.added
+                .iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+            c.removed
+                .iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
         );
         let _ = write!(
             svg,
@@ -63,25 +79,46 @@ pub fn render(r: &Report) -> String {
     let mut last_path = "";
     for row in rows {
         if row.path != last_path {
-            let _ = write!(svg, r##"<line x1="0" y1="{y}" x2="{w}" y2="{y}" stroke="#bbb"/>"##, w = label_w + plot_w);
+            let _ = write!(
+                svg,
+                r##"<line x1="0" y1="{y}" x2="{w}" y2="{y}" stroke="#bbb"/>"##,
+                w = label_w + plot_w
+            );
             last_path = &row.path;
         }
         let label = format!("{}  {}", row.path, row.ip);
-        let _ = write!(svg, r##"<text x="4" y="{ty}" fill="{c}">{l}</text>"##, ty = y + 13.0, c = if row.removed { "#b00" } else { "#333" }, l = esc(&label));
+        let _ = write!(
+            svg,
+            r##"<text x="4" y="{ty}" fill="{c}">{l}</text>"##,
+            ty = y + 13.0,
+            c = if row.removed { "#b00" } else { "#333" },
+            l = esc(&label)
+        );
         for seg in &row.segments {
             // Split each segment at removal and death so colours tell the story.
             let mut cuts = vec![(seg.start, "#4a7bd0", "served while in the truth")];
             if let Some(rm) = row.removed_at.filter(|t| *t > seg.start && *t < seg.end) {
                 cuts.push((rm, "#f0a030", "served after it left the truth (stale)"));
             } else if row.removed_at.is_some_and(|t| t <= seg.start) {
-                cuts[0] = (seg.start, "#f0a030", "served after it left the truth (stale)");
+                cuts[0] = (
+                    seg.start,
+                    "#f0a030",
+                    "served after it left the truth (stale)",
+                );
             }
             if let Some(d) = row.died_at {
                 if d > seg.start && d < seg.end {
                     cuts.push((d, "#d03030", "served after the endpoint died (exposure)"));
                 } else if d <= seg.start {
                     cuts.retain(|c| c.0 > seg.start);
-                    cuts.insert(0, (seg.start, "#d03030", "served after the endpoint died (exposure)"));
+                    cuts.insert(
+                        0,
+                        (
+                            seg.start,
+                            "#d03030",
+                            "served after the endpoint died (exposure)",
+                        ),
+                    );
                 }
             }
             cuts.sort_by_key(|c| c.0);
@@ -93,7 +130,14 @@ pub fn render(r: &Report) -> String {
                     r##"<rect x="{x1:.1}" y="{ry}" width="{w:.1}" height="12" fill="{colour}"><title>{t}</title></rect>"##,
                     ry = y + 3.0,
                     w = x2 - x1,
-                    t = esc(&format!("{} {}: {} from {} to {}", row.path, row.ip, what, from.strftime("%T%.3f"), to.strftime("%T%.3f")))
+                    t = esc(&format!(
+                        "{} {}: {} from {} to {}",
+                        row.path,
+                        row.ip,
+                        what,
+                        from.strftime("%T%.3f"),
+                        to.strftime("%T%.3f")
+                    ))
                 );
             }
         }
@@ -125,7 +169,11 @@ pub fn render(r: &Report) -> String {
             }
         );
     }
-    let notes: String = r.notes.iter().map(|n| format!("<li>{}</li>", esc(n))).collect();
+    let notes: String = r
+        .notes
+        .iter()
+        .map(|n| format!("<li>{}</li>", esc(n)))
+        .collect();
     format!(
         r#"<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>ghostip: {subject}</title>

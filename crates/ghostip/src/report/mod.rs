@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use ghostip_core::engine::{Death, DeathSource, Discrepancy, Engine, Tracking, Verdict};
 use ghostip_core::{PathIdx, PathInfo, ServiceKey, Time};
 use serde::Serialize;
@@ -261,23 +261,42 @@ fn secs(v: Option<f64>) -> String {
 }
 
 fn clock(t: Option<Time>) -> String {
-    t.map_or_else(|| "-".to_string(), |t| t.strftime("%H:%M:%S%.3f").to_string())
+    t.map_or_else(
+        || "-".to_string(),
+        |t| t.strftime("%H:%M:%S%.3f").to_string(),
+    )
 }
 
 /// Renders the report as text tables.
 pub fn render_table(r: &Report) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{}: {} → {}", r.subject, r.started.strftime("%F %T"), r.finished.strftime("%T"));
+    let _ = writeln!(
+        out,
+        "{}: {} → {}",
+        r.subject,
+        r.started.strftime("%F %T"),
+        r.finished.strftime("%T")
+    );
     for n in &r.notes {
         let _ = writeln!(out, "  note: {n}");
     }
     let mut paths = Table::new();
-    paths.load_style(UTF8_FULL_CONDENSED).set_header(vec!["PATH", "EXPECTED LAG", "CLIENT TTL", "QUERIES", "FAILURES"]);
+    paths.load_style(UTF8_FULL_CONDENSED).set_header(vec![
+        "PATH",
+        "EXPECTED LAG",
+        "CLIENT TTL",
+        "QUERIES",
+        "FAILURES",
+    ]);
     for p in &r.paths {
         let failures = if p.failures == 0 {
             "0".to_string()
         } else {
-            let by: Vec<String> = p.failures_by_reason.iter().map(|(k, v)| format!("{v} {k}")).collect();
+            let by: Vec<String> = p
+                .failures_by_reason
+                .iter()
+                .map(|(k, v)| format!("{v} {k}"))
+                .collect();
             format!("{} ({})", p.failures, by.join(", "))
         };
         paths.add_row(vec![
@@ -294,7 +313,15 @@ pub fn render_table(r: &Report) -> String {
     } else {
         let mut t = Table::new();
         t.load_style(UTF8_FULL_CONDENSED).set_header(vec![
-            "PATH", "REMOVED IP", "FORMER POD", "LEFT AT", "LAST SEEN", "WINDOW", "TTL@t0→", "EXPECTED", "VERDICT",
+            "PATH",
+            "REMOVED IP",
+            "FORMER POD",
+            "LEFT AT",
+            "LAST SEEN",
+            "WINDOW",
+            "TTL@t0→",
+            "EXPECTED",
+            "VERDICT",
             "EXPOSURE",
         ]);
         for w in &r.stale {
@@ -323,8 +350,15 @@ pub fn render_table(r: &Report) -> String {
     }
     if !r.missing.is_empty() {
         let mut t = Table::new();
-        t.load_style(UTF8_FULL_CONDENSED)
-            .set_header(vec!["PATH", "ADDED IP", "POD", "ADDED AT", "SERVED FROM", "WINDOW", "VERDICT"]);
+        t.load_style(UTF8_FULL_CONDENSED).set_header(vec![
+            "PATH",
+            "ADDED IP",
+            "POD",
+            "ADDED AT",
+            "SERVED FROM",
+            "WINDOW",
+            "VERDICT",
+        ]);
         for w in &r.missing {
             t.add_row(vec![
                 w.path_description.clone(),
@@ -336,13 +370,20 @@ pub fn render_table(r: &Report) -> String {
                 w.verdict.label().to_string(),
             ]);
         }
-        let _ = writeln!(out, "\nAdded endpoints not yet served (missing windows)\n{t}");
+        let _ = writeln!(
+            out,
+            "\nAdded endpoints not yet served (missing windows)\n{t}"
+        );
     }
     let s = &r.summary;
     let _ = writeln!(
         out,
         "\nSummary: largest stale window {:.2}s, largest exposure {:.2}s; {} over expected lag, {} stuck or unconverged, {} exposed clients to a dead endpoint.",
-        s.max_stale_window_s, s.max_exposure_s, s.over_expected_lag, s.stuck_or_unconverged, s.exposed
+        s.max_stale_window_s,
+        s.max_exposure_s,
+        s.over_expected_lag,
+        s.stuck_or_unconverged,
+        s.exposed
     );
     if s.exposed > 0 && s.over_expected_lag == 0 {
         let _ = writeln!(
@@ -355,5 +396,9 @@ pub fn render_table(r: &Report) -> String {
 
 /// Keys a set of services for display.
 pub fn service_list(services: &[ServiceKey]) -> String {
-    services.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
+    services
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
