@@ -1,0 +1,112 @@
+//! Parses a dump file with `--format auto` detection and prints the table, the skip
+//! counts and the process's peak RSS (`VmHWM`), to check that memory stays flat.
+//!
+//! `cargo run --release -p ghostip-datapath --example parse_file -- DUMP [FORMAT] [--quiet]`
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::fs::File;
+use std::io::BufReader;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use ghostip_datapath::{Format, Parsed, detect_format, parse_reader};
+
+fn vm_hwm_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(path) = args.first() else {
+        eprintln!("usage: parse_file DUMP [FORMAT] [--quiet]");
+        return ExitCode::from(2);
+    };
+    let quiet = args.iter().any(|a| a == "--quiet");
+    let format = match args.get(1).filter(|a| !a.starts_with("--")) {
+        Some(f) => match f.parse::<Format>() {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => {
+            // Detection looks at the first 64 KiB only.
+            let head = match File::open(path).and_then(|f| {
+                use std::io::Read;
+                let mut buf = vec![0; 64 * 1024];
+                let n = f.take(64 * 1024).read(&mut buf)?;
+                buf.truncate(n);
+                Ok(buf)
+            }) {
+                Ok(h) => h,
+                Err(e) => {
+                    eprintln!("{path}: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match detect_format(&head) {
+                Some(f) => f,
+                None => {
+                    eprintln!("{path}: format not recognized");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+    };
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let before = vm_hwm_kib().unwrap_or(0);
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{path}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let start = Instant::now();
+    let parsed = parse_reader(format, BufReader::with_capacity(256 * 1024, file));
+    let elapsed = start.elapsed();
+    let after = vm_hwm_kib().unwrap_or(0);
+    match parsed {
+        Ok(Parsed::Lb(t)) => {
+            if !quiet {
+                println!("{t}");
+            }
+            println!(
+                "format={format} frontends={} backends={} ignored={} unknown={}",
+                t.frontends.len(),
+                t.backend_count(),
+                t.skipped.ignored,
+                t.skipped.unknown
+            );
+        }
+        Ok(Parsed::Conntrack(t)) => {
+            if !quiet {
+                for e in &t.entries {
+                    println!("{e:?}");
+                }
+            }
+            println!(
+                "format={format} entries={} ignored={} unknown={}",
+                t.entries.len(),
+                t.skipped.ignored,
+                t.skipped.unknown
+            );
+        }
+        Err(e) => {
+            eprintln!("{path}: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    println!(
+        "input={:.1} MB parse={:.3} s ({:.0} MB/s) VmHWM before={} KiB after={} KiB",
+        size as f64 / 1e6,
+        elapsed.as_secs_f64(),
+        size as f64 / 1e6 / elapsed.as_secs_f64().max(1e-9),
+        before,
+        after
+    );
+    ExitCode::SUCCESS
+}

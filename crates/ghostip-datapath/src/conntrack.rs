@@ -1,0 +1,426 @@
+//! Parser of `conntrack -L` / `conntrack -E` text, plain or `-o extended`
+//! (the `/proc/net/nf_conntrack` line format), into a [`ConntrackTable`].
+//!
+//! See [`parse_reader`], or [`for_each_entry`] to filter a large table while streaming
+//! without keeping it. Each line is one flow: optional event tag (`[NEW]`, `[UPDATE]`,
+//! `[DESTROY]`), optional `ipv4 2` family prefix, protocol name and number, timeout
+//! (absent in `[DESTROY]` events), protocol state, the original tuple, the reply tuple,
+//! flags (`[UNREPLIED]`, `[ASSURED]`) and trailing fields (`mark=`, `zone=`, `use=`,
+//! `id=`, `secctx=`, `delta-time=`, per-direction `packets=`/`bytes=`).
+//!
+//! The reply tuple's source differs from the original destination when the flow was
+//! DNATed: that is the backend a ClusterIP flow is pinned to ([`CtEntry::dnat_target`]).
+//! Summary lines (`conntrack v1.4.6 (conntrack-tools): 50 flow entries have been shown.`)
+//! are ignored; lines with unparsable addresses (anonymized `xxx.xxx.xxx.xxx`) are unknown.
+//!
+//! # Errors
+//! Only input with no conntrack line at all is an error.
+
+use std::io::BufRead;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ParseError;
+use crate::format::Format;
+use crate::model::{Location, SkipStats};
+use crate::text::{LineSink, drive_bytes, drive_reader, drive_str};
+
+const EXPECTED: &str = "conntrack -L output (`tcp 6 117 ESTABLISHED src=… dst=… …`)";
+
+/// Flows from a conntrack dump.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConntrackTable {
+    /// One entry per flow line, in dump order.
+    pub entries: Vec<CtEntry>,
+    /// Lines that were not turned into entries.
+    pub skipped: SkipStats,
+}
+
+/// One tracked flow.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CtEntry {
+    /// `NEW`, `UPDATE` or `DESTROY` for `conntrack -E` events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// Layer-4 protocol name (`tcp`, `udp`, `sctp`, `icmp`, …).
+    pub proto: String,
+    /// Layer-4 protocol number.
+    pub proto_num: u8,
+    /// Seconds until the entry expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u32>,
+    /// Protocol state (`ESTABLISHED`, `TIME_WAIT`, `CLOSED`, …); none for UDP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Original direction.
+    pub orig: CtTuple,
+    /// Reply direction.
+    pub reply: CtTuple,
+    /// `[UNREPLIED]`: no packet seen in the reply direction.
+    pub unreplied: bool,
+    /// `[ASSURED]`: traffic seen both ways; not evicted early.
+    pub assured: bool,
+    /// Other bracketed flags (`OFFLOAD`, `HW_OFFLOAD`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
+    /// Connection mark.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark: Option<u32>,
+    /// Conntrack zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<u16>,
+    /// Conntrack id (`-o id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u32>,
+    /// Reference count (`use=`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_count: Option<u32>,
+    /// Seconds since the entry was created (`delta-time=`, needs `nf_conntrack_timestamp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_time: Option<u64>,
+    /// SELinux context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secctx: Option<String>,
+}
+
+/// One direction of a flow.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CtTuple {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Source port (TCP, UDP, SCTP, DCCP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sport: Option<u16>,
+    /// Destination port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dport: Option<u16>,
+    /// ICMP type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icmp_type: Option<u8>,
+    /// ICMP code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icmp_code: Option<u8>,
+    /// ICMP identifier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icmp_id: Option<u16>,
+    /// Packets in this direction (`nf_conntrack_acct`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packets: Option<u64>,
+    /// Bytes in this direction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+}
+
+impl CtEntry {
+    /// The address the flow was DNATed to (reply source), when it differs from the
+    /// original destination: the backend a ClusterIP flow is pinned to.
+    pub fn dnat_target(&self) -> Option<(IpAddr, Option<u16>)> {
+        if self.reply.src != self.orig.dst || self.reply.sport != self.orig.dport {
+            Some((self.reply.src, self.reply.sport))
+        } else {
+            None
+        }
+    }
+}
+
+/// Parses a conntrack dump held in memory.
+pub fn parse_str(input: &str) -> Result<ConntrackTable, ParseError> {
+    let mut p = Parser::collecting();
+    drive_str(input, &mut p);
+    p.finish_table()
+}
+
+/// Parses a conntrack dump held in memory as bytes.
+pub fn parse_bytes(input: &[u8]) -> Result<ConntrackTable, ParseError> {
+    let mut p = Parser::collecting();
+    drive_bytes(input, &mut p);
+    p.finish_table()
+}
+
+/// Parses a conntrack dump from a reader, line by line.
+pub fn parse_reader<R: BufRead>(reader: R) -> Result<ConntrackTable, ParseError> {
+    let mut p = Parser::collecting();
+    drive_reader(reader, Format::Conntrack, &mut p)?;
+    p.finish_table()
+}
+
+/// Streams a conntrack dump, calling `f` for each entry instead of keeping them; returns
+/// what was skipped. Memory stays flat however many flows the table holds.
+pub fn for_each_entry<R: BufRead, F: FnMut(CtEntry)>(
+    reader: R,
+    f: F,
+) -> Result<SkipStats, ParseError> {
+    let mut p = Parser {
+        sink: Sink::Callback(Box::new(f)),
+        ..Parser::collecting()
+    };
+    drive_reader(reader, Format::Conntrack, &mut p)?;
+    p.check()?;
+    Ok(p.skipped)
+}
+
+/// Whether `line` looks like a conntrack entry (for format detection).
+pub(crate) fn looks_like_entry(line: &str) -> bool {
+    let mut toks = line.split_ascii_whitespace().peekable();
+    if toks
+        .peek()
+        .is_some_and(|t| t.starts_with('[') && t.ends_with(']'))
+    {
+        toks.next();
+    }
+    if toks.peek().is_some_and(|t| matches!(*t, "ipv4" | "ipv6")) {
+        toks.next();
+        toks.next();
+    }
+    let (Some(proto), Some(num)) = (toks.next(), toks.next()) else {
+        return false;
+    };
+    is_proto_name(proto) && num.parse::<u8>().is_ok() && line.contains("src=")
+}
+
+fn is_proto_name(s: &str) -> bool {
+    matches!(
+        s,
+        "tcp" | "udp" | "sctp" | "icmp" | "icmpv6" | "dccp" | "gre" | "udplite" | "unknown"
+    )
+}
+
+enum Sink<'f> {
+    Collect(Vec<CtEntry>),
+    Callback(Box<dyn FnMut(CtEntry) + 'f>),
+}
+
+struct Parser<'f> {
+    sink: Sink<'f>,
+    skipped: SkipStats,
+    saw: bool,
+    first_foreign: Option<(usize, String)>,
+}
+
+/// A tuple under construction.
+#[derive(Default)]
+struct TupleAcc {
+    src: Option<IpAddr>,
+    dst: Option<IpAddr>,
+    sport: Option<u16>,
+    dport: Option<u16>,
+    icmp_type: Option<u8>,
+    icmp_code: Option<u8>,
+    icmp_id: Option<u16>,
+    packets: Option<u64>,
+    bytes: Option<u64>,
+    bad_addr: bool,
+}
+
+impl TupleAcc {
+    fn build(self) -> Option<CtTuple> {
+        Some(CtTuple {
+            src: self.src?,
+            dst: self.dst?,
+            sport: self.sport,
+            dport: self.dport,
+            icmp_type: self.icmp_type,
+            icmp_code: self.icmp_code,
+            icmp_id: self.icmp_id,
+            packets: self.packets,
+            bytes: self.bytes,
+        })
+    }
+}
+
+fn num<T: std::str::FromStr>(v: &str) -> Option<T> {
+    v.parse().ok()
+}
+
+fn mark(v: &str) -> Option<u32> {
+    match v.strip_prefix("0x") {
+        Some(hex) => u32::from_str_radix(hex, 16).ok(),
+        None => v.parse().ok(),
+    }
+}
+
+impl<'f> Parser<'f> {
+    fn collecting() -> Self {
+        Self {
+            sink: Sink::Collect(Vec::new()),
+            skipped: SkipStats::default(),
+            saw: false,
+            first_foreign: None,
+        }
+    }
+
+    fn check(&mut self) -> Result<(), ParseError> {
+        if !self.saw
+            && let Some((no, line)) = self.first_foreign.take()
+        {
+            return Err(ParseError::unexpected(
+                Format::Conntrack,
+                Location::Line(no),
+                EXPECTED,
+                &line,
+            ));
+        }
+        Ok(())
+    }
+
+    fn finish_table(mut self) -> Result<ConntrackTable, ParseError> {
+        self.check()?;
+        let entries = match self.sink {
+            Sink::Collect(v) => v,
+            Sink::Callback(_) => Vec::new(),
+        };
+        Ok(ConntrackTable {
+            entries,
+            skipped: self.skipped,
+        })
+    }
+
+    fn foreign(&mut self, no: usize, line: &str, reason: &'static str) {
+        if self.first_foreign.is_none() {
+            self.first_foreign = Some((no, crate::model::excerpt(line)));
+        }
+        self.skipped.unknown(Location::Line(no), reason, line);
+    }
+
+    fn entry(&mut self, no: usize, line: &str) {
+        let mut toks = line.split_ascii_whitespace().peekable();
+        let mut event = None;
+        if let Some(t) = toks
+            .peek()
+            .filter(|t| t.starts_with('[') && t.ends_with(']'))
+        {
+            event = t.get(1..t.len() - 1).map(str::to_string);
+            toks.next();
+        }
+        if toks.peek().is_some_and(|t| matches!(*t, "ipv4" | "ipv6")) {
+            toks.next();
+            toks.next();
+        }
+        let (Some(proto), Some(proto_num)) = (toks.next(), toks.next().and_then(num::<u8>)) else {
+            return self.foreign(no, line, "not a conntrack line");
+        };
+        if !is_proto_name(proto) {
+            return self.foreign(no, line, "not a conntrack line");
+        }
+        self.saw = true;
+        let mut timeout = None;
+        let mut state = None;
+        let mut orig = TupleAcc::default();
+        let mut reply = TupleAcc::default();
+        let mut in_reply = false;
+        let mut after_tuples = false;
+        let mut e_unreplied = false;
+        let mut e_assured = false;
+        let mut flags = Vec::new();
+        let (mut e_mark, mut zone, mut id, mut use_count, mut delta_time, mut secctx) =
+            (None, None, None, None, None, None);
+        for t in toks {
+            if let Some((k, v)) = t.split_once('=') {
+                let cur = if in_reply { &mut reply } else { &mut orig };
+                match k {
+                    "src" => {
+                        if cur.src.is_some() && !in_reply {
+                            in_reply = true;
+                        }
+                        let cur = if in_reply { &mut reply } else { &mut orig };
+                        match v.parse() {
+                            Ok(ip) => cur.src = Some(ip),
+                            Err(_) => cur.bad_addr = true,
+                        }
+                    }
+                    "dst" => match v.parse() {
+                        Ok(ip) => cur.dst = Some(ip),
+                        Err(_) => cur.bad_addr = true,
+                    },
+                    "sport" => cur.sport = num(v),
+                    "dport" => cur.dport = num(v),
+                    "type" => cur.icmp_type = num(v),
+                    "code" => cur.icmp_code = num(v),
+                    "id" if cur.icmp_type.is_some() && cur.icmp_id.is_none() && !after_tuples => {
+                        cur.icmp_id = num(v);
+                    }
+                    "packets" => cur.packets = num(v),
+                    "bytes" => cur.bytes = num(v),
+                    "mark" => {
+                        after_tuples = true;
+                        e_mark = mark(v);
+                    }
+                    "zone" => zone = num(v),
+                    "use" => {
+                        after_tuples = true;
+                        use_count = num(v);
+                    }
+                    "id" => id = num(v),
+                    "delta-time" => delta_time = num(v),
+                    "secctx" => secctx = Some(v.to_string()),
+                    _ => self.skipped.ignore("conntrack field not modeled"),
+                }
+            } else if let Some(flag) = t.strip_prefix('[').and_then(|f| f.strip_suffix(']')) {
+                match flag {
+                    "UNREPLIED" => e_unreplied = true,
+                    "ASSURED" => e_assured = true,
+                    _ => flags.push(flag.to_string()),
+                }
+            } else if timeout.is_none() && state.is_none() && orig.src.is_none() {
+                match t.parse::<u32>() {
+                    Ok(n) => timeout = Some(n),
+                    Err(_) => state = Some(t.to_string()),
+                }
+            } else if state.is_none() && orig.src.is_none() {
+                state = Some(t.to_string());
+            } else {
+                self.skipped.ignore("conntrack field not modeled");
+            }
+        }
+        if orig.bad_addr || reply.bad_addr {
+            return self
+                .skipped
+                .unknown(Location::Line(no), "invalid address in a tuple", line);
+        }
+        let (Some(orig), Some(reply)) = (orig.build(), reply.build()) else {
+            return self.skipped.unknown(
+                Location::Line(no),
+                "entry without both original and reply tuples",
+                line,
+            );
+        };
+        let entry = CtEntry {
+            event,
+            proto: proto.to_string(),
+            proto_num,
+            timeout,
+            state,
+            orig,
+            reply,
+            unreplied: e_unreplied,
+            assured: e_assured,
+            flags,
+            mark: e_mark,
+            zone,
+            id,
+            use_count,
+            delta_time,
+            secctx,
+        };
+        match &mut self.sink {
+            Sink::Collect(v) => v.push(entry),
+            Sink::Callback(f) => f(entry),
+        }
+    }
+}
+
+impl LineSink for Parser<'_> {
+    fn line(&mut self, no: usize, raw: &str) {
+        let line = raw.trim();
+        if line.is_empty() {
+            return;
+        }
+        if line.contains("(conntrack-tools)") {
+            return self.skipped.ignore("conntrack summary line");
+        }
+        self.entry(no, line);
+    }
+}

@@ -1,0 +1,298 @@
+//! Shared helpers for the line-oriented parsers: line drivers, a quote-aware tokenizer and
+//! address parsing.
+//!
+//! The drivers feed one line at a time to a [`LineSink`], from a `&str`, a `&[u8]` or a
+//! [`BufRead`] reader with one reused buffer, so memory does not grow with dump size.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::BufRead;
+use std::net::{IpAddr, SocketAddr};
+
+use crate::error::ParseError;
+use crate::format::Format;
+
+/// A small, fast, non-cryptographic hasher for chain names (FxHash); inputs are dumps,
+/// not adversarial network traffic.
+#[derive(Default)]
+pub(crate) struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+        }
+        for &b in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(K);
+    }
+
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+}
+
+pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+/// A consumer of lines (1-based numbers, without the line terminator).
+pub(crate) trait LineSink {
+    fn line(&mut self, no: usize, line: &str);
+}
+
+/// Feeds every line of `input` to `sink`.
+pub(crate) fn drive_str(input: &str, sink: &mut impl LineSink) {
+    for (i, line) in input.split('\n').enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        sink.line(i + 1, line);
+    }
+}
+
+/// Feeds every line of `input` to `sink`; invalid UTF-8 is replaced by U+FFFD.
+pub(crate) fn drive_bytes(input: &[u8], sink: &mut impl LineSink) {
+    let mut no = 0;
+    let mut start = 0;
+    while start < input.len() {
+        let end = memchr::memchr(b'\n', input.get(start..).unwrap_or_default())
+            .map_or(input.len(), |i| start + i);
+        no += 1;
+        let raw = input.get(start..end).unwrap_or_default();
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        sink.line(no, &utf8(raw));
+        start = end + 1;
+    }
+}
+
+/// Feeds every line of `reader` to `sink`, reusing one buffer.
+pub(crate) fn drive_reader<R: BufRead>(
+    mut reader: R,
+    format: Format,
+    sink: &mut impl LineSink,
+) -> Result<(), ParseError> {
+    // Lines that lie whole inside the reader's buffer are handed over in place; only a
+    // line split across two fills is copied into `carry`.
+    let mut carry: Vec<u8> = Vec::new();
+    let mut no = 0;
+    loop {
+        let buf = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return Err(ParseError::Read {
+                    format,
+                    line: no,
+                    message: e.to_string(),
+                });
+            }
+        };
+        if buf.is_empty() {
+            if !carry.is_empty() {
+                no += 1;
+                emit(&carry, no, sink);
+            }
+            return Ok(());
+        }
+        let mut start = 0;
+        let consumed = buf.len();
+        // Validate the complete lines of this fill at once: one UTF-8 check per buffer,
+        // not per line.
+        if carry.is_empty()
+            && let Some(last) = memchr::memrchr(b'\n', buf)
+            && let Ok(text) = std::str::from_utf8(buf.get(..last).unwrap_or_default())
+        {
+            for line in text.split('\n') {
+                no += 1;
+                sink.line(no, line.strip_suffix('\r').unwrap_or(line));
+            }
+            start = last + 1;
+        }
+        while let Some(i) = memchr::memchr(b'\n', buf.get(start..).unwrap_or_default()) {
+            let end = start + i;
+            no += 1;
+            let part = buf.get(start..end).unwrap_or_default();
+            if carry.is_empty() {
+                emit(part, no, sink);
+            } else {
+                carry.extend_from_slice(part);
+                emit(&carry, no, sink);
+                carry.clear();
+            }
+            start = end + 1;
+            if start >= buf.len() {
+                break;
+            }
+        }
+        if start < buf.len() {
+            carry.extend_from_slice(buf.get(start..).unwrap_or_default());
+        }
+        reader.consume(consumed);
+    }
+}
+
+fn emit(raw: &[u8], no: usize, sink: &mut impl LineSink) {
+    let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+    sink.line(no, &utf8(raw));
+}
+
+/// The line as text: borrowed when it is valid UTF-8 (the common case, checked with the
+/// fast validator), with U+FFFD replacements otherwise.
+fn utf8(raw: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(raw) {
+        Ok(s) => Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(raw),
+    }
+}
+
+/// Splits a line into whitespace-separated tokens; `"…"` is one token (quotes removed,
+/// escapes kept: see [`unescape`]).
+pub(crate) struct Tokens<'a> {
+    rest: &'a str,
+}
+
+impl<'a> Tokens<'a> {
+    pub(crate) fn new(s: &'a str) -> Self {
+        Self { rest: s }
+    }
+}
+
+impl<'a> Iterator for Tokens<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        let bytes = self.rest.as_bytes();
+        let start = bytes.iter().position(|&b| b != b' ' && b != b'\t')?;
+        if bytes.get(start) == Some(&b'"') {
+            // Quoted: find the closing quote that is not escaped.
+            let mut i = start + 1;
+            while let Some(&b) = bytes.get(i) {
+                match b {
+                    b'\\' => i += 2,
+                    b'"' => break,
+                    _ => i += 1,
+                }
+            }
+            let end = i.min(bytes.len());
+            let inner = self.rest.get(start + 1..end).unwrap_or_default();
+            self.rest = self
+                .rest
+                .get((end + 1).min(bytes.len())..)
+                .unwrap_or_default();
+            return Some(inner);
+        }
+        let len = bytes
+            .get(start..)
+            .unwrap_or_default()
+            .iter()
+            .position(|&b| b == b' ' || b == b'\t')
+            .unwrap_or(bytes.len() - start);
+        let tok = self.rest.get(start..start + len).unwrap_or_default();
+        self.rest = self.rest.get(start + len..).unwrap_or_default();
+        Some(tok)
+    }
+}
+
+/// Removes backslash escapes from a quoted token (`\"` → `"`, `\\` → `\`).
+pub(crate) fn unescape(s: &str) -> Cow<'_, str> {
+    if !s.contains('\\') {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if let Some(n) = chars.next() {
+                out.push(n);
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Parses `1.2.3.4:80` or `[fd00::1]:80`.
+pub(crate) fn parse_socket(s: &str) -> Option<SocketAddr> {
+    if let Ok(sa) = s.parse::<SocketAddr>() {
+        return Some(sa);
+    }
+    None
+}
+
+/// Parses an address with an optional host prefix (`/32`, `/128`); other prefixes are not
+/// single addresses and give `None`.
+pub(crate) fn parse_host(s: &str) -> Option<IpAddr> {
+    let (addr, prefix) = match s.split_once('/') {
+        Some((a, p)) => (a, Some(p)),
+        None => (s, None),
+    };
+    let ip: IpAddr = addr.parse().ok()?;
+    match (prefix, ip) {
+        (None, _) => Some(ip),
+        (Some("32"), IpAddr::V4(_)) | (Some("128"), IpAddr::V6(_)) => Some(ip),
+        _ => None,
+    }
+}
+
+/// Parses an address (`1.2.3.4`, `fd00::1`, `[fd00::1]`).
+pub(crate) fn parse_ip(s: &str) -> Option<IpAddr> {
+    let s = s
+        .strip_prefix('[')
+        .and_then(|s| s.strip_suffix(']'))
+        .unwrap_or(s);
+    s.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn tokens_handle_quotes_and_escapes() {
+        let toks: Vec<_> = Tokens::new(r#"-A X -m comment --comment "a \"b\" c" -j Y"#).collect();
+        assert_eq!(
+            toks,
+            vec![
+                "-A",
+                "X",
+                "-m",
+                "comment",
+                "--comment",
+                r#"a \"b\" c"#,
+                "-j",
+                "Y"
+            ]
+        );
+        assert_eq!(unescape(r#"a \"b\" c"#), r#"a "b" c"#);
+        // Unterminated quote: the rest of the line is the token.
+        let toks: Vec<_> = Tokens::new(r#"--comment "abc"#).collect();
+        assert_eq!(toks, vec!["--comment", "abc"]);
+        let toks: Vec<_> = Tokens::new("\"").collect();
+        assert_eq!(toks, vec![""]);
+    }
+
+    #[test]
+    fn hosts_and_sockets() {
+        assert_eq!(parse_host("10.0.0.1/32"), Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(parse_host("10.0.0.0/8"), None);
+        assert_eq!(parse_host("fd00::1/128"), Some("fd00::1".parse().unwrap()));
+        assert_eq!(
+            parse_socket("[fd00::1]:53"),
+            Some("[fd00::1]:53".parse().unwrap())
+        );
+        assert_eq!(parse_socket("10.1.2.3:x"), None);
+    }
+}
