@@ -1,0 +1,345 @@
+//! Aggregates classified failures per target, class, service and rollout window, and renders the
+//! result as a plain-text table with a one-line headline ("47 errors = 31 refused + 16 reset …").
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use jiff::Timestamp;
+use serde::Serialize;
+
+use crate::classify::Class;
+use crate::model::{ConnFailure, Format, Kind};
+
+/// Failures of one (peer, class, service, window).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Group {
+    /// What the failures aimed at: the target IP, else `dns:NAME`, `host:NAME` or `-`.
+    pub peer: String,
+    /// The target IP when known.
+    pub target_ip: Option<IpAddr>,
+    /// Target ports seen.
+    pub ports: BTreeSet<u16>,
+    /// The class.
+    pub class: Class,
+    /// The Service, when the caller attributed one.
+    pub service: Option<String>,
+    /// The rollout window, when the caller attributed one.
+    pub window: Option<String>,
+    /// Number of failures.
+    pub errors: u64,
+    /// Failures per kind.
+    pub by_kind: BTreeMap<Kind, u64>,
+    /// Earliest timestamp.
+    pub first: Option<Timestamp>,
+    /// Latest timestamp.
+    pub last: Option<Timestamp>,
+    /// Formats seen.
+    pub formats: BTreeSet<Format>,
+    /// Some timestamps assumed their year or zone.
+    pub approximate_time: bool,
+}
+
+/// The aggregated result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// Groups, most errors first.
+    pub groups: Vec<Group>,
+    /// All failures.
+    pub total: u64,
+    /// All failures per kind.
+    pub by_kind: BTreeMap<Kind, u64>,
+    /// All failures per class.
+    pub by_class: BTreeMap<Class, u64>,
+    /// Earliest timestamp.
+    pub first: Option<Timestamp>,
+    /// Latest timestamp.
+    pub last: Option<Timestamp>,
+    /// Whether classes came from a ledger join.
+    pub with_ledger: bool,
+}
+
+type Key = (String, Class, Option<String>, Option<String>);
+
+/// Collects classified failures.
+#[derive(Debug, Default, Clone)]
+pub struct Aggregator {
+    groups: BTreeMap<Key, Group>,
+}
+
+fn peer_of(f: &ConnFailure) -> String {
+    if let Some(t) = f.target {
+        return t.ip().to_string();
+    }
+    if let Some(n) = &f.dns_name {
+        return format!("dns:{n}");
+    }
+    if let Some(h) = &f.host {
+        return format!("host:{h}");
+    }
+    if let Some(s) = f.dns_server {
+        return format!("dns-server:{}", s.ip());
+    }
+    "-".to_owned()
+}
+
+fn widen(first: &mut Option<Timestamp>, last: &mut Option<Timestamp>, t: Option<Timestamp>) {
+    if let Some(t) = t {
+        *first = Some(first.map_or(t, |f| f.min(t)));
+        *last = Some(last.map_or(t, |l| l.max(t)));
+    }
+}
+
+// === impl Aggregator ===
+
+impl Aggregator {
+    /// An empty aggregator.
+    pub fn new() -> Aggregator {
+        Aggregator::default()
+    }
+
+    /// Adds one failure with its class.
+    pub fn add(&mut self, f: &ConnFailure, class: Class) {
+        self.add_in(f, class, None, None);
+    }
+
+    /// Adds one failure with its class and the Service / rollout window the caller attributed it
+    /// to (from the ledger or from flags).
+    pub fn add_in(
+        &mut self,
+        f: &ConnFailure,
+        class: Class,
+        service: Option<&str>,
+        window: Option<&str>,
+    ) {
+        let peer = peer_of(f);
+        let key = (
+            peer.clone(),
+            class,
+            service.map(str::to_owned),
+            window.map(str::to_owned),
+        );
+        let g = self.groups.entry(key).or_insert_with(|| Group {
+            peer,
+            target_ip: f.target.map(|t| t.ip()),
+            ports: BTreeSet::new(),
+            class,
+            service: service.map(str::to_owned),
+            window: window.map(str::to_owned),
+            errors: 0,
+            by_kind: BTreeMap::new(),
+            first: None,
+            last: None,
+            formats: BTreeSet::new(),
+            approximate_time: false,
+        });
+        if let Some(t) = f.target {
+            g.ports.insert(t.port());
+        }
+        g.errors += 1;
+        *g.by_kind.entry(f.kind).or_default() += 1;
+        widen(&mut g.first, &mut g.last, f.timestamp);
+        g.formats.insert(f.format);
+        g.approximate_time |= f.approximate_time;
+    }
+
+    /// The report; `with_ledger` says whether the classes came from a ledger join.
+    pub fn report(self, with_ledger: bool) -> Report {
+        let mut groups: Vec<Group> = self.groups.into_values().collect();
+        groups.sort_by(|a, b| b.errors.cmp(&a.errors).then_with(|| a.peer.cmp(&b.peer)));
+        let mut r = Report {
+            groups: Vec::new(),
+            total: 0,
+            by_kind: BTreeMap::new(),
+            by_class: BTreeMap::new(),
+            first: None,
+            last: None,
+            with_ledger,
+        };
+        for g in &groups {
+            r.total += g.errors;
+            for (k, n) in &g.by_kind {
+                *r.by_kind.entry(*k).or_default() += n;
+            }
+            *r.by_class.entry(g.class).or_default() += g.errors;
+            widen(&mut r.first, &mut r.last, g.first);
+            widen(&mut r.first, &mut r.last, g.last);
+        }
+        r.groups = groups;
+        r
+    }
+}
+
+fn kinds_text(by_kind: &BTreeMap<Kind, u64>) -> String {
+    let mut parts: Vec<(u64, Kind)> = by_kind.iter().map(|(k, n)| (*n, *k)).collect();
+    parts.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    parts
+        .iter()
+        .map(|(n, k)| format!("{n} {k}"))
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+fn hms(t: Timestamp) -> String {
+    t.strftime("%H:%M:%S").to_string()
+}
+
+fn date_hms(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%d %H:%M:%S").to_string()
+}
+
+// === impl Report ===
+
+impl Report {
+    /// "47 errors = 31 refused + 16 reset, between 2024-05-01 15:42:10 and 15:43:22 UTC (72 s)".
+    pub fn headline(&self) -> String {
+        let mut s = format!(
+            "{} error{}",
+            self.total,
+            if self.total == 1 { "" } else { "s" }
+        );
+        if self.by_kind.len() > 1 {
+            let _ = write!(s, " = {}", kinds_text(&self.by_kind));
+        } else if let Some(k) = self.by_kind.keys().next() {
+            let _ = write!(s, " ({k})");
+        }
+        if let (Some(a), Some(b)) = (self.first, self.last) {
+            let same_day = a.strftime("%Y-%m-%d").to_string() == b.strftime("%Y-%m-%d").to_string();
+            let end = if same_day { hms(b) } else { date_hms(b) };
+            let secs = b.as_second() - a.as_second();
+            let _ = write!(s, ", between {} and {end} UTC ({secs} s)", date_hms(a));
+        }
+        s
+    }
+
+    /// What a ledger join would add, when the report was made without one.
+    pub fn ledger_note(&self) -> Option<&'static str> {
+        (!self.with_ledger).then_some(
+            "classes come from the error kind only. With a ledger (--db or --truth-history), each \
+             target IP is checked against who owned it at the error time: no pod -> stale client \
+             cache/registry/DNS; terminating or gone -> pooled connection (reset) or clients still \
+             sent to a terminating pod; a live ready pod -> not staleness (app-level); a different \
+             pod now -> IP reuse; and errors are grouped per Service and rollout window.",
+        )
+    }
+
+    /// Plain-text table: headline, aligned rows, the classes' meaning, and the ledger note.
+    pub fn render_table(&self) -> String {
+        let with_service = self.groups.iter().any(|g| g.service.is_some());
+        let with_window = self.groups.iter().any(|g| g.window.is_some());
+        let mut header = vec!["TARGET", "PORTS", "CLASS"];
+        if with_service {
+            header.push("SERVICE");
+        }
+        if with_window {
+            header.push("WINDOW");
+        }
+        header.extend(["ERRORS", "KINDS", "FIRST", "LAST", "FORMATS"]);
+        let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| (*h).to_owned()).collect()];
+        for g in &self.groups {
+            let ports = if g.ports.is_empty() {
+                "-".to_owned()
+            } else {
+                g.ports
+                    .iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let approx = if g.approximate_time { "~" } else { "" };
+            let mut row = vec![g.peer.clone(), ports, g.class.as_str().to_owned()];
+            if with_service {
+                row.push(g.service.clone().unwrap_or_else(|| "-".into()));
+            }
+            if with_window {
+                row.push(g.window.clone().unwrap_or_else(|| "-".into()));
+            }
+            row.push(g.errors.to_string());
+            row.push(kinds_text(&g.by_kind));
+            row.push(
+                g.first
+                    .map_or("-".into(), |t| format!("{approx}{}", date_hms(t))),
+            );
+            row.push(g.last.map_or("-".into(), |t| format!("{approx}{}", hms(t))));
+            row.push(
+                g.formats
+                    .iter()
+                    .map(|f| f.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            );
+            rows.push(row);
+        }
+        let cols = rows.first().map_or(0, Vec::len);
+        let widths: Vec<usize> = (0..cols)
+            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+            .collect();
+        let mut out = self.headline();
+        out.push_str("\n\n");
+        for r in &rows {
+            let line: Vec<String> = r
+                .iter()
+                .zip(&widths)
+                .map(|(cell, w)| format!("{cell:<w$}"))
+                .collect();
+            out.push_str(line.join("  ").trim_end());
+            out.push('\n');
+        }
+        if !self.by_class.is_empty() {
+            out.push('\n');
+            for (c, n) in &self.by_class {
+                let _ = writeln!(out, "{:<20} {n:>6}  {}", c.as_str(), c.description());
+            }
+        }
+        if let Some(note) = self.ledger_note() {
+            let _ = write!(out, "\nWithout a ledger: {note}\n");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use crate::classify::classify;
+
+    fn f(kind: Kind, target: &str, t: &str) -> ConnFailure {
+        ConnFailure {
+            line_no: 1,
+            end_line_no: 1,
+            timestamp: t.parse().ok(),
+            approximate_time: false,
+            target: target.parse().ok(),
+            host: None,
+            dns_name: None,
+            dns_server: None,
+            kind,
+            format: Format::Java,
+            response_flags: None,
+            raw: String::new(),
+        }
+    }
+
+    #[test]
+    fn headline_counts_kinds_and_span() {
+        let mut agg = Aggregator::new();
+        for x in [
+            f(Kind::Refused, "10.244.3.71:8080", "2024-05-01T15:42:10Z"),
+            f(Kind::Refused, "10.244.3.71:8080", "2024-05-01T15:42:30Z"),
+            f(Kind::Reset, "10.244.3.71:8080", "2024-05-01T15:43:22Z"),
+        ] {
+            agg.add(&x, classify(&x));
+        }
+        let r = agg.report(false);
+        assert_eq!(
+            r.headline(),
+            "3 errors = 2 refused + 1 reset, between 2024-05-01 15:42:10 and 15:43:22 UTC (72 s)"
+        );
+        assert_eq!(r.groups.len(), 2);
+        let table = r.render_table();
+        assert!(table.contains("TARGET"), "{table}");
+        assert!(table.contains("Without a ledger"), "{table}");
+    }
+}

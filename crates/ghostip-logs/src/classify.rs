@@ -1,0 +1,257 @@
+//! Classifies connection failures: by error kind alone, or with the facts of who owned the target
+//! IP at the error time and now (the ledger join, done by the caller).
+
+use serde::Serialize;
+
+use crate::model::{ConnFailure, Kind};
+
+/// Why a connection failed, as far as the log (and the ledger, when joined) can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    /// Refused, no ledger: a stale cache, registry or DNS answer, or the pod is gone.
+    StaleTarget,
+    /// Reset: a pooled connection to a terminated pod.
+    PooledConnection,
+    /// Timeout or no route: blackholed, a dead IP or a datapath dropping packets.
+    Blackholed,
+    /// DNS lookup timeout or server failure: the DNS path (check that node's datapath).
+    DnsPath,
+    /// DNS name not found: a deleted Service, or a cached negative answer.
+    NameNotFound,
+    /// Unavailable without a cause in the log (gRPC `Unavailable`, Envoy `UF`/`UH`).
+    Unavailable,
+    /// Another connect error (`operation not permitted`, a bare "failed to connect").
+    Unclassified,
+    /// Ledger: no pod owned the IP at the error time: a stale client cache, registry or DNS.
+    StaleClientCache,
+    /// Ledger: the owning pod was terminating: clients still sent to it (preStop too short).
+    TerminatingTarget,
+    /// Ledger: a live, ready pod owned the IP: not staleness, an application-level failure.
+    NotStaleness,
+    /// Ledger: a pod owned the IP but was not ready (starting or failing probes).
+    NotReadyTarget,
+    /// Ledger: the IP now belongs to a different pod than at the error time: IP reuse.
+    IpReused,
+}
+
+impl Class {
+    /// Short name used in tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::StaleTarget => "stale-target",
+            Class::PooledConnection => "pooled-connection",
+            Class::Blackholed => "blackholed",
+            Class::DnsPath => "dns-path",
+            Class::NameNotFound => "name-not-found",
+            Class::Unavailable => "unavailable",
+            Class::Unclassified => "unclassified",
+            Class::StaleClientCache => "stale-client-cache",
+            Class::TerminatingTarget => "terminating-target",
+            Class::NotStaleness => "not-staleness",
+            Class::NotReadyTarget => "not-ready-target",
+            Class::IpReused => "ip-reused",
+        }
+    }
+
+    /// One-line explanation for reports.
+    pub fn description(self) -> &'static str {
+        match self {
+            Class::StaleTarget => "stale cache/registry/DNS or pod gone",
+            Class::PooledConnection => "pooled connection to a terminated pod",
+            Class::Blackholed => "blackholed (dead IP or datapath)",
+            Class::DnsPath => "DNS path (check that node's datapath)",
+            Class::NameNotFound => "name not found (deleted Service or cached negative answer)",
+            Class::Unavailable => "upstream unavailable (the log gives no cause)",
+            Class::Unclassified => "connect error (not classified)",
+            Class::StaleClientCache => "stale client cache/registry/DNS (no pod owned the IP)",
+            Class::TerminatingTarget => {
+                "pod was terminating: clients still sent to it (preStop too short)"
+            }
+            Class::NotStaleness => "not staleness: a live, ready pod owned the IP (app-level)",
+            Class::NotReadyTarget => "a pod owned the IP but was not ready",
+            Class::IpReused => "IP reuse: the IP now belongs to a different pod",
+        }
+    }
+}
+
+impl std::fmt::Display for Class {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Classifies by error kind only (no ledger).
+pub fn classify(failure: &ConnFailure) -> Class {
+    class_of_kind(failure.kind)
+}
+
+/// The class of an error kind without ledger facts.
+pub fn class_of_kind(kind: Kind) -> Class {
+    match kind {
+        Kind::Refused => Class::StaleTarget,
+        Kind::Reset => Class::PooledConnection,
+        Kind::Timeout | Kind::NoRoute => Class::Blackholed,
+        Kind::DnsTimeout => Class::DnsPath,
+        Kind::DnsNotFound => Class::NameNotFound,
+        Kind::Unavailable => Class::Unavailable,
+        Kind::Other => Class::Unclassified,
+    }
+}
+
+/// What the ledger knows about the pod that owned an IP at some instant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OwnerFacts {
+    /// `namespace/name` of the pod.
+    pub pod: String,
+    /// The pod was ready.
+    pub ready: bool,
+    /// The pod had a deletion timestamp (terminating).
+    pub terminating: bool,
+    /// The pod no longer existed (the IP's last owner, already deleted).
+    pub gone: bool,
+    /// The pod's UID (tells a recreated pod of the same name apart).
+    pub uid: String,
+}
+
+impl OwnerFacts {
+    fn live_ready(&self) -> bool {
+        self.ready && !self.terminating && !self.gone
+    }
+}
+
+/// Classifies with the ledger's facts about the target IP: `owner_at_error` owned it at the
+/// error time, `owner_now` owns it now (`None`: no pod).
+///
+/// Rules, in order:
+/// 1. DNS failures and failures without a target IP keep their kind's class.
+/// 2. A live, ready pod owned the IP at the error time → [`Class::NotStaleness`].
+/// 3. A different live pod owns the IP now → [`Class::IpReused`].
+/// 4. No pod (or a gone one) at the error time: reset → [`Class::PooledConnection`], timeout or
+///    no route → [`Class::Blackholed`], anything else → [`Class::StaleClientCache`].
+/// 5. A terminating pod: reset → [`Class::PooledConnection`], else
+///    [`Class::TerminatingTarget`].
+/// 6. A pod that was neither ready nor terminating → [`Class::NotReadyTarget`].
+pub fn classify_with_owner(
+    failure: &ConnFailure,
+    owner_at_error: Option<&OwnerFacts>,
+    owner_now: Option<&OwnerFacts>,
+) -> Class {
+    if failure.kind.is_dns() || failure.target.is_none() {
+        return classify(failure);
+    }
+    if owner_at_error.is_some_and(OwnerFacts::live_ready) {
+        return Class::NotStaleness;
+    }
+    if let Some(now) = owner_now.filter(|n| !n.gone)
+        && owner_at_error.is_none_or(|o| o.uid != now.uid)
+    {
+        return Class::IpReused;
+    }
+    match owner_at_error {
+        None => dead_ip_class(failure.kind),
+        Some(o) if o.gone => dead_ip_class(failure.kind),
+        Some(o) if o.terminating => match failure.kind {
+            Kind::Reset => Class::PooledConnection,
+            _ => Class::TerminatingTarget,
+        },
+        Some(_) => Class::NotReadyTarget,
+    }
+}
+
+fn dead_ip_class(kind: Kind) -> Class {
+    match kind {
+        Kind::Reset => Class::PooledConnection,
+        Kind::Timeout | Kind::NoRoute => Class::Blackholed,
+        _ => Class::StaleClientCache,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use crate::model::Format;
+
+    fn failure(kind: Kind) -> ConnFailure {
+        ConnFailure {
+            line_no: 1,
+            end_line_no: 1,
+            timestamp: None,
+            approximate_time: false,
+            target: "10.244.3.71:8080".parse().ok(),
+            host: None,
+            dns_name: None,
+            dns_server: None,
+            kind,
+            format: Format::Java,
+            response_flags: None,
+            raw: String::new(),
+        }
+    }
+
+    fn pod(uid: &str, ready: bool, terminating: bool, gone: bool) -> OwnerFacts {
+        OwnerFacts {
+            pod: format!("ns/{uid}"),
+            ready,
+            terminating,
+            gone,
+            uid: uid.into(),
+        }
+    }
+
+    #[test]
+    fn without_ledger() {
+        assert_eq!(classify(&failure(Kind::Refused)), Class::StaleTarget);
+        assert_eq!(classify(&failure(Kind::Reset)), Class::PooledConnection);
+        assert_eq!(classify(&failure(Kind::Timeout)), Class::Blackholed);
+        assert_eq!(classify(&failure(Kind::DnsTimeout)), Class::DnsPath);
+    }
+
+    #[test]
+    fn joined_rules() {
+        let refused = failure(Kind::Refused);
+        let reset = failure(Kind::Reset);
+        let a = pod("a", true, false, false);
+        let a_term = pod("a", false, true, false);
+        let a_gone = pod("a", false, false, true);
+        let b = pod("b", true, false, false);
+        assert_eq!(
+            classify_with_owner(&refused, None, None),
+            Class::StaleClientCache
+        );
+        assert_eq!(
+            classify_with_owner(&reset, Some(&a_term), None),
+            Class::PooledConnection
+        );
+        assert_eq!(
+            classify_with_owner(&reset, Some(&a_gone), None),
+            Class::PooledConnection
+        );
+        assert_eq!(
+            classify_with_owner(&refused, Some(&a), Some(&a)),
+            Class::NotStaleness
+        );
+        assert_eq!(
+            classify_with_owner(&refused, None, Some(&b)),
+            Class::IpReused
+        );
+        assert_eq!(
+            classify_with_owner(&refused, Some(&a_gone), Some(&b)),
+            Class::IpReused
+        );
+        assert_eq!(
+            classify_with_owner(&failure(Kind::Timeout), None, None),
+            Class::Blackholed
+        );
+        assert_eq!(
+            classify_with_owner(&refused, Some(&a_term), Some(&a_term)),
+            Class::TerminatingTarget
+        );
+        assert_eq!(
+            classify_with_owner(&refused, Some(&pod("c", false, false, false)), None),
+            Class::NotReadyTarget
+        );
+    }
+}

@@ -1,0 +1,351 @@
+//! The vocabulary of `explain`: what a connection failure found in a log is, and what scanning counted.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use serde::Serialize;
+
+/// Longest excerpt of the source line kept in [`ConnFailure::raw`], in bytes.
+pub const RAW_EXCERPT_MAX: usize = 512;
+
+/// What kind of connection failure a log line reports.
+///
+/// The order is from most to least specific; when two lines of one event (a Java stack trace, a
+/// Node.js error object) disagree, the more specific kind wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// The peer answered the SYN with a RST (`ECONNREFUSED`, errno 111): nothing listens there.
+    Refused,
+    /// An established (often pooled) connection was reset or closed under the client
+    /// (`ECONNRESET`, errno 104, broken pipe, "socket hang up", Envoy `UC`).
+    Reset,
+    /// The connect or the exchange timed out (`ETIMEDOUT`, `i/o timeout`, "connect timed out").
+    Timeout,
+    /// No route / host unreachable (`EHOSTUNREACH`, errno 113): typically an IP nobody answers
+    /// ARP for any more.
+    NoRoute,
+    /// A DNS lookup timed out or its server failed (`lookup NAME on IP:53: i/o timeout`,
+    /// `EAI_AGAIN`, "server misbehaving").
+    DnsTimeout,
+    /// A DNS lookup said the name does not exist (`no such host`, `UnknownHostException`,
+    /// `ENOTFOUND`).
+    DnsNotFound,
+    /// Another connect error with an explicit reason (`operation not permitted`, curl's
+    /// "Couldn't connect to server", OkHttp's bare "Failed to connect to").
+    Other,
+    /// The upstream was unavailable without a more precise reason in the line (gRPC
+    /// `Unavailable`, Envoy `UF`/`UH`/`URX`, nginx "no live upstreams").
+    Unavailable,
+}
+
+impl Kind {
+    /// Every kind, in rank order.
+    pub const ALL: [Kind; 8] = [
+        Kind::Refused,
+        Kind::Reset,
+        Kind::Timeout,
+        Kind::NoRoute,
+        Kind::DnsTimeout,
+        Kind::DnsNotFound,
+        Kind::Other,
+        Kind::Unavailable,
+    ];
+
+    /// Short lower-case name used in tables ("refused", "dns-timeout").
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Refused => "refused",
+            Kind::Reset => "reset",
+            Kind::Timeout => "timeout",
+            Kind::NoRoute => "no-route",
+            Kind::DnsTimeout => "dns-timeout",
+            Kind::DnsNotFound => "dns-not-found",
+            Kind::Other => "other",
+            Kind::Unavailable => "unavailable",
+        }
+    }
+
+    /// True for the kinds that say nothing precise (gRPC `Unavailable`, bare "failed to connect"):
+    /// a later line of the same event may refine them.
+    pub fn is_generic(self) -> bool {
+        matches!(self, Kind::Unavailable | Kind::Other)
+    }
+
+    /// True for DNS lookup failures (no target IP involved, a DNS server maybe).
+    pub fn is_dns(self) -> bool {
+        matches!(self, Kind::DnsTimeout | Kind::DnsNotFound)
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which client, proxy or library wrote the line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// grpc-go (`rpc error: code = Unavailable`, `Error while dialing`, `createTransport`).
+    GrpcGo,
+    /// grpc-java over Netty (`io.grpc`, `StatusRuntimeException`, `AnnotatedConnectException`).
+    GrpcJava,
+    /// @grpc/grpc-js (`14 UNAVAILABLE`).
+    GrpcJs,
+    /// Plain Java (`java.net.ConnectException`, `SocketException: Connection reset`).
+    Java,
+    /// OkHttp (`Failed to connect to host/ip:port`, `<-- HTTP FAILED`).
+    OkHttp,
+    /// Apache HttpClient (`HttpHostConnectException: Connect to host:port [/ip] failed`).
+    ApacheHttpClient,
+    /// reactor-netty / Spring WebClient (`finishConnect(..) failed`, `prematurely closed`).
+    ReactorNetty,
+    /// Go `net` / `net/http` errors (`dial tcp IP:PORT: connect: …`, `lookup NAME on IP:53`).
+    GoNet,
+    /// Envoy / Istio default text access log.
+    EnvoyText,
+    /// Envoy / Istio JSON access log.
+    EnvoyJson,
+    /// nginx error log (`connect() failed (111: …) while connecting to upstream`).
+    Nginx,
+    /// Node.js (`connect ECONNREFUSED IP:PORT`, `read ECONNRESET`).
+    NodeJs,
+    /// Python requests / urllib3 (`NewConnectionError`, `HTTPConnectionPool(host=…)`).
+    PythonUrllib3,
+    /// Other Python clients (`[Errno 111]`, redis-py `Error -3 connecting to`).
+    Python,
+    /// linkerd2-proxy.
+    Linkerd,
+    /// CoreDNS `errors` plugin (`read udp A->B:53: i/o timeout`).
+    CoreDns,
+    /// curl (`curl: (7) Failed to connect to HOST port PORT`).
+    Curl,
+    /// A failure phrase in a line whose shape no extractor knows (see [`UnknownShape`]).
+    Unknown,
+}
+
+impl Format {
+    /// Short name used in tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::GrpcGo => "grpc-go",
+            Format::GrpcJava => "grpc-java",
+            Format::GrpcJs => "grpc-js",
+            Format::Java => "java",
+            Format::OkHttp => "okhttp",
+            Format::ApacheHttpClient => "apache-httpclient",
+            Format::ReactorNetty => "reactor-netty",
+            Format::GoNet => "go-net",
+            Format::EnvoyText => "envoy-text",
+            Format::EnvoyJson => "envoy-json",
+            Format::Nginx => "nginx",
+            Format::NodeJs => "nodejs",
+            Format::PythonUrllib3 => "python-urllib3",
+            Format::Python => "python",
+            Format::Linkerd => "linkerd",
+            Format::CoreDns => "coredns",
+            Format::Curl => "curl",
+            Format::Unknown => "unknown",
+        }
+    }
+
+    /// How specific the format attribution is; merged lines keep the most specific one.
+    pub(crate) fn specificity(self) -> u8 {
+        match self {
+            Format::Unknown => 0,
+            Format::Java | Format::Python | Format::GoNet | Format::NodeJs => 1,
+            _ => 2,
+        }
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One connection failure found in a log: one log event, which may span a few lines (a Java
+/// exception and its `Caused by:`, a Node.js error object).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConnFailure {
+    /// 1-based number of the first line of the event in its input.
+    pub line_no: u64,
+    /// 1-based number of the last line that contributed to the event (equal to `line_no` for
+    /// single-line events).
+    pub end_line_no: u64,
+    /// When it happened, if the line (or the log record it continues) carries a time.
+    pub timestamp: Option<Timestamp>,
+    /// True when the year or the zone of `timestamp` was assumed rather than read (syslog, klog
+    /// and zone-less formats without `--year` / `--tz`).
+    pub approximate_time: bool,
+    /// The IP:port the client was connecting to, when the line names one.
+    pub target: Option<SocketAddr>,
+    /// The host name the client was connecting to, when the line names one (`localhost`,
+    /// `app.example.com`), with or without an IP.
+    pub host: Option<String>,
+    /// For DNS failures: the name being looked up.
+    pub dns_name: Option<String>,
+    /// For DNS failures: the DNS server queried, when named (`lookup x on 10.96.0.10:53`).
+    pub dns_server: Option<SocketAddr>,
+    /// What failed.
+    pub kind: Kind,
+    /// Who wrote the line.
+    pub format: Format,
+    /// Envoy response flags (`UF,URX`), as written.
+    pub response_flags: Option<String>,
+    /// The first line of the event, at most [`RAW_EXCERPT_MAX`] bytes.
+    pub raw: String,
+}
+
+/// Caller-supplied defaults for timestamps that lack a year or a zone. The scanner has no clock:
+/// the CLI passes `--year` / `--tz` (or the current year and the local zone) here.
+#[derive(Debug, Clone, Default)]
+pub struct ScanOptions {
+    /// Year for formats that have none (syslog `Nov 30 05:00:00`, klog `I1130 05:00:00.123456`).
+    /// Without it the year of the last full timestamp seen in the same input is used and the time
+    /// is marked approximate; with neither, such lines get no timestamp.
+    pub year: Option<i16>,
+    /// Zone for formats that have none (Go log, nginx, logback, Python logging). Without it UTC
+    /// is assumed and the time is marked approximate.
+    pub tz: Option<TimeZone>,
+    /// Skip the whole-input check for binary / non-UTF-8 lines (candidate lines are always
+    /// checked). Saves one pass over the bytes; `binary_lines` then counts candidate lines only.
+    pub skip_binary_check: bool,
+}
+
+/// A shape of line that contained a failure phrase or Envoy flags but that no extractor knows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnknownShape {
+    /// A short key describing the shape (kind and leading words, digits folded).
+    pub shape: String,
+    /// Lines of this shape.
+    pub count: u64,
+    /// Line number of the example.
+    pub example_line_no: u64,
+    /// The first line of this shape, bounded to [`RAW_EXCERPT_MAX`] bytes.
+    pub example: String,
+}
+
+/// What a scan counted, besides the failures it emitted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ScanStats {
+    /// Bytes read.
+    pub bytes: u64,
+    /// Lines read (a final line without newline counts).
+    pub lines: u64,
+    /// Lines that matched the literal prefilter.
+    pub candidate_lines: u64,
+    /// Failure events emitted.
+    pub failures: u64,
+    /// Candidate lines that turned out not to report a failure ("timeoutSeconds=30", an Envoy
+    /// 200, a "password reset").
+    pub dismissed_lines: u64,
+    /// Lines skipped as binary or garbled (NUL bytes or invalid UTF-8).
+    pub binary_lines: u64,
+    /// Lines longer than the scanner's line cap (1 MiB); only their first MiB is examined.
+    pub overlong_lines: u64,
+    /// Failures whose timestamp assumed the year (no `--year`).
+    pub assumed_year: u64,
+    /// Failures whose timestamp assumed UTC (no zone in the line and no `--tz`).
+    pub assumed_zone: u64,
+    /// Failures without any timestamp.
+    pub undated: u64,
+    /// Candidate lines of an unrecognized shape (they may still have produced a failure with
+    /// [`Format::Unknown`]).
+    pub unknown_lines: u64,
+    /// One example per unrecognized shape (at most 32 shapes; the rest only count).
+    pub unknown_shapes: Vec<UnknownShape>,
+    /// Failures per format.
+    pub per_format: BTreeMap<Format, u64>,
+    /// Failures per kind.
+    pub per_kind: BTreeMap<Kind, u64>,
+}
+
+impl ScanStats {
+    /// Human warnings about the input: garbled lines, assumed years and zones, unknown shapes.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.binary_lines > 0 {
+            out.push(format!(
+                "{} binary or non-UTF-8 line(s) skipped",
+                self.binary_lines
+            ));
+        }
+        if self.overlong_lines > 0 {
+            out.push(format!(
+                "{} line(s) longer than 1 MiB: only their first MiB was examined",
+                self.overlong_lines
+            ));
+        }
+        if self.assumed_year > 0 {
+            out.push(format!(
+                "{} timestamp(s) have no year: the year was assumed (marked approximate); pass --year",
+                self.assumed_year
+            ));
+        }
+        if self.assumed_zone > 0 {
+            out.push(format!(
+                "{} timestamp(s) have no zone: UTC was assumed (marked approximate); pass --tz",
+                self.assumed_zone
+            ));
+        }
+        if self.unknown_lines > 0 {
+            out.push(format!(
+                "{} line(s) of {} unrecognized shape(s) mention a connection failure; e.g. line {}: {}",
+                self.unknown_lines,
+                self.unknown_shapes.len(),
+                self.unknown_shapes.first().map_or(0, |s| s.example_line_no),
+                self.unknown_shapes
+                    .first()
+                    .map_or("", |s| s.example.as_str())
+            ));
+        }
+        out
+    }
+
+    /// Adds another input's counts (for several files scanned one after the other).
+    pub fn merge(&mut self, other: &ScanStats) {
+        self.bytes += other.bytes;
+        self.lines += other.lines;
+        self.candidate_lines += other.candidate_lines;
+        self.failures += other.failures;
+        self.dismissed_lines += other.dismissed_lines;
+        self.binary_lines += other.binary_lines;
+        self.overlong_lines += other.overlong_lines;
+        self.assumed_year += other.assumed_year;
+        self.assumed_zone += other.assumed_zone;
+        self.undated += other.undated;
+        self.unknown_lines += other.unknown_lines;
+        for s in &other.unknown_shapes {
+            if let Some(mine) = self.unknown_shapes.iter_mut().find(|m| m.shape == s.shape) {
+                mine.count += s.count;
+            } else if self.unknown_shapes.len() < crate::scanner::MAX_UNKNOWN_SHAPES {
+                self.unknown_shapes.push(s.clone());
+            }
+        }
+        for (f, n) in &other.per_format {
+            *self.per_format.entry(*f).or_default() += n;
+        }
+        for (k, n) in &other.per_kind {
+            *self.per_kind.entry(*k).or_default() += n;
+        }
+    }
+}
+
+/// Cuts `line` to at most [`RAW_EXCERPT_MAX`] bytes on a char boundary, lossily decoded.
+pub(crate) fn excerpt(line: &[u8]) -> String {
+    let mut end = line.len().min(RAW_EXCERPT_MAX);
+    // Back off to a UTF-8 boundary (continuation bytes are 0b10xx_xxxx).
+    while end > 0 && end < line.len() && (line[end] & 0xC0) == 0x80 {
+        end -= 1;
+    }
+    match std::str::from_utf8(&line[..end]) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(&line[..end]).into_owned(),
+    }
+}
