@@ -1,0 +1,8 @@
+//! Fuzz target: the cilium service JSON parser never panics.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = ghostip_datapath::cilium::parse_service_json(data);
+});
