@@ -51,6 +51,27 @@ fn set(ts: &[Target]) -> BTreeSet<Target> {
     ts.iter().copied().collect()
 }
 
+/// The first tracking closed in `events`.
+fn first_closed(events: &[EngineEvent]) -> Tracking {
+    events
+        .iter()
+        .find_map(|e| match e {
+            EngineEvent::Closed(t) => Some(t.clone()),
+            _ => None,
+        })
+        .expect("a closed tracking")
+}
+
+/// IP 1 leaves the truth at t0 = 0 (desired {2, 3}).
+fn remove_ip1_at_t0(e: &mut Engine) -> Vec<EngineEvent> {
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(2), ip(3)]),
+        ChangeTime::received_at(t(0)),
+    )
+}
+
 /// Engine with one path, truth synced, desired {1,2,3} as a baseline.
 fn synced() -> (Engine, PathIdx) {
     let mut e = Engine::new(EngineConfig::default());
@@ -115,53 +136,26 @@ fn exact_window_for_a_removed_ip() {
 #[test]
 fn over_expected_lag_and_tolerance() {
     let (mut e, p) = synced();
-    e.set_desired(
-        Layer::Dns,
-        &svc(),
-        set(&[ip(2), ip(3)]),
-        ChangeTime::received_at(t(0)),
-    );
+    remove_ip1_at_t0(&mut e);
     e.observe(&obs(p, t(31_000), &[(ip(1), 1), (ip(2), 1), (ip(3), 1)]));
     e.observe(&obs(p, t(31_250), &[(ip(2), 1), (ip(3), 1)]));
     let closed = e.tick(t(40_000));
-    let v = closed
-        .iter()
-        .find_map(|e| match e {
-            EngineEvent::Closed(t) => Some(t.verdict),
-            _ => None,
-        })
-        .unwrap();
+    let v = first_closed(&closed).verdict;
     assert_eq!(v, Verdict::WithinExpectedLag, "31 s ≤ 30 s + 1 s tolerance");
 
     let (mut e, p) = synced();
-    e.set_desired(
-        Layer::Dns,
-        &svc(),
-        set(&[ip(2), ip(3)]),
-        ChangeTime::received_at(t(0)),
-    );
+    remove_ip1_at_t0(&mut e);
     e.observe(&obs(p, t(31_500), &[(ip(1), 1), (ip(2), 1), (ip(3), 1)]));
     e.observe(&obs(p, t(31_750), &[(ip(2), 1), (ip(3), 1)]));
     let closed = e.tick(t(40_000));
-    let v = closed
-        .iter()
-        .find_map(|e| match e {
-            EngineEvent::Closed(t) => Some(t.verdict),
-            _ => None,
-        })
-        .unwrap();
+    let v = first_closed(&closed).verdict;
     assert_eq!(v, Verdict::OverExpectedLag);
 }
 
 #[test]
 fn a_flapping_path_resets_convergence() {
     let (mut e, p) = synced();
-    e.set_desired(
-        Layer::Dns,
-        &svc(),
-        set(&[ip(2), ip(3)]),
-        ChangeTime::received_at(t(0)),
-    );
+    remove_ip1_at_t0(&mut e);
     e.observe(&obs(p, t(1_000), &[(ip(1), 5), (ip(2), 5), (ip(3), 5)]));
     e.observe(&obs(p, t(2_000), &[(ip(2), 5), (ip(3), 5)]));
     // Another CoreDNS replica behind the same address still had it: it comes back.
@@ -173,13 +167,7 @@ fn a_flapping_path_resets_convergence() {
     );
     e.observe(&obs(p, t(4_000), &[(ip(2), 5), (ip(3), 5)]));
     let closed = e.tick(t(7_000));
-    let tr = closed
-        .iter()
-        .find_map(|e| match e {
-            EngineEvent::Closed(t) => Some(t.clone()),
-            _ => None,
-        })
-        .unwrap();
+    let tr = first_closed(&closed);
     assert_eq!(tr.reappearances, 1);
     assert_eq!(tr.last_wrong, Some(t(3_000)));
     assert_eq!(tr.converged_by, Some(t(4_000)));
@@ -250,36 +238,20 @@ fn truth_gaps_never_produce_staleness() {
 #[test]
 fn a_gap_during_an_open_window_unjudges_it() {
     let (mut e, p) = synced();
-    e.set_desired(
-        Layer::Dns,
-        &svc(),
-        set(&[ip(2), ip(3)]),
-        ChangeTime::received_at(t(0)),
-    );
+    remove_ip1_at_t0(&mut e);
     e.observe(&obs(p, t(1_000), &[(ip(1), 30), (ip(2), 30), (ip(3), 30)]));
     e.truth_gap(t(2_000));
     e.truth_synced(t(3_000));
     e.observe(&obs(p, t(4_000), &[(ip(2), 30), (ip(3), 30)]));
     let closed = e.tick(t(10_000));
-    let v = closed
-        .iter()
-        .find_map(|e| match e {
-            EngineEvent::Closed(t) => Some(t.verdict),
-            _ => None,
-        })
-        .unwrap();
+    let v = first_closed(&closed).verdict;
     assert_eq!(v, Verdict::Unjudged(Unjudged::TruthGap));
 }
 
 #[test]
 fn failures_are_counted_not_judged() {
     let (mut e, p) = synced();
-    e.set_desired(
-        Layer::Dns,
-        &svc(),
-        set(&[ip(2), ip(3)]),
-        ChangeTime::received_at(t(0)),
-    );
+    remove_ip1_at_t0(&mut e);
     for i in 1..=4 {
         let ev = e.observe(&Observation {
             path: p,
@@ -300,12 +272,7 @@ fn failures_are_counted_not_judged() {
 #[test]
 fn stuck_after_ten_times_the_expected_lag_or_five_minutes() {
     let (mut e, p) = synced();
-    e.set_desired(
-        Layer::Dns,
-        &svc(),
-        set(&[ip(2), ip(3)]),
-        ChangeTime::received_at(t(0)),
-    );
+    remove_ip1_at_t0(&mut e);
     e.observe(&obs(p, t(1_000), &[(ip(1), 30), (ip(2), 30), (ip(3), 30)]));
     assert!(e.tick(t(299_000)).is_empty());
     let ev = e.tick(t(300_000));
@@ -314,25 +281,14 @@ fn stuck_after_ten_times_the_expected_lag_or_five_minutes() {
     // If it later converges, the verdict stays stuck.
     e.observe(&obs(p, t(400_000), &[(ip(2), 30), (ip(3), 30)]));
     let ev = e.tick(t(410_000));
-    let v = ev
-        .iter()
-        .find_map(|e| match e {
-            EngineEvent::Closed(t) => Some(t.verdict),
-            _ => None,
-        })
-        .unwrap();
+    let v = first_closed(&ev).verdict;
     assert_eq!(v, Verdict::Stuck);
 }
 
 #[test]
 fn stale_found_without_seeing_the_change_is_dated_by_the_departure_when_known() {
     let (mut e, p) = synced();
-    e.set_desired(
-        Layer::Dns,
-        &svc(),
-        set(&[ip(2), ip(3)]),
-        ChangeTime::received_at(t(0)),
-    );
+    remove_ip1_at_t0(&mut e);
     let p2 = dns_path(&mut e, 11, 30); // a new CoreDNS pod appears after the change
     e.observe(&obs(p2, t(2_000), &[(ip(1), 3), (ip(2), 3)]));
     let open: Vec<_> = e
@@ -351,12 +307,7 @@ fn stale_found_without_seeing_the_change_is_dated_by_the_departure_when_known() 
 #[test]
 fn readded_target_cancels_its_stale_tracking() {
     let (mut e, p) = synced();
-    e.set_desired(
-        Layer::Dns,
-        &svc(),
-        set(&[ip(2), ip(3)]),
-        ChangeTime::received_at(t(0)),
-    );
+    remove_ip1_at_t0(&mut e);
     e.observe(&obs(p, t(1_000), &[(ip(1), 30), (ip(2), 30), (ip(3), 30)]));
     let ev = e.set_desired(
         Layer::Dns,
@@ -372,12 +323,7 @@ fn readded_target_cancels_its_stale_tracking() {
 #[test]
 fn exposure_counts_only_the_dead_part_of_the_window() {
     let (mut e, p) = synced();
-    e.set_desired(
-        Layer::Dns,
-        &svc(),
-        set(&[ip(2), ip(3)]),
-        ChangeTime::received_at(t(0)),
-    );
+    remove_ip1_at_t0(&mut e);
     e.endpoint_dead(
         ip(1).ip,
         Death {
@@ -388,13 +334,7 @@ fn exposure_counts_only_the_dead_part_of_the_window() {
     e.observe(&obs(p, t(10_000), &[(ip(1), 30), (ip(2), 30), (ip(3), 30)]));
     e.observe(&obs(p, t(10_250), &[(ip(2), 30), (ip(3), 30)]));
     let closed = e.tick(t(20_000));
-    let tr = closed
-        .iter()
-        .find_map(|e| match e {
-            EngineEvent::Closed(t) => Some(t.clone()),
-            _ => None,
-        })
-        .unwrap();
+    let tr = first_closed(&closed);
     let x = tr.exposure(e.death(ip(1).ip)).unwrap();
     assert_eq!(x.lower, Duration::from_secs(8));
     assert_eq!(x.upper, Duration::from_millis(8_250));
@@ -403,12 +343,7 @@ fn exposure_counts_only_the_dead_part_of_the_window() {
 #[test]
 fn removed_path_closes_unconverged_trackings_unjudged() {
     let (mut e, p) = synced();
-    e.set_desired(
-        Layer::Dns,
-        &svc(),
-        set(&[ip(2), ip(3)]),
-        ChangeTime::received_at(t(0)),
-    );
+    remove_ip1_at_t0(&mut e);
     let ev = e.remove_path(p, t(1_000));
     assert!(ev.iter().any(|e| matches!(e, EngineEvent::Closed(t) if t.verdict == Verdict::Unjudged(Unjudged::PathRemoved))));
     assert_eq!(e.paths().count(), 0);
