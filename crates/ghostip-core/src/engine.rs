@@ -348,7 +348,7 @@ impl Engine {
     }
 
     /// Marks a path as gone (e.g. its CoreDNS pod was removed); its open trackings close unjudged.
-    pub fn remove_path(&mut self, path: PathIdx, at: Time) -> Vec<EngineEvent> {
+    pub fn remove_path(&mut self, path: PathIdx) -> Vec<EngineEvent> {
         let Some(p) = self.paths.get_mut(path.0 as usize) else {
             return Vec::new();
         };
@@ -364,7 +364,6 @@ impl Engine {
                 } else {
                     t.verdict = self.judge(&t);
                 }
-                let _ = at;
                 events.push(EngineEvent::Closed(t.clone()));
                 self.push_closed(t);
             }

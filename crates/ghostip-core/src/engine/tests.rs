@@ -344,7 +344,7 @@ fn exposure_counts_only_the_dead_part_of_the_window() {
 fn removed_path_closes_unconverged_trackings_unjudged() {
     let (mut e, p) = synced();
     remove_ip1_at_t0(&mut e);
-    let ev = e.remove_path(p, t(1_000));
+    let ev = e.remove_path(p);
     assert!(ev.iter().any(|e| matches!(e, EngineEvent::Closed(t) if t.verdict == Verdict::Unjudged(Unjudged::PathRemoved))));
     assert_eq!(e.paths().count(), 0);
 }

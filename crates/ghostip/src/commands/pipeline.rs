@@ -4,7 +4,7 @@
 //! connect result, the 250 ms tick) and applies it to the session, forwarding the
 //! resulting commands to the prober and writes to the ledger.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -218,7 +218,6 @@ impl Pipeline {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         });
-        let _: SocketAddr = req.target;
     }
 
     async fn ledger_truth(&self, r: &Received) {

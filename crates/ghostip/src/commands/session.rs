@@ -225,10 +225,7 @@ impl Session {
         let mut actions = Actions::default();
         match &r.event {
             TruthEvent::PodApplied(pod) => self.on_pod(pod, r.at, &mut actions),
-            TruthEvent::PodDeleted(pod) => {
-                // The pod object is gone; its IPs were already dated by deletion + preStop.
-                let _ = pod;
-            }
+            // A deleted pod's IPs were already dated by deletion + preStop (PodApplied).
             TruthEvent::Corefile { configmap, text } if configmap.name == "coredns" => {
                 match Corefile::parse(text).and_then(|c| c.expected_lag(&self.cfg.names.zone)) {
                     Ok(lag) => {
@@ -429,7 +426,7 @@ impl Session {
         let lag = self.lag_for_paths();
         for p in diff.removed {
             if let Some(idx) = self.path_idx.remove(p.id()) {
-                actions.events.extend(self.engine.remove_path(idx, _at));
+                actions.events.extend(self.engine.remove_path(idx));
             }
             self.paths.retain(|q| q.id() != p.id());
         }

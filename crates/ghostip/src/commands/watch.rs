@@ -21,7 +21,7 @@ use super::pipeline::{Pipeline, Step};
 use super::session::{ServiceFilter, Session};
 use super::{Outcome, kube_connect, open_ledger, probe_settings, session_config};
 use crate::cli::{GlobalArgs, WatchArgs};
-use crate::kube::{SyncState, SyncTransition, SystemClock, WatchScope, watch_truth};
+use crate::kube::{SyncState, SystemClock, WatchScope, watch_truth};
 use crate::ledger::{LedgerOp, LedgerWriter, WriterOptions};
 use crate::metrics::Metrics;
 
@@ -131,10 +131,6 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
                 if let crate::kube::TruthEvent::WatchFailed { kind, error } = &r.event {
                     tracing::warn!(%kind, %error, "watch failed; retrying with backoff (truth gap)");
                 }
-                for t in p.session.sync_state().iter() {
-                    let _ = t;
-                }
-                let _: Option<SyncTransition> = None;
             }
             Step::Tick(now) => {
                 ready.store(p.session.judging(), Ordering::Relaxed);
