@@ -43,6 +43,9 @@ pub struct EngineConfig {
     pub stuck_factor: u32,
     /// How many final trackings to keep in memory for reports.
     pub history_limit: usize,
+    /// How long the time of a target's departure or arrival is remembered to date a later
+    /// observation that holds it (or lacks it) when no tracking is open any more.
+    pub change_memory: Duration,
 }
 
 impl Default for EngineConfig {
@@ -53,6 +56,7 @@ impl Default for EngineConfig {
             stuck_floor: Duration::from_secs(300),
             stuck_factor: 10,
             history_limit: 100_000,
+            change_memory: Duration::from_secs(3600),
         }
     }
 }
@@ -274,13 +278,57 @@ struct PathState {
     last_held: FxHashMap<u32, (Time, Option<u32>)>,
 }
 
+/// What one layer should hold for one service.
+///
+/// Sized for clusters with 100 k+ endpoints: the set is a sorted vector (24 bytes per
+/// target) and only changes made while judging are dated, for `change_memory`.
 #[derive(Debug, Default)]
 struct Desired {
-    set: BTreeSet<Target>,
-    /// Targets that left, with when, so a later observation can date its staleness.
-    departed: HashMap<Target, ChangeTime>,
-    /// Targets that joined and when.
-    arrived: HashMap<Target, ChangeTime>,
+    /// Sorted and deduplicated.
+    set: Vec<Target>,
+    /// Targets that left, with when, so a later observation can date its staleness. Sorted.
+    departed: Vec<(Target, ChangeTime)>,
+    /// Targets that joined and when. Sorted.
+    arrived: Vec<(Target, ChangeTime)>,
+}
+
+impl Desired {
+    fn contains(&self, t: &Target) -> bool {
+        self.set.binary_search(t).is_ok()
+    }
+
+    fn departed(&self, t: &Target) -> Option<ChangeTime> {
+        dated(&self.departed, t)
+    }
+
+    fn arrived(&self, t: &Target) -> Option<ChangeTime> {
+        dated(&self.arrived, t)
+    }
+
+    /// Forgets change times received before `horizon`.
+    fn forget_before(&mut self, horizon: Time) {
+        self.departed.retain(|(_, c)| c.received >= horizon);
+        self.arrived.retain(|(_, c)| c.received >= horizon);
+        self.departed.shrink_to_fit();
+        self.arrived.shrink_to_fit();
+    }
+}
+
+fn dated(v: &[(Target, ChangeTime)], t: &Target) -> Option<ChangeTime> {
+    v.binary_search_by(|(k, _)| k.cmp(t)).ok().map(|i| v[i].1)
+}
+
+fn set_dated(v: &mut Vec<(Target, ChangeTime)>, t: Target, c: ChangeTime) {
+    match v.binary_search_by(|(k, _)| k.cmp(&t)) {
+        Ok(i) => v[i].1 = c,
+        Err(i) => v.insert(i, (t, c)),
+    }
+}
+
+fn unset_dated(v: &mut Vec<(Target, ChangeTime)>, t: &Target) {
+    if let Ok(i) = v.binary_search_by(|(k, _)| k.cmp(t)) {
+        v.remove(i);
+    }
 }
 
 /// (path, interned service id, target, kind): all `Copy`, so lookups never allocate.
@@ -303,6 +351,8 @@ pub struct Engine {
     truth_synced: bool,
     gap_since: Option<Time>,
     gaps: Vec<(Time, Option<Time>)>,
+    /// When dated changes were last forgotten.
+    last_forget: Option<Time>,
 }
 
 impl Engine {
@@ -320,6 +370,7 @@ impl Engine {
             truth_synced: false,
             gap_since: None,
             gaps: Vec::new(),
+            last_forget: None,
         }
     }
 
@@ -472,18 +523,26 @@ impl Engine {
         let judging = self.judging();
         let sid = self.intern(service);
         let entry = self.desired.entry((layer, sid)).or_default();
-        let removed: Vec<Target> = entry.set.difference(&set).copied().collect();
-        let added: Vec<Target> = set.difference(&entry.set).copied().collect();
-        for t in &removed {
-            entry.departed.insert(*t, change);
-            entry.arrived.remove(t);
+        let old: BTreeSet<Target> = entry.set.iter().copied().collect();
+        let removed: Vec<Target> = old.difference(&set).copied().collect();
+        let added: Vec<Target> = set.difference(&old).copied().collect();
+        // Before the truth synced, the set is a baseline: nothing changed at a known time.
+        if judging {
+            for t in &removed {
+                set_dated(&mut entry.departed, *t, change);
+                unset_dated(&mut entry.arrived, t);
+            }
+            for t in &added {
+                set_dated(&mut entry.arrived, *t, change);
+                unset_dated(&mut entry.departed, t);
+            }
         }
-        for t in &added {
-            entry.arrived.insert(*t, change);
-            entry.departed.remove(t);
+        if removed.is_empty() && added.is_empty() {
+            return Vec::new();
         }
-        entry.set = set;
-        if !judging || (removed.is_empty() && added.is_empty()) {
+        entry.set = set.into_iter().collect();
+        entry.set.shrink_to_fit();
+        if !judging {
             return Vec::new();
         }
         let mut events = Vec::new();
@@ -541,9 +600,9 @@ impl Engine {
     }
 
     /// The set `layer` should hold for `service`.
-    pub fn desired(&self, layer: Layer, service: &ServiceKey) -> Option<&BTreeSet<Target>> {
+    pub fn desired(&self, layer: Layer, service: &ServiceKey) -> Option<&[Target]> {
         let sid = *self.service_ids.get(service)?;
-        self.desired.get(&(layer, sid)).map(|d| &d.set)
+        self.desired.get(&(layer, sid)).map(|d| d.set.as_slice())
     }
 
     fn intern(&mut self, service: &ServiceKey) -> u32 {
@@ -688,7 +747,7 @@ impl Engine {
             .get(&(obs.path, sid))
             .is_some_and(|n| *n > 0);
         let agrees =
-            held.len() == desired.set.len() && held.iter().all(|h| desired.set.contains(&h.target));
+            held.len() == desired.set.len() && held.iter().all(|h| desired.contains(&h.target));
         if agrees && !has_open {
             return events; // The common case: the path is right and nothing is being measured.
         }
@@ -696,14 +755,14 @@ impl Engine {
         // Stale: held but not desired. Missing: desired but not held.
         let stale_now: Vec<(Target, Option<u32>, Option<ChangeTime>)> = held
             .iter()
-            .filter(|h| !desired.set.contains(&h.target))
-            .map(|h| (h.target, h.ttl, desired.departed.get(&h.target).copied()))
+            .filter(|h| !desired.contains(&h.target))
+            .map(|h| (h.target, h.ttl, desired.departed(&h.target)))
             .collect();
         let missing_now: Vec<(Target, Option<ChangeTime>)> = desired
             .set
             .iter()
             .filter(|t| !holds(t))
-            .map(|t| (*t, desired.arrived.get(t).copied()))
+            .map(|t| (*t, desired.arrived(t)))
             .collect();
 
         for (target, ttl, change) in stale_now {
@@ -788,6 +847,7 @@ impl Engine {
 
     /// Advances time: closes trackings that stayed converged for `settle`, declares stuck ones.
     pub fn tick(&mut self, now: Time) -> Vec<EngineEvent> {
+        self.forget_old_changes(now);
         let mut events = Vec::new();
         let mut to_close = Vec::new();
         for (k, t) in self.open.iter_mut() {
@@ -819,6 +879,30 @@ impl Engine {
             }
         }
         events
+    }
+
+    /// Forgets dated departures and arrivals older than `change_memory`, once a minute, so
+    /// a long-running watch does not grow with every change it ever saw.
+    fn forget_old_changes(&mut self, now: Time) {
+        const EVERY: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+        if self
+            .last_forget
+            .is_some_and(|t| now.duration_since(t) < EVERY)
+        {
+            return;
+        }
+        self.last_forget = Some(now);
+        let memory = jiff::SignedDuration::try_from(self.cfg.change_memory).unwrap_or_default();
+        let Ok(horizon) = now.checked_sub(memory) else {
+            return;
+        };
+        for d in self.desired.values_mut() {
+            d.forget_before(horizon);
+        }
+        let open_ips: std::collections::HashSet<IpAddr> =
+            self.open.keys().map(|k| k.2.ip).collect();
+        self.deaths
+            .retain(|ip, d| d.since >= horizon || open_ips.contains(ip));
     }
 
     /// Closes every open tracking now (end of a rollout report); open ones keep `Pending` or `Stuck`.

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -72,6 +73,198 @@ pub struct SliceRecord {
 }
 
 impl SliceRecord {
+    /// The key of the owning Service.
+    pub fn service_key(&self) -> ServiceKey {
+        ServiceKey::new(&self.namespace, &self.service)
+    }
+}
+
+/// An endpoint as the store keeps it: 112 bytes and one allocation (the pod name) instead of
+/// five strings, because a large cluster has 100 k+ of them.
+///
+/// Namespace and node names are shared between endpoints, the pod UID is kept as 16 bytes.
+/// [`Endpoint::to_record`] gives back the [`EndpointRecord`] it was made from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    ip: IpAddr,
+    ready: bool,
+    serving: bool,
+    terminating: bool,
+    pod: Option<StoredPod>,
+    node: Option<Arc<str>>,
+    hostname: Option<Box<str>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct StoredPod {
+    namespace: Arc<str>,
+    name: Box<str>,
+    uid: Uid,
+}
+
+/// A Kubernetes UID: 16 bytes when it is a canonical (lowercase) UUID, as the API gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Uid {
+    Uuid(u128),
+    Other(Box<str>),
+}
+
+impl Uid {
+    fn new(s: &str) -> Self {
+        Self::parse_uuid(s).map_or_else(|| Uid::Other(s.into()), Uid::Uuid)
+    }
+
+    fn parse_uuid(s: &str) -> Option<u128> {
+        let b = s.as_bytes();
+        if b.len() != 36 {
+            return None;
+        }
+        let mut v: u128 = 0;
+        for (i, c) in b.iter().enumerate() {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                if *c != b'-' {
+                    return None;
+                }
+                continue;
+            }
+            let d = match c {
+                b'0'..=b'9' => c - b'0',
+                b'a'..=b'f' => c - b'a' + 10,
+                _ => return None,
+            };
+            v = (v << 4) | u128::from(d);
+        }
+        Some(v)
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Uid::Other(s) => s.to_string(),
+            Uid::Uuid(v) => {
+                let h = format!("{v:032x}");
+                format!(
+                    "{}-{}-{}-{}-{}",
+                    &h[..8],
+                    &h[8..12],
+                    &h[12..16],
+                    &h[16..20],
+                    &h[20..]
+                )
+            }
+        }
+    }
+}
+
+impl Endpoint {
+    /// First address of the endpoint.
+    pub fn ip(&self) -> IpAddr {
+        self.ip
+    }
+
+    /// `conditions.ready`.
+    pub fn ready(&self) -> bool {
+        self.ready
+    }
+
+    /// `conditions.serving`.
+    pub fn serving(&self) -> bool {
+        self.serving
+    }
+
+    /// `conditions.terminating`.
+    pub fn terminating(&self) -> bool {
+        self.terminating
+    }
+
+    /// `nodeName`.
+    pub fn node(&self) -> Option<&str> {
+        self.node.as_deref()
+    }
+
+    /// `hostname`.
+    pub fn hostname(&self) -> Option<&str> {
+        self.hostname.as_deref()
+    }
+
+    /// Name of the pod of `targetRef`, without allocating.
+    pub fn pod_name(&self) -> Option<&str> {
+        self.pod.as_ref().map(|p| &*p.name)
+    }
+
+    /// The pod of `targetRef`.
+    pub fn pod(&self) -> Option<PodRef> {
+        self.pod.as_ref().map(|p| PodRef {
+            namespace: p.namespace.to_string(),
+            name: p.name.to_string(),
+            uid: p.uid.text(),
+        })
+    }
+
+    /// The record this endpoint was stored from.
+    pub fn to_record(&self) -> EndpointRecord {
+        EndpointRecord {
+            ip: self.ip,
+            ready: self.ready,
+            serving: self.serving,
+            terminating: self.terminating,
+            pod: self.pod(),
+            node: self.node.as_deref().map(str::to_string),
+            hostname: self.hostname.as_deref().map(str::to_string),
+        }
+    }
+}
+
+/// Namespace and node names shared by every endpoint that mentions them.
+#[derive(Debug, Default)]
+struct Names(HashSet<Arc<str>>);
+
+impl Names {
+    fn intern(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.0.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.0.insert(a.clone());
+        a
+    }
+
+    fn endpoint(&mut self, e: EndpointRecord) -> Endpoint {
+        Endpoint {
+            ip: e.ip,
+            ready: e.ready,
+            serving: e.serving,
+            terminating: e.terminating,
+            pod: e.pod.map(|p| StoredPod {
+                namespace: self.intern(&p.namespace),
+                name: p.name.into_boxed_str(),
+                uid: Uid::new(&p.uid),
+            }),
+            node: e.node.map(|n| self.intern(&n)),
+            hostname: e.hostname.map(String::into_boxed_str),
+        }
+    }
+}
+
+/// A slice as the store keeps it: a [`SliceRecord`] with compact [`Endpoint`]s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredSlice {
+    /// Namespace of the slice (and of its Service).
+    pub namespace: String,
+    /// Name of the slice.
+    pub name: String,
+    /// The Service it belongs to.
+    pub service: String,
+    /// Address family.
+    pub address_type: AddressType,
+    /// Endpoints.
+    pub endpoints: Vec<Endpoint>,
+    /// Ports.
+    pub ports: Vec<EndpointPort>,
+    /// `endpoints.kubernetes.io/last-change-trigger-time`, when present and parseable.
+    pub trigger_time: Option<Time>,
+}
+
+impl StoredSlice {
     /// The key of the owning Service.
     pub fn service_key(&self) -> ServiceKey {
         ServiceKey::new(&self.namespace, &self.service)
@@ -169,7 +362,8 @@ pub struct ServiceChange {
 pub struct Truth {
     services: BTreeMap<ServiceKey, ServiceRecord>,
     /// Slices by (namespace, slice name).
-    slices: BTreeMap<(String, String), SliceRecord>,
+    slices: BTreeMap<(String, String), StoredSlice>,
+    names: Names,
     /// Slice names per service, to recompute projections quickly.
     slices_by_service: BTreeMap<ServiceKey, BTreeSet<String>>,
     relist_slices: Option<HashSet<(String, String)>>,
@@ -193,7 +387,7 @@ impl Truth {
     }
 
     /// Slices of one service.
-    pub fn slices_of<'a>(&'a self, key: &ServiceKey) -> impl Iterator<Item = &'a SliceRecord> + 'a {
+    pub fn slices_of<'a>(&'a self, key: &ServiceKey) -> impl Iterator<Item = &'a StoredSlice> + 'a {
         let ns = key.namespace.clone();
         self.slices_by_service
             .get(key)
@@ -238,40 +432,63 @@ impl Truth {
         })
     }
 
-    /// Adds or replaces a slice. Returns the change of its Service when its endpoints differ.
-    pub fn apply_slice(&mut self, slice: SliceRecord, received: Time) -> Option<ServiceChange> {
+    /// Adds or replaces a slice. Returns the change of its Service when its endpoints differ,
+    /// and of the Service it left when its `kubernetes.io/service-name` label was edited.
+    pub fn apply_slice(&mut self, slice: SliceRecord, received: Time) -> Vec<ServiceChange> {
+        let slice = StoredSlice {
+            endpoints: slice
+                .endpoints
+                .into_iter()
+                .map(|e| self.names.endpoint(e))
+                .collect(),
+            namespace: slice.namespace,
+            name: slice.name,
+            service: slice.service,
+            address_type: slice.address_type,
+            ports: slice.ports,
+            trigger_time: slice.trigger_time,
+        };
         let id = (slice.namespace.clone(), slice.name.clone());
         if let Some(seen) = self.relist_slices.as_mut() {
             seen.insert(id.clone());
         }
         let key = slice.service_key();
-        let changed = self
-            .slices
-            .get(&id)
-            .is_none_or(|old| old.endpoints != slice.endpoints || old.ports != slice.ports);
-        // A slice that moved between services (label edited) leaves the old one.
-        let mut moved_from = None;
-        if let Some(old) = self.slices.get(&id)
-            && old.service != slice.service
-        {
-            moved_from = Some(old.service_key());
-        }
-        if let Some(old_key) = moved_from
-            && let Some(set) = self.slices_by_service.get_mut(&old_key)
-        {
-            set.remove(&slice.name);
-        }
         let at = ChangeTime {
             t0: slice.trigger_time.unwrap_or(received),
             received,
             from_trigger_annotation: slice.trigger_time.is_some(),
+        };
+        let mut changes = Vec::new();
+        let changed = match self.slices.get(&id) {
+            None => true,
+            Some(old) if old.service != slice.service => {
+                // Moved between services: it leaves the old one, which changes too.
+                let old_key = old.service_key();
+                if let Some(set) = self.slices_by_service.get_mut(&old_key) {
+                    set.remove(&slice.name);
+                    if set.is_empty() {
+                        self.slices_by_service.remove(&old_key);
+                    }
+                }
+                if !old.endpoints.is_empty() {
+                    changes.push(ServiceChange {
+                        service: old_key,
+                        at,
+                    });
+                }
+                true
+            }
+            Some(old) => old.endpoints != slice.endpoints || old.ports != slice.ports,
         };
         self.slices_by_service
             .entry(key.clone())
             .or_default()
             .insert(slice.name.clone());
         self.slices.insert(id, slice);
-        changed.then_some(ServiceChange { service: key, at })
+        if changed {
+            changes.push(ServiceChange { service: key, at });
+        }
+        changes
     }
 
     /// Removes a slice.
@@ -354,7 +571,7 @@ impl Truth {
             .filter(|s| s.address_type != AddressType::Fqdn)
             .flat_map(|s| s.endpoints.iter())
             .filter(|e| e.ready || svc.publish_not_ready)
-            .map(|e| e.ip)
+            .map(Endpoint::ip)
             .collect()
     }
 
@@ -381,7 +598,7 @@ impl Truth {
                 continue;
             };
             for e in &slice.endpoints {
-                if local && e.node.as_deref() != node {
+                if local && e.node() != node {
                     continue;
                 }
                 let t = Target::socket(e.ip, port.port);
@@ -396,9 +613,91 @@ impl Truth {
     }
 
     /// The endpoint record for `ip` among a service's slices.
-    pub fn endpoint(&self, key: &ServiceKey, ip: IpAddr) -> Option<&EndpointRecord> {
+    pub fn endpoint(&self, key: &ServiceKey, ip: IpAddr) -> Option<&Endpoint> {
         self.slices_of(key)
             .flat_map(|s| s.endpoints.iter())
             .find(|e| e.ip == ip)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn t(s: i64) -> Time {
+        Time::from_second(1_800_000_000 + s).unwrap()
+    }
+
+    fn endpoint(last: u8, uid: &str) -> EndpointRecord {
+        EndpointRecord {
+            ip: IpAddr::V4(Ipv4Addr::new(10, 244, 1, last)),
+            ready: true,
+            serving: true,
+            terminating: false,
+            pod: Some(PodRef {
+                namespace: "shop".into(),
+                name: format!("web-{last}"),
+                uid: uid.into(),
+            }),
+            node: Some("node-1".into()),
+            hostname: None,
+        }
+    }
+
+    fn slice(service: &str, endpoints: Vec<EndpointRecord>) -> SliceRecord {
+        SliceRecord {
+            namespace: "shop".into(),
+            name: "web-abcde".into(),
+            service: service.into(),
+            address_type: AddressType::IPv4,
+            endpoints,
+            ports: vec![],
+            trigger_time: None,
+        }
+    }
+
+    #[test]
+    fn stored_endpoints_give_back_their_records() {
+        let records = vec![
+            endpoint(1, "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0"),
+            // Not canonical UUIDs: kept as text.
+            endpoint(2, "0F1E2D3C-4B5A-4968-8776-A5B4C3D2E1F0"),
+            endpoint(3, "uid-3"),
+            EndpointRecord {
+                pod: None,
+                node: None,
+                hostname: Some("web-4".into()),
+                ..endpoint(4, "")
+            },
+        ];
+        let mut truth = Truth::new();
+        truth.apply_slice(slice("web", records.clone()), t(0));
+        let key = ServiceKey::new("shop", "web");
+        let stored: Vec<EndpointRecord> = truth
+            .slices_of(&key)
+            .flat_map(|s| s.endpoints.iter().map(Endpoint::to_record))
+            .collect();
+        assert_eq!(stored, records);
+        let e = truth.endpoint(&key, records[0].ip).unwrap();
+        assert_eq!(e.pod_name(), Some("web-1"));
+        assert_eq!(e.node(), Some("node-1"));
+    }
+
+    #[test]
+    fn a_slice_moved_between_services_changes_both() {
+        let mut truth = Truth::new();
+        let e = vec![endpoint(1, "u1")];
+        assert_eq!(truth.apply_slice(slice("web", e.clone()), t(0)).len(), 1);
+        // Same endpoints, label edited to another service.
+        let changes = truth.apply_slice(slice("api", e), t(5));
+        let services: Vec<String> = changes.iter().map(|c| c.service.to_string()).collect();
+        assert_eq!(services, ["shop/web", "shop/api"]);
+        assert_eq!(truth.slices_of(&ServiceKey::new("shop", "web")).count(), 0);
+        assert_eq!(truth.slices_of(&ServiceKey::new("shop", "api")).count(), 1);
+        // Re-applying the same slice changes nothing.
+        let again = slice("api", vec![endpoint(1, "u1")]);
+        assert!(truth.apply_slice(again, t(6)).is_empty());
     }
 }

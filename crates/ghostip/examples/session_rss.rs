@@ -85,7 +85,8 @@ fn main() {
             let pod = PodRef {
                 namespace: key.namespace.clone(),
                 name: format!("svc-{i}-{j}"),
-                uid: format!("uid-{n}"),
+                // Pod UIDs are UUIDs, as the API server gives them.
+                uid: format!("{i:08x}-7c9d-4e1f-8a2b-{n:012x}"),
             };
             s.on_truth(&rx(TruthEvent::PodApplied(PodRecord {
                 pod: pod.clone(),

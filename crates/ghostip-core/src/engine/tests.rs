@@ -499,3 +499,61 @@ fn answers_older_than_the_change_do_not_count() {
         Some(t(1_250))
     );
 }
+
+/// Removes IP 1 at t0 = 0, lets the path converge and the tracking close, then shows IP 1
+/// again at `later` (after a tick there): returns the reopened tracking.
+fn reappearance_after(later: i64) -> (Engine, Tracking) {
+    let (mut e, p) = synced();
+    remove_ip1_at_t0(&mut e);
+    e.endpoint_dead(
+        ip(1).ip,
+        Death {
+            since: t(500),
+            source: DeathSource::PodGone,
+        },
+    );
+    e.observe(&obs(p, t(1_000), &[(ip(2), 5), (ip(3), 5)]));
+    assert_eq!(first_closed(&e.tick(t(5_000))).target, ip(1));
+    e.tick(t(later));
+    e.observe(&obs(p, t(later), &[(ip(1), 5), (ip(2), 5), (ip(3), 5)]));
+    let t = e.open_trackings().next().cloned().expect("reopened");
+    (e, t)
+}
+
+#[test]
+fn a_reappearance_within_change_memory_is_dated_from_the_removal() {
+    let (e, tr) = reappearance_after(30 * 60_000);
+    assert_eq!(tr.target, ip(1));
+    assert_eq!(tr.change.map(|c| c.t0), Some(t(0)));
+    assert!(e.death(ip(1).ip).is_some());
+}
+
+#[test]
+fn departures_and_deaths_are_forgotten_after_change_memory() {
+    // A long-running watch must not keep every change it ever saw.
+    let (e, tr) = reappearance_after(2 * 3_600_000);
+    assert_eq!(tr.target, ip(1));
+    assert_eq!(
+        tr.change, None,
+        "dated from the observation, not from 2 h ago"
+    );
+    assert_eq!(tr.opened, t(2 * 3_600_000));
+    // The death was forgotten before the IP reappeared (no tracking was open then).
+    assert!(e.death(ip(1).ip).is_none());
+}
+
+#[test]
+fn baseline_targets_carry_no_change_time() {
+    // Before the truth synced nothing changed at a known time: a path missing a baseline
+    // target is dated from the observation.
+    let (mut e, p) = synced();
+    e.observe(&obs(p, t(1_000), &[(ip(2), 5), (ip(3), 5)]));
+    let tr = e
+        .open_trackings()
+        .next()
+        .cloned()
+        .expect("missing tracking");
+    assert_eq!(tr.kind, Discrepancy::Missing);
+    assert_eq!(tr.change, None);
+    assert_eq!(tr.opened, t(1_000));
+}

@@ -12,6 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use ghostip_core::engine::{Discrepancy, EngineEvent, Tracking, Verdict};
+use ghostip_core::truth::Endpoint;
 use ghostip_core::{Layer, Time};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -241,7 +242,7 @@ impl Pipeline {
                     .session
                     .truth
                     .slices_of(&key)
-                    .flat_map(|s| s.endpoints.iter().cloned())
+                    .flat_map(|s| s.endpoints.iter().map(Endpoint::to_record))
                     .collect();
                 let at = ghostip_core::ChangeTime {
                     t0: s.trigger_time.unwrap_or(r.at),

@@ -243,6 +243,23 @@ impl Session {
         }
         // Owners of the endpoints a slice event may remove, read before the truth forgets them.
         let owners = self.owners_before(&r.event);
+        // Service labels only serve `-l`: without a selector the truth does not keep them
+        // (a BTreeMap node per Service is 5 MB at 10 k Services).
+        let unlabeled;
+        let r = match &r.event {
+            TruthEvent::ServiceApplied(svc)
+                if self.cfg.filter.selector.is_empty() && !svc.labels.is_empty() =>
+            {
+                let mut svc = svc.clone();
+                svc.labels = BTreeMap::new();
+                unlabeled = Received {
+                    at: r.at,
+                    event: TruthEvent::ServiceApplied(svc),
+                };
+                &unlabeled
+            }
+            _ => r,
+        };
         let changes = apply_to_truth(&mut self.truth, r);
         for c in changes {
             for (ip, pod) in owners
@@ -297,7 +314,7 @@ impl Session {
         let old: BTreeSet<Target> = self
             .engine
             .desired(Layer::Dns, key)
-            .cloned()
+            .map(|d| d.iter().copied().collect())
             .unwrap_or_default();
         let events = self
             .engine
@@ -377,7 +394,7 @@ impl Session {
         self.truth
             .slices_of(&key)
             .flat_map(|s| s.endpoints.iter())
-            .filter_map(|e| e.pod.as_ref().map(|p| (e.ip, (key.clone(), p.to_string()))))
+            .filter_map(|e| e.pod().map(|p| (e.ip(), (key.clone(), p.to_string()))))
             .collect()
     }
 

@@ -181,14 +181,14 @@ pub fn discover(truth: &Truth, config: &PathConfig) -> Vec<DnsPath> {
                 .iter()
                 .find(|p| p.protocol == Protocol::Udp && p.name.as_deref() == Some(DNS_PORT_NAME))
                 .map_or(DEFAULT_DNS_PORT, |p| p.port);
-            for e in slice.endpoints.iter().filter(|e| e.ready || e.serving) {
-                let what = match &e.pod {
+            for e in slice.endpoints.iter().filter(|e| e.ready() || e.serving()) {
+                let what = match e.pod() {
                     Some(pod) => pod.to_string(),
                     None => format!("{} endpoint", config.dns_service),
                 };
                 add(DnsPath::new(
                     PathKind::DnsPod,
-                    SocketAddr::new(e.ip, port),
+                    SocketAddr::new(e.ip(), port),
                     Some(&what),
                     node,
                 ));
