@@ -20,6 +20,7 @@
 //! in [`SkipStats`]; no input makes a parser panic (every parser is fuzzed).
 #![forbid(unsafe_code)]
 
+pub mod against_truth;
 pub mod cilium;
 pub mod conntrack;
 #[cfg(feature = "netlink")]
