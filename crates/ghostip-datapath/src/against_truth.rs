@@ -338,7 +338,7 @@ pub struct BackendDiff {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changed_at: Option<Time>,
     /// Time from that change to the dump, where both are known.
-    #[serde(skip_serializing_if = "Option::is_none", with = "opt_secs")]
+    #[serde(skip_serializing_if = "Option::is_none", with = "crate::secs")]
     pub since_change: Option<Duration>,
 }
 
@@ -358,7 +358,7 @@ pub struct MissingFrontend {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changed_at: Option<Time>,
     /// Time from that change to the dump.
-    #[serde(skip_serializing_if = "Option::is_none", with = "opt_secs")]
+    #[serde(skip_serializing_if = "Option::is_none", with = "crate::secs")]
     pub since_change: Option<Duration>,
 }
 
@@ -546,20 +546,6 @@ pub fn diff_with(table: &LbTable, truth: &Truth, opts: &DiffOptions<'_>) -> Node
 
 fn row_order(a: &BackendDiff, b: &BackendDiff) -> std::cmp::Ordering {
     (&a.service, a.frontend, a.backend).cmp(&(&b.service, b.frontend, b.backend))
-}
-
-mod opt_secs {
-    use serde::Serializer;
-    use std::time::Duration;
-
-    /// Seconds with millisecond precision.
-    #[allow(clippy::ref_option)]
-    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        match d {
-            Some(d) => s.serialize_f64((d.as_millis() as f64) / 1000.0),
-            None => s.serialize_none(),
-        }
-    }
 }
 
 #[cfg(test)]
