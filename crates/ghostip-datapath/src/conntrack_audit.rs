@@ -387,7 +387,7 @@ impl<'a> ConntrackAudit<'a> {
             && facts
                 .and_then(|f| f.former.as_ref())
                 .is_some_and(|f| f.services.contains(&self.cfg.dns_service))
-            && !facts.is_some_and(|f| f.owner.is_some())
+            && facts.is_none_or(|f| f.owner.is_none())
     }
 
     /// The report.
