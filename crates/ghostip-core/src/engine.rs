@@ -342,6 +342,8 @@ pub struct Engine {
     /// Interned services: observations name services by key, the hot maps use the id.
     service_ids: FxHashMap<ServiceKey, u32>,
     desired: FxHashMap<(Layer, u32), Desired>,
+    /// Per-path desired sets (node-local datapaths), which take precedence over `desired`.
+    path_desired: FxHashMap<(PathIdx, u32), Desired>,
     open: BTreeMap<TrackKey, Tracking>,
     /// Open trackings per (path, service): the hot path asks this one hash map whether
     /// anything is being measured before it compares sets.
@@ -363,6 +365,7 @@ impl Engine {
             paths: Vec::new(),
             service_ids: FxHashMap::default(),
             desired: FxHashMap::default(),
+            path_desired: FxHashMap::default(),
             open: BTreeMap::new(),
             open_per_service: FxHashMap::default(),
             closed: Vec::new(),
@@ -405,6 +408,7 @@ impl Engine {
         };
         p.removed = true;
         p.last_held.clear();
+        self.path_desired.retain(|k, _| k.0 != path);
         let keys: Vec<TrackKey> = self.open.keys().filter(|k| k.0 == path).cloned().collect();
         let mut events = Vec::new();
         for k in keys {
@@ -512,7 +516,8 @@ impl Engine {
     }
 
     /// What `layer` should hold for `service` now. Before the truth synced this only
-    /// sets the baseline; afterwards the difference opens trackings on every path of the layer.
+    /// sets the baseline; afterwards the difference opens trackings on every path of the
+    /// layer, except paths given their own set with [`Engine::set_desired_on_path`].
     pub fn set_desired(
         &mut self,
         layer: Layer,
@@ -523,80 +528,108 @@ impl Engine {
         let judging = self.judging();
         let sid = self.intern(service);
         let entry = self.desired.entry((layer, sid)).or_default();
-        let old: BTreeSet<Target> = entry.set.iter().copied().collect();
-        let removed: Vec<Target> = old.difference(&set).copied().collect();
-        let added: Vec<Target> = set.difference(&old).copied().collect();
-        // Before the truth synced, the set is a baseline: nothing changed at a known time.
-        if judging {
-            for t in &removed {
-                set_dated(&mut entry.departed, *t, change);
-                unset_dated(&mut entry.arrived, t);
-            }
-            for t in &added {
-                set_dated(&mut entry.arrived, *t, change);
-                unset_dated(&mut entry.departed, t);
-            }
-        }
-        if removed.is_empty() && added.is_empty() {
+        let (removed, added) = update_desired(entry, set, change, judging);
+        if !judging || (removed.is_empty() && added.is_empty()) {
             return Vec::new();
         }
-        entry.set = set.into_iter().collect();
-        entry.set.shrink_to_fit();
-        if !judging {
-            return Vec::new();
-        }
-        let mut events = Vec::new();
         let path_ids: Vec<PathIdx> = self
             .paths
             .iter()
             .enumerate()
-            .filter(|(_, p)| !p.removed && p.info.layer() == layer)
+            .filter(|(i, p)| {
+                !p.removed
+                    && p.info.layer() == layer
+                    && !self.path_desired.contains_key(&(PathIdx(*i as u32), sid))
+            })
             .map(|(i, _)| PathIdx(i as u32))
             .collect();
+        let mut events = Vec::new();
         for path in path_ids {
-            for t in &removed {
-                // A missing target that leaves again before it was served is withdrawn.
-                self.close_unjudged(
-                    path,
-                    sid,
-                    *t,
-                    Discrepancy::Missing,
-                    Unjudged::Withdrawn,
-                    &mut events,
-                );
-                self.open_tracking(
-                    path,
-                    sid,
-                    service,
-                    *t,
-                    Discrepancy::Stale,
-                    Some(change),
-                    change.t0,
-                    &mut events,
-                );
-            }
-            for t in &added {
-                self.close_unjudged(
-                    path,
-                    sid,
-                    *t,
-                    Discrepancy::Stale,
-                    Unjudged::Readded,
-                    &mut events,
-                );
-                self.open_tracking(
-                    path,
-                    sid,
-                    service,
-                    *t,
-                    Discrepancy::Missing,
-                    Some(change),
-                    change.t0,
-                    &mut events,
-                );
-            }
+            self.open_for_change(path, sid, service, &removed, &added, change, &mut events);
         }
         events
+    }
+
+    /// What one path should hold for `service` now, when it differs from path to path
+    /// (a node's datapath: traffic policy `Local` narrows to the node's own endpoints).
+    ///
+    /// Once set, observations of that path for that service are compared with this set
+    /// instead of the layer's, and [`Engine::set_desired`] no longer opens trackings on it.
+    pub fn set_desired_on_path(
+        &mut self,
+        path: PathIdx,
+        service: &ServiceKey,
+        set: BTreeSet<Target>,
+        change: ChangeTime,
+    ) -> Vec<EngineEvent> {
+        let judging = self.judging();
+        let sid = self.intern(service);
+        if self.paths.get(path.0 as usize).is_none_or(|p| p.removed) {
+            return Vec::new();
+        }
+        let entry = self.path_desired.entry((path, sid)).or_default();
+        let (removed, added) = update_desired(entry, set, change, judging);
+        let mut events = Vec::new();
+        if judging && !(removed.is_empty() && added.is_empty()) {
+            self.open_for_change(path, sid, service, &removed, &added, change, &mut events);
+        }
+        events
+    }
+
+    /// The set `path` should hold for `service`, when it was set per path.
+    pub fn desired_on_path(&self, path: PathIdx, service: &ServiceKey) -> Option<&[Target]> {
+        let sid = *self.service_ids.get(service)?;
+        self.path_desired
+            .get(&(path, sid))
+            .map(|d| d.set.as_slice())
+    }
+
+    /// Opens stale trackings for `removed` and missing ones for `added` on one path.
+    #[allow(clippy::too_many_arguments)]
+    fn open_for_change(
+        &mut self,
+        path: PathIdx,
+        sid: u32,
+        service: &ServiceKey,
+        removed: &[Target],
+        added: &[Target],
+        change: ChangeTime,
+        events: &mut Vec<EngineEvent>,
+    ) {
+        for t in removed {
+            // A missing target that leaves again before it was served is withdrawn.
+            self.close_unjudged(
+                path,
+                sid,
+                *t,
+                Discrepancy::Missing,
+                Unjudged::Withdrawn,
+                events,
+            );
+            self.open_tracking(
+                path,
+                sid,
+                service,
+                *t,
+                Discrepancy::Stale,
+                Some(change),
+                change.t0,
+                events,
+            );
+        }
+        for t in added {
+            self.close_unjudged(path, sid, *t, Discrepancy::Stale, Unjudged::Readded, events);
+            self.open_tracking(
+                path,
+                sid,
+                service,
+                *t,
+                Discrepancy::Missing,
+                Some(change),
+                change.t0,
+                events,
+            );
+        }
     }
 
     /// The set `layer` should hold for `service`.
@@ -738,7 +771,11 @@ impl Engine {
         if !judging {
             return events;
         }
-        let Some(desired) = self.desired.get(&(layer, sid)) else {
+        let Some(desired) = self
+            .path_desired
+            .get(&(obs.path, sid))
+            .or_else(|| self.desired.get(&(layer, sid)))
+        else {
             return events;
         };
         let first = (obs.path, sid, min_target(), Discrepancy::Stale);
@@ -896,7 +933,11 @@ impl Engine {
         let Ok(horizon) = now.checked_sub(memory) else {
             return;
         };
-        for d in self.desired.values_mut() {
+        for d in self
+            .desired
+            .values_mut()
+            .chain(self.path_desired.values_mut())
+        {
             d.forget_before(horizon);
         }
         let open_ips: std::collections::HashSet<IpAddr> =
@@ -973,6 +1014,35 @@ impl Engine {
     pub fn open_count(&self) -> usize {
         self.open.len()
     }
+}
+
+/// Replaces a desired set, remembering when targets left and joined while judging (before
+/// the truth synced, the set is a baseline: nothing changed at a known time); returns
+/// (removed, added).
+fn update_desired(
+    entry: &mut Desired,
+    set: BTreeSet<Target>,
+    change: ChangeTime,
+    judging: bool,
+) -> (Vec<Target>, Vec<Target>) {
+    let old: BTreeSet<Target> = entry.set.iter().copied().collect();
+    let removed: Vec<Target> = old.difference(&set).copied().collect();
+    let added: Vec<Target> = set.difference(&old).copied().collect();
+    if judging {
+        for t in &removed {
+            set_dated(&mut entry.departed, *t, change);
+            unset_dated(&mut entry.arrived, t);
+        }
+        for t in &added {
+            set_dated(&mut entry.arrived, *t, change);
+            unset_dated(&mut entry.departed, t);
+        }
+    }
+    if !removed.is_empty() || !added.is_empty() {
+        entry.set = set.into_iter().collect();
+        entry.set.shrink_to_fit();
+    }
+    (removed, added)
 }
 
 fn min_target() -> Target {

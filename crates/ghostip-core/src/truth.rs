@@ -612,6 +612,32 @@ impl Truth {
         if ready.is_empty() { fallback } else { ready }
     }
 
+    /// Everything a node's load balancer should route `key` to, over all its ports:
+    /// the union of [`Truth::lb_backends`] per port, narrowed to `node`'s endpoints only
+    /// when both traffic policies are `Local` (or the internal one is `Local` and the
+    /// Service has no external frontends, i.e. type ClusterIP). The set a datapath path
+    /// is compared with ([`crate::engine::Engine::set_desired_on_path`]).
+    pub fn datapath_backends(&self, key: &ServiceKey, node: Option<&str>) -> BTreeSet<Target> {
+        let Some(svc) = self.services.get(key) else {
+            return BTreeSet::new();
+        };
+        if svc.headless {
+            return BTreeSet::new();
+        }
+        let external = svc.service_type == "NodePort" || svc.service_type == "LoadBalancer";
+        let local = svc.internal_traffic_policy == TrafficPolicy::Local
+            && (!external || svc.external_traffic_policy == TrafficPolicy::Local);
+        svc.ports
+            .iter()
+            .flat_map(|p| self.lb_backends(key, p.name.as_deref(), node, local))
+            .collect()
+    }
+
+    /// The latest `last-change-trigger-time` among a service's slices, when any has one.
+    pub fn last_trigger_time(&self, key: &ServiceKey) -> Option<Time> {
+        self.slices_of(key).filter_map(|s| s.trigger_time).max()
+    }
+
     /// The endpoint record for `ip` among a service's slices.
     pub fn endpoint(&self, key: &ServiceKey, ip: IpAddr) -> Option<&Endpoint> {
         self.slices_of(key)

@@ -16,6 +16,12 @@
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 
+use ghostip_core::truth::{
+    AddressType, EndpointPort, EndpointRecord, ServicePort, ServiceRecord, SliceRecord,
+    TrafficPolicy, Truth,
+};
+use ghostip_core::{Protocol as CoreProtocol, ServiceKey};
+
 use crate::format::Format;
 use crate::model::{Backend, Frontend, FrontendKind, LbTable, Protocol, ServiceRef};
 
@@ -24,6 +30,13 @@ pub const POD_CIDR: &str = "100.64.0.0/10";
 
 /// Node IP of generated clusters (the only `nodeport-ips` element).
 pub const NODE_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 0, 2);
+
+/// The node the dumps are taken on: the first endpoint of every service runs here (the
+/// one `externalTrafficPolicy: Local` frontends keep); the others run on [`OTHER_NODE`].
+pub const THIS_NODE: &str = "node-1";
+
+/// The node every endpoint but the first of each service runs on.
+pub const OTHER_NODE: &str = "node-2";
 
 /// What to generate.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -244,6 +257,92 @@ impl GenModel {
             services,
             nft_inline_dnat: spec.nft_inline_dnat,
         }
+    }
+
+    /// The Services and EndpointSlices this cluster's dumps come from, as the core's
+    /// truth records: one Service per service port (as generated), one slice each, ready
+    /// endpoints on [`THIS_NODE`] (the first) and [`OTHER_NODE`] (the rest).
+    pub fn truth_records(&self) -> (Vec<ServiceRecord>, Vec<SliceRecord>) {
+        let mut services = Vec::with_capacity(self.services.len());
+        let mut slices = Vec::with_capacity(self.services.len());
+        for s in &self.services {
+            let key = ServiceKey::new(&s.service.namespace, &s.service.name);
+            let protocol = s.protocol.to_core().unwrap_or(CoreProtocol::Tcp);
+            let name = (!s.service.port_name.is_empty()).then(|| s.service.port_name.clone());
+            let service_type = if !s.lb_ips.is_empty() {
+                "LoadBalancer"
+            } else if s.node_port.is_some() {
+                "NodePort"
+            } else {
+                "ClusterIP"
+            };
+            services.push(ServiceRecord {
+                key: key.clone(),
+                cluster_ips: vec![IpAddr::V4(s.cluster_ip)],
+                headless: false,
+                service_type: service_type.to_string(),
+                publish_not_ready: false,
+                internal_traffic_policy: TrafficPolicy::Cluster,
+                external_traffic_policy: if s.local {
+                    TrafficPolicy::Local
+                } else {
+                    TrafficPolicy::Cluster
+                },
+                ports: vec![ServicePort {
+                    name: name.clone(),
+                    port: s.port,
+                    protocol,
+                    node_port: s.node_port,
+                }],
+                has_selector: true,
+                labels: Default::default(),
+            });
+            slices.push(SliceRecord {
+                namespace: key.namespace.clone(),
+                name: format!("{}-gen", key.name),
+                service: key.name.clone(),
+                address_type: AddressType::IPv4,
+                endpoints: s
+                    .endpoints
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| EndpointRecord {
+                        ip: IpAddr::V4(*e.ip()),
+                        ready: true,
+                        serving: true,
+                        terminating: false,
+                        pod: None,
+                        node: Some(if i == 0 { THIS_NODE } else { OTHER_NODE }.to_string()),
+                        hostname: None,
+                    })
+                    .collect(),
+                ports: s
+                    .endpoints
+                    .first()
+                    .map(|e| EndpointPort {
+                        name,
+                        port: e.port(),
+                        protocol,
+                    })
+                    .into_iter()
+                    .collect(),
+                trigger_time: None,
+            });
+        }
+        (services, slices)
+    }
+
+    /// [`GenModel::truth_records`] loaded into a [`Truth`] at `at`.
+    pub fn truth(&self, at: ghostip_core::Time) -> Truth {
+        let (services, slices) = self.truth_records();
+        let mut truth = Truth::new();
+        for s in services {
+            truth.apply_service(s, at);
+        }
+        for s in slices {
+            truth.apply_slice(s, at);
+        }
+        truth
     }
 
     /// The table a parser of `format` must produce from this model's dump.

@@ -20,8 +20,10 @@
 //! in [`SkipStats`]; no input makes a parser panic (every parser is fuzzed).
 #![forbid(unsafe_code)]
 
+pub mod against_truth;
 pub mod cilium;
 pub mod conntrack;
+pub mod conntrack_audit;
 #[cfg(feature = "netlink")]
 pub mod conntrack_netlink;
 mod error;
@@ -31,6 +33,7 @@ pub mod iptables;
 pub mod ipvs;
 mod model;
 pub mod nft;
+mod secs;
 mod text;
 
 use std::io::BufRead;

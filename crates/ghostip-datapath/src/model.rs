@@ -172,6 +172,11 @@ impl Backend {
             weight: None,
         }
     }
+
+    /// The backend as the core's `ip:port` target.
+    pub fn target(&self) -> ghostip_core::Target {
+        ghostip_core::Target::socket(self.ip, self.port)
+    }
 }
 
 /// What kind of service address a frontend is.
@@ -218,7 +223,8 @@ impl fmt::Display for FrontendKind {
     }
 }
 
-/// Transport protocol of a frontend.
+/// Transport protocol of a frontend: the core's [`ghostip_core::Protocol`] plus `Any`,
+/// which some dumps need (convert with [`Protocol::to_core`] and `From`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Protocol {
@@ -244,6 +250,16 @@ impl Protocol {
         }
     }
 
+    /// The core protocol; `None` for [`Protocol::Any`].
+    pub fn to_core(self) -> Option<ghostip_core::Protocol> {
+        match self {
+            Protocol::Tcp => Some(ghostip_core::Protocol::Tcp),
+            Protocol::Udp => Some(ghostip_core::Protocol::Udp),
+            Protocol::Sctp => Some(ghostip_core::Protocol::Sctp),
+            Protocol::Any => None,
+        }
+    }
+
     /// Upper-case name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -251,6 +267,16 @@ impl Protocol {
             Protocol::Udp => "UDP",
             Protocol::Sctp => "SCTP",
             Protocol::Any => "ANY",
+        }
+    }
+}
+
+impl From<ghostip_core::Protocol> for Protocol {
+    fn from(p: ghostip_core::Protocol) -> Self {
+        match p {
+            ghostip_core::Protocol::Tcp => Protocol::Tcp,
+            ghostip_core::Protocol::Udp => Protocol::Udp,
+            ghostip_core::Protocol::Sctp => Protocol::Sctp,
         }
     }
 }

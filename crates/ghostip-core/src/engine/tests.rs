@@ -397,6 +397,130 @@ fn datapath_targets_with_ports_compare_like_dns_ones() {
     assert!(matches!(ev.as_slice(), [EngineEvent::Stuck(t)] if t.target == a));
 }
 
+fn datapath_path(e: &mut Engine, node: &str) -> PathIdx {
+    e.add_path(
+        PathInfo {
+            id: format!("iptables/{node}"),
+            kind: PathKind::Iptables,
+            description: format!("kube-proxy iptables on {node}"),
+            node: Some(node.into()),
+        },
+        Duration::from_secs(1),
+    )
+}
+
+fn held(ts: &[Target]) -> Vec<HeldTarget> {
+    ts.iter()
+        .map(|t| HeldTarget {
+            target: *t,
+            ttl: None,
+        })
+        .collect()
+}
+
+fn dp_obs(path: PathIdx, at: Time, ts: &[Target]) -> Observation {
+    Observation {
+        path,
+        service: svc(),
+        at,
+        result: ObservationResult::Held(held(ts)),
+        latency: None,
+    }
+}
+
+#[test]
+fn per_path_desired_sets_judge_each_node_against_its_own_endpoints() {
+    // Traffic policy Local: node-1 should route to a only, node-2 to b only.
+    let mut e = Engine::new(EngineConfig::default());
+    let n1 = datapath_path(&mut e, "node-1");
+    let n2 = datapath_path(&mut e, "node-2");
+    let a = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 1, 5)), 8080);
+    let b = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 2, 6)), 8080);
+    let b2 = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 2, 7)), 8080);
+    e.set_desired_on_path(n1, &svc(), set(&[a]), ChangeTime::received_at(t(0)));
+    e.set_desired_on_path(n2, &svc(), set(&[b]), ChangeTime::received_at(t(0)));
+    e.truth_synced(t(0));
+    // Each node agrees with its own set: nothing opens.
+    assert!(e.observe(&dp_obs(n1, t(500), &[a])).is_empty());
+    assert!(e.observe(&dp_obs(n2, t(500), &[b])).is_empty());
+    assert_eq!(e.open_count(), 0);
+    // A layer-wide set does not open trackings on paths that have their own.
+    let ev = e.set_desired(
+        Layer::Datapath,
+        &svc(),
+        set(&[a, b]),
+        ChangeTime::received_at(t(600)),
+    );
+    assert!(ev.is_empty(), "{ev:?}");
+    // b is replaced by b2 on node-2: only node-2 opens a stale and a missing tracking.
+    let ev = e.set_desired_on_path(n2, &svc(), set(&[b2]), ChangeTime::received_at(t(1_000)));
+    let opened: Vec<(PathIdx, Target, Discrepancy)> = ev
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::Opened(t) => Some((t.path, t.target, t.kind)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        opened,
+        vec![(n2, b, Discrepancy::Stale), (n2, b2, Discrepancy::Missing)]
+    );
+    assert_eq!(e.desired_on_path(n2, &svc()), Some(&[b2][..]));
+    // node-1 still agrees; node-2 keeps b for 4 s, then converges.
+    assert!(e.observe(&dp_obs(n1, t(2_000), &[a])).is_empty());
+    e.observe(&dp_obs(n2, t(5_000), &[b]));
+    e.observe(&dp_obs(n2, t(6_000), &[b2]));
+    let closed: Vec<Tracking> = e
+        .tick(t(9_000))
+        .into_iter()
+        .filter_map(|e| match e {
+            EngineEvent::Closed(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    let stale = closed
+        .iter()
+        .find(|t| t.kind == Discrepancy::Stale)
+        .expect("stale closed");
+    assert_eq!(stale.path, n2);
+    assert_eq!(stale.window_lower(), Some(Duration::from_secs(4)));
+    assert_eq!(stale.window_upper(), Some(Duration::from_secs(5)));
+    assert_eq!(stale.verdict, Verdict::OverExpectedLag);
+    assert_eq!(e.open_count(), 0);
+}
+
+#[test]
+fn a_path_without_its_own_set_follows_the_layer_and_removal_forgets_it() {
+    let mut e = Engine::new(EngineConfig::default());
+    let n1 = datapath_path(&mut e, "node-1");
+    let n2 = datapath_path(&mut e, "node-2");
+    let a = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 1, 5)), 80);
+    let b = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 2, 6)), 80);
+    e.set_desired(
+        Layer::Datapath,
+        &svc(),
+        set(&[a, b]),
+        ChangeTime::received_at(t(0)),
+    );
+    e.set_desired_on_path(n2, &svc(), set(&[b]), ChangeTime::received_at(t(0)));
+    e.truth_synced(t(0));
+    // node-1 is compared with the layer's set: holding only b means a is missing.
+    let ev = e.observe(&dp_obs(n1, t(100), &[b]));
+    assert!(ev.iter().any(
+        |e| matches!(e, EngineEvent::Opened(t) if t.target == a && t.kind == Discrepancy::Missing)
+    ));
+    // node-2 is compared with its own set.
+    assert!(e.observe(&dp_obs(n2, t(100), &[b])).is_empty());
+    e.remove_path(n2);
+    assert_eq!(e.desired_on_path(n2, &svc()), None);
+    // A removed path takes no per-path set.
+    assert!(
+        e.set_desired_on_path(n2, &svc(), set(&[a]), ChangeTime::received_at(t(200)))
+            .is_empty()
+    );
+    assert_eq!(e.desired_on_path(n2, &svc()), None);
+}
+
 #[derive(Clone, Debug)]
 enum Step {
     Observe(Vec<u8>),
