@@ -223,8 +223,31 @@ pub struct ExpectedLag {
     pub serve_stale: Option<Duration>,
     /// Where answers come from.
     pub source: AnswerSource,
+    /// The `cache` plugin covering the domain, as configured; `None` when no cache covers it.
+    pub cache: Option<CacheSummary>,
     /// How each figure was computed, one step per line.
     pub notes: Vec<String>,
+}
+
+/// The settings of the `cache` plugin that covers a domain, for explaining a lag and its fix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheSummary {
+    /// Line of the `cache` plugin.
+    pub line: usize,
+    /// MAXTTL of successful answers (`cache N`, `success CAP N`; default 3600 s).
+    pub success_max: Duration,
+    /// MINTTL of successful answers (default 5 s).
+    pub success_min: Duration,
+    /// MAXTTL of denial answers.
+    pub denial_max: Duration,
+    /// Whether successful answers for the domain are cached (no `disable success` covering it).
+    pub success_cached: bool,
+    /// Whether denial answers for the domain are cached (no `disable denial` covering it).
+    pub denial_cached: bool,
+    /// `prefetch` is set.
+    pub prefetch: bool,
+    /// `keepttl` is set.
+    pub keepttl: bool,
 }
 
 /// Where a server block gets its answers for the domain.
@@ -907,6 +930,16 @@ fn server_lag(
         None => None,
     };
 
+    let cache_summary = cache.as_ref().map(|c| CacheSummary {
+        line: c.line,
+        success_max: secs(c.success_max),
+        success_min: secs(c.success_min),
+        denial_max: secs(c.denial_max),
+        success_cached: best_zone(&c.disable_success, name).is_none(),
+        denial_cached: best_zone(&c.disable_denial, name).is_none(),
+        prefetch: c.prefetch.is_some(),
+        keepttl: c.keepttl,
+    });
     let lag = match &source {
         AnswerSource::Kubernetes { ttl } => kubernetes_lag(*ttl, cache.as_ref(), name, &mut notes),
         AnswerSource::Forward { to } => forward_lag(to, cache.as_ref(), name, upstream, &mut notes),
@@ -947,6 +980,7 @@ fn server_lag(
         denial_ttl,
         serve_stale,
         source,
+        cache: cache_summary,
         notes,
     })
 }
@@ -1559,6 +1593,26 @@ mod tests {
             l.denial_ttl,
             s(300),
             "negative answers carry the SOA TTL capped at 300"
+        );
+    }
+
+    #[test]
+    fn cache_summary_reports_the_covering_cache() {
+        let l = lag(CLASSIC);
+        let c = l.cache.unwrap_or_else(|| panic!("no cache summary"));
+        assert_eq!(c.success_max, s(30));
+        assert_eq!(c.success_min, s(5));
+        assert!(c.success_cached && c.denial_cached);
+        assert!(!c.prefetch && !c.keepttl);
+        let l = lag(&CLASSIC.replace(
+            "cache 30\n",
+            "cache 30 {\n disable success cluster.local\n prefetch 10\n}\n",
+        ));
+        let c = l.cache.unwrap_or_else(|| panic!("no cache summary"));
+        assert!(!c.success_cached && c.denial_cached && c.prefetch);
+        assert_eq!(
+            lag(".:53 {\n kubernetes cluster.local { ttl 30 }\n cache 10 example.org\n}\n").cache,
+            None
         );
     }
 
