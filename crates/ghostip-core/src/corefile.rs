@@ -143,6 +143,26 @@ pub enum CorefileError {
     },
 }
 
+impl CorefileError {
+    /// The Corefile line the error is about, when it has one.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            Self::UnterminatedQuote { line }
+            | Self::UnclosedBlock { line }
+            | Self::UnexpectedClose { line }
+            | Self::UnexpectedOpen { line }
+            | Self::ExpectedAddress { line }
+            | Self::InvalidDirective { line, .. }
+            | Self::GluedBrace { line, .. }
+            | Self::Template { line, .. }
+            | Self::InvalidPlugin { line, .. }
+            | Self::Duplicate { line, .. }
+            | Self::NotAnswered { line, .. } => Some(*line),
+            Self::NotServed { .. } => None,
+        }
+    }
+}
+
 fn directive_hint(token: &str) -> &'static str {
     if token.contains(':') || token.starts_with('.') {
         " (a server address? the previous server block may be missing its '{')"
@@ -1849,7 +1869,16 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_eq!(Corefile::parse(text).as_ref(), Err(want), "{text}");
+            assert!(want.line().is_some());
         }
+        assert_eq!(CorefileError::UnclosedBlock { line: 4 }.line(), Some(4));
+        assert_eq!(
+            CorefileError::NotServed {
+                domain: "cluster.local".into()
+            }
+            .line(),
+            None
+        );
         let msg = CorefileError::InvalidDirective {
             line: 2,
             token: ".:53".into(),

@@ -328,8 +328,9 @@ impl Inventory {
         }
     }
 
-    /// Adds a raw Corefile read from a file.
+    /// Adds a raw Corefile read from a file (counted as a file read).
     pub fn add_corefile_file(&mut self, file: &str, text: String) {
+        self.counts.files += 1;
         let name = std::path::Path::new(file)
             .file_name()
             .and_then(|n| n.to_str())
@@ -359,12 +360,27 @@ impl Inventory {
                 .and_then(serde_json::Value::as_str)
                 .map(String::from)
         };
+        self.push_corefile_configmap(meta("namespace"), meta("name"), text, origin);
+    }
+
+    /// A Corefile ConfigMap; a pasted one may lack its metadata (then `kube-system/(unnamed)`).
+    fn push_corefile_configmap(
+        &mut self,
+        namespace: Option<String>,
+        name: Option<String>,
+        text: String,
+        origin: &Origin,
+    ) {
         self.count("ConfigMap");
         self.corefiles.push(CorefileInput {
             obj: ObjectRef {
                 kind: "ConfigMap".to_string(),
-                namespace: meta("namespace").unwrap_or_else(|| "kube-system".to_string()),
-                name: meta("name").unwrap_or_else(|| "(unnamed)".to_string()),
+                namespace: namespace
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or_else(|| "kube-system".to_string()),
+                name: name
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or_else(|| "(unnamed)".to_string()),
                 origin: origin.clone(),
             },
             text,
@@ -625,9 +641,7 @@ impl Inventory {
             self.counts.ignored += 1;
             return Ok(());
         };
-        let obj = self.object_ref("ConfigMap", &cm.metadata, origin)?;
-        self.count("ConfigMap");
-        self.corefiles.push(CorefileInput { obj, text });
+        self.push_corefile_configmap(cm.metadata.namespace, cm.metadata.name, text, origin);
         Ok(())
     }
 }

@@ -49,13 +49,15 @@ struct ItemLines {
     items: Vec<Spanned<serde::de::IgnoredAny>>,
 }
 
-/// Parses a manifest file's text into `inv`, returning how many documents it held.
+/// Parses a manifest file's text into `inv` (counted as a file read), returning how many
+/// documents it held.
 ///
 /// # Errors
 ///
 /// An [`InputProblem`] naming `file` and the line of the first syntax error; nothing from the
 /// file is added then.
 pub fn add_manifest(inv: &mut Inventory, file: &str, text: &str) -> Result<usize, InputProblem> {
+    inv.counts.files += 1;
     let docs: Vec<Spanned<serde_json::Value>> =
         serde_saphyr::from_multiple(text).map_err(|e| yaml_problem(file, &e))?;
     // Item lines of Lists need a second, cheap pass; any failure there only loses the lines.

@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ghostip_core::ServiceKey;
-use ghostip_core::corefile::{AnswerSource, Corefile, ExpectedLag};
+use ghostip_core::corefile::{AnswerSource, Corefile, CorefileError, ExpectedLag};
 use k8s_openapi::api::core::v1::{Container, PodSpec, Probe};
 use serde::Serialize;
 
@@ -354,21 +354,15 @@ fn dns_chain(inv: &Inventory, zone: &str, problems: &mut Vec<InputProblem>) -> D
     let mut cluster: Vec<Layer> = Vec::new();
     let mut forwarders: Vec<(ObjectRef, Corefile)> = Vec::new();
     for cf in &inv.corefiles {
-        let problem = |msg: String| InputProblem {
-            origin: cf.obj.origin.clone(),
-            message: format!("{}: Corefile {msg}", cf.obj),
-        };
-        let parsed = match Corefile::parse(&cf.text) {
-            Ok(p) => p,
-            Err(e) => {
-                problems.push(problem(e.to_string()));
-                continue;
-            }
-        };
-        let lag = match parsed.expected_lag(zone) {
-            Ok(l) => l,
-            Err(e) => {
-                problems.push(problem(e.to_string()));
+        let parsed = Corefile::parse(&cf.text);
+        let lag = parsed
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|p| p.expected_lag(zone));
+        let (parsed, lag) = match (parsed, lag) {
+            (Ok(p), Ok(l)) => (p, l),
+            (Err(e), _) | (_, Err(e)) => {
+                problems.push(corefile_problem(&cf.obj, &e));
                 continue;
             }
         };
@@ -394,10 +388,7 @@ fn dns_chain(inv: &Inventory, zone: &str, problems: &mut Vec<InputProblem>) -> D
         let lag = match parsed.expected_lag_behind(zone, cluster.as_ref().map(|c| &c.lag)) {
             Ok(l) => l,
             Err(e) => {
-                problems.push(InputProblem {
-                    origin: obj.origin.clone(),
-                    message: format!("{obj}: Corefile {e}"),
-                });
+                problems.push(corefile_problem(&obj, &e));
                 continue;
             }
         };
@@ -415,6 +406,28 @@ fn dns_chain(inv: &Inventory, zone: &str, problems: &mut Vec<InputProblem>) -> D
     DnsChain {
         cluster,
         node_cache,
+    }
+}
+
+/// A Corefile that cannot be used: a raw file is named at the error's line; a ConfigMap at
+/// its own line, with the line inside its Corefile in the message.
+fn corefile_problem(obj: &ObjectRef, e: &CorefileError) -> InputProblem {
+    if obj.kind == "Corefile" {
+        let mut origin = obj.origin.clone();
+        origin.line = e.line().or(origin.line);
+        let text = e.to_string();
+        let text = match text.split_once(": ") {
+            Some((head, rest)) if head.starts_with("line ") => rest.to_string(),
+            _ => text,
+        };
+        return InputProblem {
+            origin,
+            message: format!("not a usable Corefile: {text}"),
+        };
+    }
+    InputProblem {
+        origin: obj.origin.clone(),
+        message: format!("{obj}: Corefile {e}"),
     }
 }
 
@@ -955,7 +968,7 @@ impl Ctx<'_> {
                 message: if svc.headless {
                     format!(
                         "publishNotReadyAddresses keeps terminating pods in DNS until they are deleted: no preStop delay covers the DNS lag{}",
-                        budget.map(|b| format!(", so callers may dial a gone pod's IP for up to {b} s after it exits")).unwrap_or_default()
+                        budget.filter(|b| *b > 0).map(|b| format!(", so callers may dial a gone pod's IP for up to {b} s after it exits")).unwrap_or_default()
                     )
                 } else {
                     "publishNotReadyAddresses routes traffic to unready and terminating pods".to_string()
@@ -1123,7 +1136,7 @@ impl Ctx<'_> {
         {
             let mut f = format!("cache 5 or `disable success {zone}`");
             if let Some(c) = &self.chain.cluster {
-                f.push_str(&format!(" in the {} Corefile", c.info.object));
+                f.push_str(&format!(" in {}", c.info.object));
             }
             if let Some(n) = &self.chain.node_cache
                 && n.lag

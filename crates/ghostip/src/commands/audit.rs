@@ -143,7 +143,6 @@ fn read_path(path: &Path, recursive: bool, named: bool, inv: &mut Inventory) {
             return;
         }
     };
-    inv.counts.files += 1;
     match kind {
         FileKind::Corefile => inv.add_corefile_file(&shown, text),
         FileKind::Manifest => {
