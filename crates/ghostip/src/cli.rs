@@ -195,8 +195,8 @@ pub struct WhoisArgs {
 /// `ghostip audit`.
 #[derive(Debug, Args)]
 pub struct AuditArgs {
-    /// Manifest file or directory to audit (YAML, multi-document, Helm output, `kubectl get -o
-    /// json` Lists, raw Corefiles); repeatable.
+    /// Manifest file, directory or `-` (stdin) to audit (YAML, multi-document, Helm output,
+    /// `kubectl get -o json` Lists, raw Corefiles); repeatable.
     #[arg(
         short = 'f',
         long = "filename",

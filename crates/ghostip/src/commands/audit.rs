@@ -1,6 +1,6 @@
 //! `ghostip audit`: reads manifests or lists the cluster, runs the pure audit, prints the findings.
 //!
-//! Files: each `-f` path is a file or a directory (`.yaml`, `.yml`, `.json` and Corefiles in
+//! Files: each `-f` path is a file, `-` (standard input), or a directory (`.yaml`, `.yml`, `.json` and Corefiles in
 //! it; subdirectories with `-R`). A file that cannot be read or parsed is reported with its
 //! line and the others are still audited; the command then exits 2 after printing the
 //! findings, because a partial audit must not pass a CI gate. `--cluster` lists the same kinds
@@ -8,6 +8,7 @@
 //! by name.
 
 use std::fmt::Debug;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -98,6 +99,20 @@ pub(super) async fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<Outco
 /// Reads a file or a directory into `inv`; failures become input problems.
 fn read_path(path: &Path, recursive: bool, named: bool, inv: &mut Inventory) {
     let shown = path.display().to_string();
+    if named && shown == "-" {
+        let mut text = String::new();
+        match std::io::stdin().read_to_string(&mut text) {
+            Ok(_) => {
+                if let Err(p) = add_manifest(inv, "<stdin>", &text) {
+                    inv.problems.push(p);
+                }
+            }
+            Err(e) => inv
+                .problems
+                .push(problem("<stdin>", format!("cannot read: {e}"))),
+        }
+        return;
+    }
     if path.is_dir() {
         let entries = match std::fs::read_dir(path) {
             Ok(e) => e,
