@@ -210,3 +210,16 @@ fn namespace_flag_scopes_manifests() {
         .code(0)
         .stdout(predicate::str::contains("dials to dead IPs").not());
 }
+
+#[test]
+fn standard_input_is_read_with_dash() {
+    let text = std::fs::read_to_string(case("GIP-TERM-001-pos.yaml")).unwrap();
+    ghostip()
+        .args(["audit", "-f", "-"])
+        .write_stdin(text)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(
+            "Deployment demo/worker  (<stdin>:2)",
+        ));
+}

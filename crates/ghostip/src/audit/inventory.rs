@@ -725,6 +725,48 @@ mod tests {
     }
 
     #[test]
+    fn statefulsets_never_surge_and_daemonsets_replace_per_node() {
+        let inv = add(json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "db"},
+            "spec": {"selector": {}, "serviceName": "db", "template": {}}}));
+        assert_eq!(inv.workloads[0].replicas, Some(1));
+        assert_eq!(
+            inv.workloads[0].rollout,
+            Rollout::Rolling {
+                max_surge: 0,
+                max_unavailable: 1
+            }
+        );
+        let inv = add(json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "agent"},
+            "spec": {"selector": {}, "template": {},
+                     "updateStrategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}}}));
+        assert_eq!(
+            inv.workloads[0].rollout,
+            Rollout::Rolling {
+                max_surge: 1,
+                max_unavailable: 0
+            }
+        );
+        let inv = add(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {"selector": {}, "template": {}, "strategy": {"type": "Recreate"}}}));
+        assert_eq!(inv.workloads[0].rollout, Rollout::Recreate);
+        let inv = add(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {"selector": {}, "template": {},
+                     "strategy": {"rollingUpdate": {"maxSurge": "lots"}}}}));
+        assert!(
+            inv.problems
+                .first()
+                .is_some_and(|p| p.message.contains("maxSurge")),
+            "{:?} {:?}",
+            inv.problems,
+            inv.workloads.first().map(|w| w.rollout)
+        );
+    }
+
+    #[test]
     fn lists_are_unrolled_and_owned_objects_skipped() {
         let inv = add(json!({"apiVersion": "v1", "kind": "List", "items": [
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a",

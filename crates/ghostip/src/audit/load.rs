@@ -159,6 +159,44 @@ mod tests {
         assert!(inv.services.is_empty());
     }
 
+    proptest::proptest! {
+        #[test]
+        fn never_panics_on_arbitrary_text(text in ".{0,300}") {
+            let mut inv = Inventory::new("default");
+            let _ = add_manifest(&mut inv, "fuzz.yaml", &text);
+            let _ = super::super::audit(&inv, &super::super::AuditConfig::default());
+        }
+
+        #[test]
+        fn never_panics_on_manifest_like_text(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just("apiVersion: apps/v1\n".to_string()),
+                    proptest::strategy::Just("kind: Deployment\n".to_string()),
+                    proptest::strategy::Just("kind: Service\n".to_string()),
+                    proptest::strategy::Just("kind: List\nitems:\n".to_string()),
+                    proptest::strategy::Just("metadata: {name: web}\n".to_string()),
+                    proptest::strategy::Just("spec:\n".to_string()),
+                    proptest::strategy::Just("  replicas: -3\n".to_string()),
+                    proptest::strategy::Just("  clusterIP: None\n".to_string()),
+                    proptest::strategy::Just("  strategy: {rollingUpdate: {maxSurge: '250%'}}\n".to_string()),
+                    proptest::strategy::Just("  template: {spec: {containers: [{name: c, lifecycle: {preStop: {sleep: {seconds: -1}}}}]}}\n".to_string()),
+                    proptest::strategy::Just("data:\n  Corefile: \".:53 {\\n cache 30\\n}\"\n".to_string()),
+                    proptest::strategy::Just("---\n".to_string()),
+                    proptest::strategy::Just("- ".to_string()),
+                    proptest::strategy::Just("  ".to_string()),
+                    "[a-z{}:\\[\\],\n -]{0,12}",
+                ],
+                0..30,
+            )
+        ) {
+            let text = parts.concat();
+            let mut inv = Inventory::new("default");
+            let _ = add_manifest(&mut inv, "fuzz.yaml", &text);
+            let _ = super::super::audit(&inv, &super::super::AuditConfig::default());
+        }
+    }
+
     #[test]
     fn file_kinds() {
         assert_eq!(
