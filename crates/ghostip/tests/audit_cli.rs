@@ -223,3 +223,36 @@ fn standard_input_is_read_with_dash() {
             "Deployment demo/worker  (<stdin>:2)",
         ));
 }
+
+#[test]
+fn cluster_mode_names_an_unreachable_api_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'https://127.0.0.1:{port}', insecure-skip-tls-verify: true}}\n\
+             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: dead\n  context: {{cluster: c, user: u}}\ncurrent-context: dead\n"
+        ),
+    )
+    .unwrap();
+    ghostip()
+        .args([
+            "audit",
+            "--cluster",
+            "--request-timeout",
+            "5s",
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "ghostip: listing objects to audit: Kubernetes API server unreachable",
+        ))
+        .stderr(predicate::str::contains("hint:"));
+}

@@ -603,19 +603,10 @@ fn jvm_property(text: &str, names: &[&str]) -> Option<i64> {
 
 fn client_cache(w: &Workload, problems: &mut Vec<InputProblem>) -> ClientCache {
     let mut out = ClientCache::default();
-    if let Some(v) = w.annotation(CLIENT_TTL_ANNOTATION) {
-        match v.trim().parse::<i64>() {
-            Ok(t) if t >= -1 => {
-                out.positive = Some((t, format!("{CLIENT_TTL_ANNOTATION}={t}")));
-            }
-            _ => problems.push(InputProblem {
-                origin: w.obj.origin.clone(),
-                message: format!(
-                    "{}: annotation {CLIENT_TTL_ANNOTATION}={v:?} must be a number of seconds (-1: forever)",
-                    w.obj
-                ),
-            }),
-        }
+    if let Some(v) = w.annotation(CLIENT_TTL_ANNOTATION)
+        && let Some(t) = ttl_annotation(&w.obj, v, problems)
+    {
+        out.positive = Some((t, format!("{CLIENT_TTL_ANNOTATION}={t}")));
     }
     let Some(spec) = &w.template.spec else {
         return out;
@@ -685,6 +676,24 @@ fn client_cache(w: &Workload, problems: &mut Vec<InputProblem>) -> ClientCache {
         }
     }
     out
+}
+
+/// The value of [`CLIENT_TTL_ANNOTATION`]: seconds, `-1` for forever; anything else is an
+/// input problem on `obj`.
+fn ttl_annotation(obj: &ObjectRef, v: &str, problems: &mut Vec<InputProblem>) -> Option<i64> {
+    match v.trim().parse::<i64>() {
+        Ok(t) if t >= -1 => Some(t),
+        _ => {
+            problems.push(InputProblem {
+                origin: obj.origin.clone(),
+                message: format!(
+                    "{obj}: annotation {CLIENT_TTL_ANNOTATION}={v:?} must be a number of \
+                     seconds (-1: forever)"
+                ),
+            });
+            None
+        }
+    }
 }
 
 /// Whether cache TTL `a` keeps answers longer than `b` (-1 is forever).
@@ -892,19 +901,14 @@ fn service_client_cache(
 ) -> CallerCache {
     let mut positive: Option<(i64, String)> = None;
     let mut negative: Option<(i64, String)> = None;
-    if let Some(v) = svc.annotations.get(CLIENT_TTL_ANNOTATION) {
-        match v.trim().parse::<i64>() {
-            Ok(t) if t >= -1 => {
-                positive = Some((t, format!("declared client cache {} ({CLIENT_TTL_ANNOTATION} on the Service)", ttl_text(t))));
-            }
-            _ => problems.push(InputProblem {
-                origin: svc.obj.origin.clone(),
-                message: format!(
-                    "{}: annotation {CLIENT_TTL_ANNOTATION}={v:?} must be a number of seconds (-1: forever)",
-                    svc.obj
-                ),
-            }),
-        }
+    if let Some(v) = svc.annotations.get(CLIENT_TTL_ANNOTATION)
+        && let Some(t) = ttl_annotation(&svc.obj, v, problems)
+    {
+        let src = format!(
+            "declared client cache {} ({CLIENT_TTL_ANNOTATION} on the Service)",
+            ttl_text(t)
+        );
+        positive = Some((t, src));
     }
     for &i in callers {
         let w = workloads[i];
@@ -960,54 +964,10 @@ impl Ctx<'_> {
         };
 
         if svc.publish_not_ready {
-            self.push(Finding {
-                rule: "GIP-SVC-001",
-                severity: Severity::Warning,
-                object: svc.obj.clone(),
-                service: Some(svc.key.clone()),
-                message: if svc.headless {
-                    format!(
-                        "publishNotReadyAddresses keeps terminating pods in DNS until they are deleted: no preStop delay covers the DNS lag{}",
-                        budget.filter(|b| *b > 0).map(|b| format!(", so callers may dial a gone pod's IP for up to {b} s after it exits")).unwrap_or_default()
-                    )
-                } else {
-                    "publishNotReadyAddresses routes traffic to unready and terminating pods".to_string()
-                },
-                fix: "publishNotReadyAddresses: false, unless peers must find each other before they are ready (StatefulSet bootstrap); then use a separate headless Service for peer discovery".to_string(),
-                figures: budget.map(|b| BTreeMap::from([("budget_s", b)])).unwrap_or_default(),
-            });
+            self.publish_not_ready(svc, budget);
         }
-
-        // Clients caching forever.
         for &i in callers {
-            for (cache, what) in [
-                (&caches[i].positive, "answers"),
-                (&caches[i].negative, "failed lookups"),
-            ] {
-                if let Some((t, src)) = cache
-                    && *t < 0
-                {
-                    let w = workloads[i];
-                    let already = self.findings.iter().any(|f| {
-                        f.rule == "GIP-CLIENT-001" && f.object == w.obj && f.message.contains(what)
-                    });
-                    if !already {
-                        self.push(Finding {
-                            rule: "GIP-CLIENT-001",
-                            severity: Severity::Error,
-                            object: w.obj.clone(),
-                            service: Some(svc.key.clone()),
-                            message: format!("{src}: this caller keeps DNS {what} until it restarts; a removed pod's IP of {} is dialed forever", svc.key),
-                            fix: if what == "answers" {
-                                "-Dsun.net.inetaddr.ttl=5 (or networkaddress.cache.ttl=5 in java.security)".to_string()
-                            } else {
-                                "-Dsun.net.inetaddr.negative.ttl=1 (or networkaddress.cache.negative.ttl=1)".to_string()
-                            },
-                            figures: BTreeMap::from([("client_cache_s", -1)]),
-                        });
-                    }
-                }
-            }
+            self.forever_caches(svc, workloads[i], &caches[i]);
         }
 
         if svc.headless && svc.ports.iter().any(|p| p.is_grpc()) {
@@ -1072,6 +1032,74 @@ impl Ctx<'_> {
 
     fn push(&mut self, f: Finding) {
         self.findings.push(f);
+    }
+
+    fn publish_not_ready(&mut self, svc: &ServiceInfo, budget: Option<i64>) {
+        let message = if svc.headless {
+            let after = match budget {
+                Some(b) if b > 0 => {
+                    format!(", so callers may dial a gone pod's IP for up to {b} s after it exits")
+                }
+                _ => String::new(),
+            };
+            format!(
+                "publishNotReadyAddresses keeps terminating pods in DNS until they are deleted: \
+                 no preStop delay covers the DNS lag{after}"
+            )
+        } else {
+            "publishNotReadyAddresses routes traffic to unready and terminating pods".to_string()
+        };
+        self.push(Finding {
+            rule: "GIP-SVC-001",
+            severity: Severity::Warning,
+            object: svc.obj.clone(),
+            service: Some(svc.key.clone()),
+            message,
+            fix: "publishNotReadyAddresses: false, unless peers must find each other before \
+                  they are ready (StatefulSet bootstrap); then use a separate headless Service \
+                  for peer discovery"
+                .to_string(),
+            figures: budget
+                .map(|b| BTreeMap::from([("budget_s", b)]))
+                .unwrap_or_default(),
+        });
+    }
+
+    /// GIP-CLIENT-001, once per caller and kind of cache.
+    fn forever_caches(&mut self, svc: &ServiceInfo, w: &Workload, cache: &ClientCache) {
+        for (entry, what) in [
+            (&cache.positive, "answers"),
+            (&cache.negative, "failed lookups"),
+        ] {
+            let Some((t, src)) = entry else { continue };
+            if *t >= 0 {
+                continue;
+            }
+            let already = self.findings.iter().any(|f| {
+                f.rule == "GIP-CLIENT-001" && f.object == w.obj && f.message.contains(what)
+            });
+            if already {
+                continue;
+            }
+            let fix = if what == "answers" {
+                "-Dsun.net.inetaddr.ttl=5 (or networkaddress.cache.ttl=5 in java.security)"
+            } else {
+                "-Dsun.net.inetaddr.negative.ttl=1 (or networkaddress.cache.negative.ttl=1)"
+            };
+            self.push(Finding {
+                rule: "GIP-CLIENT-001",
+                severity: Severity::Error,
+                object: w.obj.clone(),
+                service: Some(svc.key.clone()),
+                message: format!(
+                    "{src}: this caller keeps DNS {what} until it restarts; \
+                     a removed pod's IP of {} is dialed forever",
+                    svc.key
+                ),
+                fix: fix.to_string(),
+                figures: BTreeMap::from([("client_cache_s", -1)]),
+            });
+        }
     }
 
     fn budget_finding(

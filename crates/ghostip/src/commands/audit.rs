@@ -26,7 +26,7 @@ use crate::audit::inventory::InputProblem;
 use crate::audit::load::{FileKind, add_manifest};
 use crate::audit::{AuditConfig, Inventory, Origin, Severity, audit, render};
 use crate::cli::{AuditArgs, GlobalArgs, OutputFormat};
-use crate::kube::{ConfigMapRef, Connection};
+use crate::kube::{ConfigMapRef, Connection, KubeError};
 
 const PAGE_SIZE: u32 = 500;
 
@@ -44,13 +44,11 @@ pub(super) async fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<Outco
             list_cluster(&conn, args.scope.namespace.as_deref(), &mut inv),
         )
         .await
-        .map_err(|_| {
-            anyhow::anyhow!(
-                "the API server did not answer within {} s ({})",
-                args.request_timeout.as_secs_f64(),
-                conn.origin
-            )
-        })?
+        .map_err(|_| KubeError::Timeout {
+            origin: conn.origin.clone(),
+            after: args.request_timeout,
+        })
+        .context("listing objects to audit")?
         .context("listing objects to audit")?;
     } else {
         for path in &args.files {
@@ -197,10 +195,7 @@ async fn list_cluster(
             Err(kube::Error::Api(status)) if status.code == 403 || status.code == 401 => {
                 tracing::warn!(configmap = %cm, code = status.code, "Cannot read the Corefile ConfigMap; DNS lag is not counted.");
             }
-            Err(e) => {
-                return Err(anyhow::Error::new(e)
-                    .context(format!("reading ConfigMap {cm} ({})", conn.origin)));
-            }
+            Err(e) => return Err(KubeError::from_request(&conn.origin, "configmaps", e).into()),
         }
     }
     Ok(())
@@ -229,7 +224,7 @@ where
         let page = api
             .list(&params)
             .await
-            .with_context(|| format!("listing {resource} ({})", conn.origin))?;
+            .map_err(|e| KubeError::from_request(&conn.origin, resource, e))?;
         for item in &page.items {
             add_typed(inv, item)?;
         }
