@@ -75,6 +75,12 @@ pub fn table(report: &AuditReport) -> String {
         if !any {
             let _ = writeln!(out, "  none");
         }
+        if any && report.dns.is_empty() {
+            let _ = writeln!(
+                out,
+                "  (dns ?: no usable Corefile was read; add the kube-system/coredns ConfigMap with -f, or use --cluster)"
+            );
+        }
         out.push('\n');
     }
     for p in &report.problems {
