@@ -143,6 +143,26 @@ pub enum CorefileError {
     },
 }
 
+impl CorefileError {
+    /// The Corefile line the error is about, when it has one.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            Self::UnterminatedQuote { line }
+            | Self::UnclosedBlock { line }
+            | Self::UnexpectedClose { line }
+            | Self::UnexpectedOpen { line }
+            | Self::ExpectedAddress { line }
+            | Self::InvalidDirective { line, .. }
+            | Self::GluedBrace { line, .. }
+            | Self::Template { line, .. }
+            | Self::InvalidPlugin { line, .. }
+            | Self::Duplicate { line, .. }
+            | Self::NotAnswered { line, .. } => Some(*line),
+            Self::NotServed { .. } => None,
+        }
+    }
+}
+
 fn directive_hint(token: &str) -> &'static str {
     if token.contains(':') || token.starts_with('.') {
         " (a server address? the previous server block may be missing its '{')"
@@ -223,8 +243,31 @@ pub struct ExpectedLag {
     pub serve_stale: Option<Duration>,
     /// Where answers come from.
     pub source: AnswerSource,
+    /// The `cache` plugin covering the domain, as configured; `None` when no cache covers it.
+    pub cache: Option<CacheSummary>,
     /// How each figure was computed, one step per line.
     pub notes: Vec<String>,
+}
+
+/// The settings of the `cache` plugin that covers a domain, for explaining a lag and its fix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheSummary {
+    /// Line of the `cache` plugin.
+    pub line: usize,
+    /// MAXTTL of successful answers (`cache N`, `success CAP N`; default 3600 s).
+    pub success_max: Duration,
+    /// MINTTL of successful answers (default 5 s).
+    pub success_min: Duration,
+    /// MAXTTL of denial answers.
+    pub denial_max: Duration,
+    /// Whether successful answers for the domain are cached (no `disable success` covering it).
+    pub success_cached: bool,
+    /// Whether denial answers for the domain are cached (no `disable denial` covering it).
+    pub denial_cached: bool,
+    /// `prefetch` is set.
+    pub prefetch: bool,
+    /// `keepttl` is set.
+    pub keepttl: bool,
 }
 
 /// Where a server block gets its answers for the domain.
@@ -907,6 +950,16 @@ fn server_lag(
         None => None,
     };
 
+    let cache_summary = cache.as_ref().map(|c| CacheSummary {
+        line: c.line,
+        success_max: secs(c.success_max),
+        success_min: secs(c.success_min),
+        denial_max: secs(c.denial_max),
+        success_cached: best_zone(&c.disable_success, name).is_none(),
+        denial_cached: best_zone(&c.disable_denial, name).is_none(),
+        prefetch: c.prefetch.is_some(),
+        keepttl: c.keepttl,
+    });
     let lag = match &source {
         AnswerSource::Kubernetes { ttl } => kubernetes_lag(*ttl, cache.as_ref(), name, &mut notes),
         AnswerSource::Forward { to } => forward_lag(to, cache.as_ref(), name, upstream, &mut notes),
@@ -947,6 +1000,7 @@ fn server_lag(
         denial_ttl,
         serve_stale,
         source,
+        cache: cache_summary,
         notes,
     })
 }
@@ -1563,6 +1617,26 @@ mod tests {
     }
 
     #[test]
+    fn cache_summary_reports_the_covering_cache() {
+        let l = lag(CLASSIC);
+        let c = l.cache.unwrap_or_else(|| panic!("no cache summary"));
+        assert_eq!(c.success_max, s(30));
+        assert_eq!(c.success_min, s(5));
+        assert!(c.success_cached && c.denial_cached);
+        assert!(!c.prefetch && !c.keepttl);
+        let l = lag(&CLASSIC.replace(
+            "cache 30\n",
+            "cache 30 {\n disable success cluster.local\n prefetch 10\n}\n",
+        ));
+        let c = l.cache.unwrap_or_else(|| panic!("no cache summary"));
+        assert!(!c.success_cached && c.denial_cached && c.prefetch);
+        assert_eq!(
+            lag(".:53 {\n kubernetes cluster.local { ttl 30 }\n cache 10 example.org\n}\n").cache,
+            None
+        );
+    }
+
+    #[test]
     fn no_cache_means_no_cache_lag() {
         let l = lag(".:53 {\n kubernetes cluster.local {\n  ttl 30\n }\n}\n");
         assert_eq!(l.cache_lag, Duration::ZERO);
@@ -1795,7 +1869,16 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_eq!(Corefile::parse(text).as_ref(), Err(want), "{text}");
+            assert!(want.line().is_some());
         }
+        assert_eq!(CorefileError::UnclosedBlock { line: 4 }.line(), Some(4));
+        assert_eq!(
+            CorefileError::NotServed {
+                domain: "cluster.local".into()
+            }
+            .line(),
+            None
+        );
         let msg = CorefileError::InvalidDirective {
             line: 2,
             token: ".:53".into(),

@@ -49,6 +49,8 @@ pub enum OutputFormat {
     Table,
     /// One JSON document (JSON lines for streams).
     Json,
+    /// SARIF 2.1.0 (code-scanning tools); only `audit` writes it.
+    Sarif,
 }
 
 /// Subcommands.
@@ -64,6 +66,8 @@ pub enum Command {
     Whois(WhoisArgs),
     /// Offline node datapath dumps: print the normalized table, or diff it against a truth file.
     Datapath(DatapathArgs),
+    /// Predict from configuration how long callers will dial removed pod IPs, per Service.
+    Audit(AuditArgs),
 }
 
 /// Namespace selection shared by commands that read many Services.
@@ -188,6 +192,35 @@ pub struct WhoisArgs {
         allow_hyphen_values = true
     )]
     pub at: String,
+}
+
+/// `ghostip audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Manifest file, directory or `-` (stdin) to audit (YAML, multi-document, Helm output,
+    /// `kubectl get -o json` Lists, raw Corefiles); repeatable.
+    #[arg(
+        short = 'f',
+        long = "filename",
+        value_name = "PATH",
+        required_unless_present = "cluster"
+    )]
+    pub files: Vec<PathBuf>,
+    /// Process directories given with -f recursively.
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
+    /// Read the objects from the cluster (get/list only) instead of files.
+    #[arg(long, conflicts_with = "files")]
+    pub cluster: bool,
+    /// Services to audit; -n also places manifest objects without a namespace (default: `default`).
+    #[command(flatten)]
+    pub scope: Scope,
+    /// Cluster DNS zone.
+    #[arg(long, default_value = "cluster.local", value_name = "ZONE")]
+    pub zone: String,
+    /// Give up on the API server after this long (--cluster).
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub request_timeout: Duration,
 }
 
 /// Parses `IP` or `IP:PORT` (port 53 by default), IPv6 as `[::1]:53` or bare.

@@ -190,6 +190,7 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
             "failed": failed,
         }))?,
         OutputFormat::Table => print!("{}", render(&rows, paths.len(), services.len())),
+        OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
     }
     Ok(if bad > 0 {
         Outcome::Finding

@@ -96,6 +96,7 @@ fn read_dump(src: &DumpSource) -> anyhow::Result<(Format, Parsed)> {
 fn show(g: &GlobalArgs, src: &DumpSource) -> anyhow::Result<Outcome> {
     let (_, parsed) = read_dump(src)?;
     match g.output {
+        OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
         OutputFormat::Json => print_json(&parsed)?,
         OutputFormat::Table => match &parsed {
             Parsed::Lb(t) => println!("{t}"),
@@ -196,6 +197,7 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
         Parsed::Lb(table) => {
             let d = against_truth::diff(&table, &tf.truth, a.node.as_deref(), Some(at));
             match g.output {
+                OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
                 OutputFormat::Json => print_json(&DiffJson {
                     format,
                     truth: stats,
@@ -231,6 +233,7 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
             }
             let r = audit.finish();
             match g.output {
+                OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
                 OutputFormat::Json => print_json(&DiffJson {
                     format,
                     truth: stats,

@@ -1,5 +1,6 @@
 //! The commands: each turns parsed flags into a run of the adapters and an [`Outcome`].
 
+mod audit;
 mod check;
 mod datapath;
 pub mod pipeline;
@@ -14,7 +15,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use ghostip_core::engine::EngineConfig;
 
-use crate::cli::{Cli, Command, DnsArgs, GlobalArgs};
+use crate::cli::{Cli, Command, DnsArgs, GlobalArgs, OutputFormat};
 use crate::dns::names::NameConfig;
 use crate::dns::paths::PathConfig;
 use crate::kube::{ConnectOptions, Connection, KubeError};
@@ -33,12 +34,16 @@ pub enum Outcome {
 
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
+    if cli.global.output == OutputFormat::Sarif && !matches!(cli.command, Command::Audit(_)) {
+        anyhow::bail!("-o sarif: only `ghostip audit` writes SARIF; use -o table or -o json");
+    }
     match cli.command {
         Command::Watch(args) => watch::run(&cli.global, args).await,
         Command::Rollout(args) => rollout::run(&cli.global, args).await,
         Command::Check(args) => check::run(&cli.global, args).await,
         Command::Whois(args) => whois::run(&cli.global, args),
         Command::Datapath(args) => datapath::run(&cli.global, args),
+        Command::Audit(args) => audit::run(&cli.global, args).await,
     }
 }
 

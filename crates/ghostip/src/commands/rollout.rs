@@ -380,6 +380,7 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
     match g.output {
         OutputFormat::Json => print_json(&report)?,
         OutputFormat::Table => print!("{}", report::render_table(&report)),
+        OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
     }
     Ok(if report.summary.finding {
         Outcome::Finding

@@ -17,6 +17,7 @@ pub(super) fn run(g: &GlobalArgs, args: WhoisArgs) -> anyhow::Result<Outcome> {
     match g.output {
         OutputFormat::Json => print_json(&whois_json(&whois, args.ip, at))?,
         OutputFormat::Table => print!("{}", render_whois_table(&whois, args.ip, at)),
+        OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
     }
     // whois answers a question; finding no owner is not an error.
     Ok(Outcome::Clean)

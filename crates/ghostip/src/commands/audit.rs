@@ -1,0 +1,244 @@
+//! `ghostip audit`: reads manifests or lists the cluster, runs the pure audit, prints the findings.
+//!
+//! Files: each `-f` path is a file, `-` (standard input), or a directory (`.yaml`, `.yml`, `.json` and Corefiles in
+//! it; subdirectories with `-R`). A file that cannot be read or parsed is reported with its
+//! line and the others are still audited; the command then exits 2 after printing the
+//! findings, because a partial audit must not pass a CI gate. `--cluster` lists the same kinds
+//! with get/list only, and reads the `coredns` and `node-local-dns` ConfigMaps in kube-system
+//! by name.
+
+use std::fmt::Debug;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use kube::Resource;
+use kube::api::{Api, ListParams};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::session::ServiceFilter;
+use super::{Outcome, kube_connect, print_json};
+use crate::audit::inventory::InputProblem;
+use crate::audit::load::{FileKind, add_manifest};
+use crate::audit::{AuditConfig, Inventory, Origin, Severity, audit, render};
+use crate::cli::{AuditArgs, GlobalArgs, OutputFormat};
+use crate::kube::{ConfigMapRef, Connection, KubeError};
+
+const PAGE_SIZE: u32 = 500;
+
+pub(super) async fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<Outcome> {
+    let default_ns = args
+        .scope
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_string());
+    let mut inv = Inventory::new(default_ns);
+    if args.cluster {
+        let conn = kube_connect(g).await?;
+        tokio::time::timeout(
+            args.request_timeout,
+            list_cluster(&conn, args.scope.namespace.as_deref(), &mut inv),
+        )
+        .await
+        .map_err(|_| KubeError::Timeout {
+            origin: conn.origin.clone(),
+            after: args.request_timeout,
+        })
+        .context("listing objects to audit")?
+        .context("listing objects to audit")?;
+    } else {
+        for path in &args.files {
+            read_path(path, args.recursive, true, &mut inv);
+        }
+    }
+    let cfg = AuditConfig {
+        zone: args.zone.clone(),
+        namespace: args.scope.namespace.clone(),
+        selector: args
+            .scope
+            .selector
+            .as_deref()
+            .map(ServiceFilter::parse_selector)
+            .unwrap_or_default(),
+    };
+    let report = audit(&inv, &cfg);
+    match g.output {
+        OutputFormat::Table => print!("{}", render::table(&report)),
+        OutputFormat::Json => print_json(&render::json(&report))?,
+        OutputFormat::Sarif => print_json(&render::sarif(&report, env!("CARGO_PKG_VERSION")))?,
+    }
+    if !report.problems.is_empty() {
+        let n = report.problems.len();
+        let first = report
+            .problems
+            .first()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        anyhow::bail!(
+            "{n} input{} could not be read, the rest was audited: {first}{}",
+            if n == 1 { "" } else { "s" },
+            if n > 1 {
+                " (and more, listed in the output)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(match report.worst() {
+        Some(Severity::Warning | Severity::Error) => Outcome::Finding,
+        _ => Outcome::Clean,
+    })
+}
+
+/// Reads a file or a directory into `inv`; failures become input problems.
+fn read_path(path: &Path, recursive: bool, named: bool, inv: &mut Inventory) {
+    let shown = path.display().to_string();
+    if named && shown == "-" {
+        let mut text = String::new();
+        match std::io::stdin().read_to_string(&mut text) {
+            Ok(_) => {
+                if let Err(p) = add_manifest(inv, "<stdin>", &text) {
+                    inv.problems.push(p);
+                }
+            }
+            Err(e) => inv
+                .problems
+                .push(problem("<stdin>", format!("cannot read: {e}"))),
+        }
+        return;
+    }
+    if path.is_dir() {
+        let entries = match std::fs::read_dir(path) {
+            Ok(e) => e,
+            Err(e) => {
+                inv.problems
+                    .push(problem(&shown, format!("cannot read directory: {e}")));
+                return;
+            }
+        };
+        let mut children: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        children.sort();
+        for child in children {
+            if child.is_dir() {
+                if recursive {
+                    read_path(&child, recursive, false, inv);
+                }
+            } else if FileKind::of(&child).is_some() {
+                read_path(&child, recursive, false, inv);
+            }
+        }
+        return;
+    }
+    let kind = if named {
+        FileKind::of_named(path)
+    } else {
+        match FileKind::of(path) {
+            Some(k) => k,
+            None => return,
+        }
+    };
+    let text = match std::fs::read(path) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(t) => t,
+            Err(_) => {
+                inv.problems
+                    .push(problem(&shown, "is not UTF-8 text".to_string()));
+                return;
+            }
+        },
+        Err(e) => {
+            inv.problems
+                .push(problem(&shown, format!("cannot read: {e}")));
+            return;
+        }
+    };
+    match kind {
+        FileKind::Corefile => inv.add_corefile_file(&shown, text),
+        FileKind::Manifest => {
+            if let Err(p) = add_manifest(inv, &shown, &text) {
+                inv.problems.push(p);
+            }
+        }
+    }
+}
+
+fn problem(file: &str, message: String) -> InputProblem {
+    InputProblem {
+        origin: Origin::file(file, None),
+        message,
+    }
+}
+
+/// Lists the audited kinds (in `namespace`, or all) and the Corefile ConfigMaps.
+async fn list_cluster(
+    conn: &Connection,
+    namespace: Option<&str>,
+    inv: &mut Inventory,
+) -> anyhow::Result<()> {
+    list_into::<Service>(conn, namespace, "services", inv).await?;
+    list_into::<Deployment>(conn, namespace, "deployments", inv).await?;
+    list_into::<StatefulSet>(conn, namespace, "statefulsets", inv).await?;
+    list_into::<DaemonSet>(conn, namespace, "daemonsets", inv).await?;
+    list_into::<ReplicaSet>(conn, namespace, "replicasets", inv).await?;
+    list_into::<Job>(conn, namespace, "jobs", inv).await?;
+    list_into::<CronJob>(conn, namespace, "cronjobs", inv).await?;
+    list_into::<Pod>(conn, namespace, "pods", inv).await?;
+    for cm in [ConfigMapRef::coredns(), ConfigMapRef::node_local_dns()] {
+        let api: Api<ConfigMap> = Api::namespaced(conn.client.clone(), &cm.namespace);
+        match api.get_opt(&cm.name).await {
+            Ok(Some(obj)) => add_typed(inv, &obj)?,
+            Ok(None) => {}
+            Err(kube::Error::Api(status)) if status.code == 403 || status.code == 401 => {
+                tracing::warn!(configmap = %cm, code = status.code, "Cannot read the Corefile ConfigMap; DNS lag is not counted.");
+            }
+            Err(e) => return Err(KubeError::from_request(&conn.origin, "configmaps", e).into()),
+        }
+    }
+    Ok(())
+}
+
+async fn list_into<K>(
+    conn: &Connection,
+    namespace: Option<&str>,
+    resource: &'static str,
+    inv: &mut Inventory,
+) -> anyhow::Result<()>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = match namespace {
+        Some(ns) => Api::namespaced(conn.client.clone(), ns),
+        None => Api::all(conn.client.clone()),
+    };
+    let mut params = ListParams::default().limit(PAGE_SIZE);
+    loop {
+        let page = api
+            .list(&params)
+            .await
+            .map_err(|e| KubeError::from_request(&conn.origin, resource, e))?;
+        for item in &page.items {
+            add_typed(inv, item)?;
+        }
+        match page.metadata.continue_.as_deref() {
+            Some(token) if !token.is_empty() => {
+                params = ListParams::default().limit(PAGE_SIZE).continue_token(token);
+            }
+            _ => return Ok(()),
+        }
+    }
+}
+
+fn add_typed<K: Serialize>(inv: &mut Inventory, obj: &K) -> anyhow::Result<()> {
+    let value = serde_json::to_value(obj).context("encoding a listed object")?;
+    inv.add_value(value, &Origin::cluster(), &[]);
+    Ok(())
+}

@@ -1,0 +1,151 @@
+//! Every audit rule fires on its positive case and stays silent on its negative case.
+//!
+//! The cases are small manifests written for this test under `tests/data/audit/`, named
+//! `<rule id>-pos.yaml` and `<rule id>-neg.yaml`; a rule without both files fails the test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+
+use ghostip::audit::load::add_manifest;
+use ghostip::audit::{AuditConfig, AuditReport, Finding, Inventory, RULES, Severity, audit};
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/audit")
+        .join(name)
+}
+
+fn run(name: &str) -> AuditReport {
+    let path = data(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut inv = Inventory::new("default");
+    add_manifest(&mut inv, name, &text).unwrap_or_else(|e| panic!("{e}"));
+    let report = audit(&inv, &AuditConfig::default());
+    assert!(report.problems.is_empty(), "{name}: {:?}", report.problems);
+    report
+}
+
+fn of<'a>(report: &'a AuditReport, rule: &str) -> Vec<&'a Finding> {
+    report.findings.iter().filter(|f| f.rule == rule).collect()
+}
+
+#[test]
+fn every_rule_has_a_positive_and_a_negative_case() {
+    for rule in RULES {
+        let pos = run(&format!("{}-pos.yaml", rule.id));
+        let hits = of(&pos, rule.id);
+        assert!(
+            !hits.is_empty(),
+            "{}: the positive case raised nothing: {:#?}",
+            rule.id,
+            pos.findings
+        );
+        for f in &hits {
+            assert!(!f.fix.is_empty(), "{}: finding without a fix", rule.id);
+            assert!(f.object.origin.line.is_some(), "{}: no line", rule.id);
+        }
+        let neg = run(&format!("{}-neg.yaml", rule.id));
+        assert!(
+            of(&neg, rule.id).is_empty(),
+            "{}: the negative case raised {:#?}",
+            rule.id,
+            of(&neg, rule.id)
+        );
+    }
+}
+
+#[test]
+fn the_issue_example_has_its_numbers_and_fix() {
+    let report = run("GIP-DNS-001-pos.yaml");
+    let f = of(&report, "GIP-DNS-001");
+    assert_eq!(f.len(), 1, "{f:#?}");
+    let f = f[0];
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(f.object.kind, "Deployment");
+    assert_eq!(f.object.name, "web");
+    assert_eq!(f.object.origin.to_string(), "GIP-DNS-001-pos.yaml:36");
+    assert_eq!(
+        f.service.as_ref().map(ToString::to_string).as_deref(),
+        Some("demo/web")
+    );
+    assert!(
+        f.message.starts_with(
+            "DNS may serve a removed IP for up to 30 s (kubernetes ttl 30, cache 30) + JVM cache 30 s"
+        ),
+        "{}",
+        f.message
+    );
+    assert!(
+        f.message.ends_with(
+            "but preStop covers 0 s: expect up to 60 s of dials to dead IPs per rollout"
+        ),
+        "{}",
+        f.message
+    );
+    assert!(
+        f.fix
+            .starts_with("cache 5 or `disable success cluster.local`"),
+        "{}",
+        f.fix
+    );
+    assert!(
+        f.fix
+            .ends_with("preStop sleep ≥ 35 s; terminationGracePeriodSeconds ≥ 45 s"),
+        "{}",
+        f.fix
+    );
+    assert_eq!(f.figures.get("exposure_s"), Some(&60));
+    // The budget chain is reported per Service, with the caller named.
+    let b = &report.services[0];
+    assert_eq!(b.budget_s, Some(60));
+    assert_eq!(b.callers, vec!["Deployment demo/checkout".to_string()]);
+}
+
+#[test]
+fn a_recreate_rollout_reports_the_denial_cache() {
+    let report = run("GIP-ROLL-001-pos.yaml");
+    let f = of(&report, "GIP-ROLL-001");
+    assert!(
+        f[0].message.contains("denial up to 30 s"),
+        "{}",
+        f[0].message
+    );
+}
+
+#[test]
+fn forever_caches_are_errors_and_unbound_the_budget() {
+    let report = run("GIP-CLIENT-001-pos.yaml");
+    assert_eq!(report.worst(), Some(Severity::Error));
+    assert_eq!(report.services[0].client_cache_s, Some(-1));
+    assert_eq!(report.services[0].budget_s, None);
+    // A 5 s JVM cache is counted in the budget instead.
+    let report = run("GIP-CLIENT-001-neg.yaml");
+    assert_eq!(report.services[0].budget_s, Some(35));
+}
+
+#[test]
+fn namespace_and_selector_scope_services() {
+    let text = std::fs::read_to_string(data("GIP-DNS-001-pos.yaml")).unwrap();
+    let mut inv = Inventory::new("default");
+    add_manifest(&mut inv, "x.yaml", &text).unwrap();
+    let other_ns = AuditConfig {
+        namespace: Some("other".into()),
+        ..AuditConfig::default()
+    };
+    let r = audit(&inv, &other_ns);
+    assert!(r.services.is_empty());
+    assert!(of(&r, "GIP-DNS-001").is_empty());
+    // Corefiles are always read.
+    assert_eq!(of(&r, "GIP-DNS-003").len(), 1);
+    let unmatched = AuditConfig {
+        selector: vec![("tier".into(), Some("db".into()), false)],
+        ..AuditConfig::default()
+    };
+    let r = audit(&inv, &unmatched);
+    assert!(r.services.is_empty());
+    assert!(
+        r.findings.iter().all(|f| f.rule == "GIP-DNS-003"),
+        "{:#?}",
+        r.findings
+    );
+}
