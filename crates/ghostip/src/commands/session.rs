@@ -12,7 +12,7 @@ use ghostip_core::corefile::{Corefile, ExpectedLag};
 use ghostip_core::engine::{Death, DeathSource, Discrepancy, Engine, EngineConfig, EngineEvent};
 use ghostip_core::truth::{PodRecord, Truth};
 use ghostip_core::{
-    ChangeTime, Layer, ObservationResult, PathIdx, Protocol, ServiceKey, Target, Time,
+    ChangeTime, Layer, ObservationResult, PathIdx, PathKind, Protocol, ServiceKey, Target, Time,
 };
 
 use crate::dns::names::{NameConfig, service_names, sweep_names};
@@ -126,6 +126,8 @@ pub struct Session {
     synced_once: bool,
     corefile: Option<(String, ExpectedLag)>,
     corefile_error: Option<String>,
+    /// NodeLocal DNSCache's Corefile (`kube-system/node-local-dns`), when the cluster has one.
+    node_local_corefile: Option<(String, Corefile)>,
     paths: Vec<DnsPath>,
     path_idx: BTreeMap<String, PathIdx>,
     /// Former owner of IPs removed during the session (not every pod: memory stays
@@ -153,6 +155,7 @@ impl Session {
             synced_once: false,
             corefile: None,
             corefile_error: None,
+            node_local_corefile: None,
             paths: Vec::new(),
             path_idx: BTreeMap::new(),
             former: HashMap::new(),
@@ -210,6 +213,41 @@ impl Session {
             .map_or(Duration::from_secs(5), |(_, l)| l.cache_lag)
     }
 
+    /// NodeLocal DNSCache's expected lag: its own cache in front of the cluster's CoreDNS.
+    fn node_local_lag(&self) -> Option<(String, ExpectedLag)> {
+        let (name, corefile) = self.node_local_corefile.as_ref()?;
+        let upstream = self.corefile.as_ref().map(|(_, l)| l);
+        match corefile.expected_lag_behind(&self.cfg.names.zone, upstream) {
+            Ok(lag) => Some((name.clone(), lag)),
+            Err(e) => {
+                tracing::warn!(configmap = %name, error = %e, "NodeLocal DNSCache lag unknown");
+                None
+            }
+        }
+    }
+
+    /// The expected lag of one path: NodeLocal DNSCache paths add their own cache.
+    fn lag_for(&self, kind: PathKind) -> Duration {
+        match (kind, self.node_local_lag()) {
+            (PathKind::DnsNodeLocal, Some((_, l))) => l.cache_lag,
+            _ => self.lag_for_paths(),
+        }
+    }
+
+    fn update_lags(&mut self) {
+        let lags: Vec<(PathIdx, Duration)> = self
+            .paths
+            .iter()
+            .filter_map(|p| {
+                let idx = self.path_idx.get(p.id())?;
+                Some((*idx, self.lag_for(p.info.kind)))
+            })
+            .collect();
+        for (idx, lag) in lags {
+            self.engine.set_expected_lag(idx, lag);
+        }
+    }
+
     fn desired_dns(&self, key: &ServiceKey) -> BTreeSet<Target> {
         // IPv4 only, to match the A answers the engine is fed (see `on_probe`).
         self.truth
@@ -231,13 +269,20 @@ impl Session {
                     Ok(lag) => {
                         self.corefile = Some((configmap.to_string(), lag));
                         self.corefile_error = None;
-                        let l = self.lag_for_paths();
-                        for idx in self.path_idx.values() {
-                            self.engine.set_expected_lag(*idx, l);
-                        }
                     }
                     Err(e) => self.corefile_error = Some(format!("{configmap}: {e}")),
                 }
+                self.update_lags();
+            }
+            TruthEvent::Corefile { configmap, text } if configmap.name == "node-local-dns" => {
+                match Corefile::parse(text) {
+                    Ok(c) => self.node_local_corefile = Some((configmap.to_string(), c)),
+                    Err(e) => {
+                        self.node_local_corefile = None;
+                        tracing::warn!(%configmap, error = %e, "NodeLocal DNSCache Corefile not understood");
+                    }
+                }
+                self.update_lags();
             }
             _ => {}
         }
@@ -440,7 +485,6 @@ impl Session {
         if diff.is_empty() && !self.paths.is_empty() {
             return;
         }
-        let lag = self.lag_for_paths();
         for p in diff.removed {
             if let Some(idx) = self.path_idx.remove(p.id()) {
                 actions.events.extend(self.engine.remove_path(idx));
@@ -448,7 +492,9 @@ impl Session {
             self.paths.retain(|q| q.id() != p.id());
         }
         for p in diff.added.into_iter().chain(diff.changed) {
-            let idx = self.engine.add_path(p.info.clone(), lag);
+            let idx = self
+                .engine
+                .add_path(p.info.clone(), self.lag_for(p.info.kind));
             self.path_idx.insert(p.id().to_string(), idx);
             self.paths.retain(|q| q.id() != p.id());
             self.paths.push(p);
@@ -525,8 +571,16 @@ impl Session {
     /// Facts about each path for reports.
     pub fn path_facts(&self) -> BTreeMap<PathIdx, PathFacts> {
         let mut m = BTreeMap::new();
-        for idx in self.path_idx.values() {
-            let f = match &self.corefile {
+        let node_local = self.node_local_lag();
+        for p in &self.paths {
+            let Some(idx) = self.path_idx.get(p.id()) else {
+                continue;
+            };
+            let own = match (&node_local, p.info.kind) {
+                (Some((name, lag)), PathKind::DnsNodeLocal) => Some((name, lag)),
+                _ => None,
+            };
+            let f = match own.or(self.corefile.as_ref().map(|(n, l)| (n, l))) {
                 Some((name, lag)) => PathFacts {
                     client_ttl: Some(lag.client_ttl),
                     notes: std::iter::once(format!("from {name}"))
@@ -580,5 +634,124 @@ impl Session {
             .open_trackings()
             .filter(|t| t.kind == Discrepancy::Stale && t.converged_by.is_none())
             .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::kube::{ConfigMapRef, ResourceKind};
+
+    const CLASSIC: &str = "\
+.:53 {
+    errors
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+       pods insecure
+       fallthrough in-addr.arpa ip6.arpa
+       ttl 30
+    }
+    forward . /etc/resolv.conf
+    cache 30
+}
+";
+
+    const NODE_LOCAL: &str = "\
+cluster.local:53 {
+    errors
+    cache {
+        success 9984 30
+        denial 9984 5
+    }
+    reload
+    loop
+    bind 169.254.20.10 10.96.0.10
+    forward . 10.96.0.11 {
+        force_tcp
+    }
+}
+";
+
+    fn session() -> (Session, Time) {
+        let t = Time::from_second(1_800_000_000).unwrap();
+        let kinds = vec![ResourceKind::EndpointSlices, ResourceKind::Services];
+        let cfg = SessionConfig {
+            paths: PathConfig {
+                node_local: Some("169.254.20.10:53".parse().unwrap()),
+                cluster_ip: false,
+                ..PathConfig::default()
+            },
+            names: NameConfig::default(),
+            filter: ServiceFilter::default(),
+            engine: EngineConfig::default(),
+            record_timeline: false,
+            burst_limit: Duration::from_secs(600),
+        };
+        let mut s = Session::new(cfg, SyncState::new(t, kinds.clone()));
+        for k in kinds {
+            s.on_truth(&Received {
+                at: t,
+                event: TruthEvent::RelistStarted(k.clone()),
+            });
+            s.on_truth(&Received {
+                at: t,
+                event: TruthEvent::RelistDone(k.clone()),
+            });
+            s.on_truth(&Received {
+                at: t,
+                event: TruthEvent::Synced(k),
+            });
+        }
+        (s, t)
+    }
+
+    fn corefile(s: &mut Session, t: Time, name: &str, text: &str) {
+        s.on_truth(&Received {
+            at: t,
+            event: TruthEvent::Corefile {
+                configmap: ConfigMapRef::new("kube-system", name),
+                text: text.into(),
+            },
+        });
+    }
+
+    fn lag_of(s: &Session, kind: PathKind) -> Duration {
+        s.engine
+            .paths()
+            .find(|(_, p)| p.kind == kind)
+            .and_then(|(i, _)| s.engine.expected_lag(i))
+            .expect("a path of that kind")
+    }
+
+    #[test]
+    fn node_local_paths_add_their_own_cache_to_coredns_lag() {
+        let (mut s, t) = session();
+        assert!(s.synced());
+        corefile(&mut s, t, "coredns", CLASSIC);
+        let coredns = s.expected_lag().unwrap().unwrap().clone();
+        // Before NodeLocal DNSCache's Corefile is known, its path gets CoreDNS's lag.
+        assert_eq!(lag_of(&s, PathKind::DnsNodeLocal), coredns.cache_lag);
+        corefile(&mut s, t, "node-local-dns", NODE_LOCAL);
+        let node_local = lag_of(&s, PathKind::DnsNodeLocal);
+        // CoreDNS hands out the remaining TTL of its cached entry, so NodeLocal's copy
+        // expires with it, plus up to NodeLocal's own 5 s minimum TTL.
+        assert_eq!(coredns.cache_lag, Duration::from_secs(30));
+        assert_eq!(node_local, Duration::from_secs(35));
+        let facts = s.path_facts();
+        let nl = s
+            .engine
+            .paths()
+            .find(|(_, p)| p.kind == PathKind::DnsNodeLocal)
+            .map(|(i, _)| i)
+            .unwrap();
+        assert!(facts[&nl].notes[0].contains("node-local-dns"), "{facts:?}");
+        // A later CoreDNS change updates the NodeLocal path too.
+        corefile(
+            &mut s,
+            t,
+            "coredns",
+            &CLASSIC.replace("cache 30", "cache 5"),
+        );
+        assert!(lag_of(&s, PathKind::DnsNodeLocal) < node_local);
     }
 }
