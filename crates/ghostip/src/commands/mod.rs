@@ -1,6 +1,7 @@
 //! The commands: each turns parsed flags into a run of the adapters and an [`Outcome`].
 
 mod check;
+mod explain;
 pub mod pipeline;
 mod rollout;
 pub mod session;
@@ -37,6 +38,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Rollout(args) => rollout::run(&cli.global, args).await,
         Command::Check(args) => check::run(&cli.global, args).await,
         Command::Whois(args) => whois::run(&cli.global, args),
+        Command::Explain(args) => explain::run(&cli.global, args),
     }
 }
 

@@ -255,6 +255,45 @@ impl Ledger {
         Self::open(path)
     }
 
+    /// Opens an existing ledger for reading only (`explain`): never creates, migrates or
+    /// writes the file, so it is safe on a ledger `watch` is writing and on a copy.
+    ///
+    /// # Errors
+    /// [`LedgerError::NotFound`] without a file; [`LedgerError::NotCurrent`] for an empty
+    /// file or an older schema (open it once with `ghostip watch`); the refusals of
+    /// [`Ledger::open`].
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, LedgerError> {
+        use rusqlite::OpenFlags;
+        let path = path.as_ref().to_path_buf();
+        if !path.exists() {
+            return Err(LedgerError::NotFound { path });
+        }
+        let sql = |e| sql_error(&path, e);
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sql)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
+        conn.set_prepared_statement_cache_capacity(64);
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+            .map_err(sql)?;
+        schema::precheck(&conn, &path, schema::MIGRATIONS)?;
+        let schema_version = schema::version(&conn, &path)?;
+        if schema_version != SCHEMA_VERSION {
+            return Err(LedgerError::NotCurrent {
+                path,
+                found: schema_version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        Ok(Self {
+            conn,
+            path,
+            schema_version,
+        })
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
