@@ -56,6 +56,7 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
         // One scanner per input: line numbers and the inferred year are per file.
         let mut scanner = Scanner::new(ScanOptions {
             year: args.year,
+            fallback_year: Some(now.to_zoned(TimeZone::UTC).year()),
             tz: tz.clone(),
             skip_binary_check: false,
         })

@@ -80,18 +80,45 @@ pub struct Joined {
     pub removal: Option<Removal>,
 }
 
-/// When the pod's deletion was requested: the API server sets `deletionTimestamp` to the
-/// request time plus the grace period, so the request was that long before it.
-fn terminating_since(o: &Ownership) -> Option<Time> {
-    let deadline = o.terminating?;
-    let grace = o.grace_period_seconds.unwrap_or(0).max(0);
-    let since = deadline
-        .checked_sub(SignedDuration::from_secs(grace))
-        .unwrap_or(deadline);
+/// When the pod's deletion was requested, from every sign the history has, the earliest:
+/// - `deletionTimestamp` minus the grace period (the API server sets it to the request time plus
+///   the grace period; the grace the ledger keeps may be the final `0` of the kubelet's last
+///   delete, so this alone can be the deadline);
+/// - the first time an EndpointSlice marked the pod's endpoint terminating (the ledger's
+///   memberships);
+/// - no later than the end of its ownership of the IP.
+fn terminating_since(o: &Ownership, memberships: &[Membership]) -> Option<Time> {
+    let from_deadline = o.terminating.map(|deadline| {
+        let grace = o.grace_period_seconds.unwrap_or(0).max(0);
+        deadline
+            .checked_sub(SignedDuration::from_secs(grace))
+            .unwrap_or(deadline)
+    });
+    let from_slice = memberships
+        .iter()
+        .filter(|m| {
+            m.pod.as_ref().is_some_and(|p| {
+                p.namespace == o.pod.namespace
+                    && p.name == o.pod.name
+                    && (p.uid.is_empty() || o.pod.uid.is_empty() || p.uid == o.pod.uid)
+            })
+        })
+        .flat_map(|m| m.states.iter())
+        .filter(|s| s.terminating && s.t0 >= o.start)
+        .map(|s| s.t0)
+        .min();
+    let mut since = [from_deadline, from_slice].into_iter().flatten().min()?;
+    if let Some(closed) = o.closed {
+        since = since.min(closed);
+    }
     Some(since.max(o.start))
 }
 
-fn facts(o: &Ownership, state: OwnerState) -> (OwnerFacts, TargetFacts) {
+fn facts(
+    o: &Ownership,
+    memberships: &[Membership],
+    state: OwnerState,
+) -> (OwnerFacts, TargetFacts) {
     let owner_facts = OwnerFacts {
         pod: o.pod.to_string(),
         ready: state == OwnerState::Ready,
@@ -110,7 +137,7 @@ fn facts(o: &Ownership, state: OwnerState) -> (OwnerFacts, TargetFacts) {
         state,
         from: o.start,
         until: o.closed,
-        terminating_since: terminating_since(o),
+        terminating_since: terminating_since(o, memberships),
         approximate: o.approximate,
     };
     (owner_facts, target)
@@ -118,16 +145,18 @@ fn facts(o: &Ownership, state: OwnerState) -> (OwnerFacts, TargetFacts) {
 
 /// Who owned the IP at `t`: the interval covering `t` (ready, not ready or terminating at `t`),
 /// else the last one that ended at or before `t` ([`OwnerState::Gone`]), else nobody.
-pub fn owner_at(history: &[Ownership], t: Time) -> Option<(&Ownership, OwnerFacts, TargetFacts)> {
+pub fn owner_at<'h>(h: &'h IpHistory, t: Time) -> Option<(&'h Ownership, OwnerFacts, TargetFacts)> {
+    let ms = &h.memberships;
+    let history = &h.ownerships;
     if let Some(o) = history.iter().find(|o| o.covers(t)) {
-        let state = if terminating_since(o).is_some_and(|s| s <= t) {
+        let state = if terminating_since(o, ms).is_some_and(|s| s <= t) {
             OwnerState::Terminating
         } else if o.ready.is_some_and(|r| r <= t) {
             OwnerState::Ready
         } else {
             OwnerState::NotReady
         };
-        let (f, tf) = facts(o, state);
+        let (f, tf) = facts(o, ms, state);
         return Some((o, f, tf));
     }
     history
@@ -135,14 +164,14 @@ pub fn owner_at(history: &[Ownership], t: Time) -> Option<(&Ownership, OwnerFact
         .filter(|o| o.closed.is_some_and(|c| c <= t))
         .max_by_key(|o| o.closed)
         .map(|o| {
-            let (f, tf) = facts(o, OwnerState::Gone);
+            let (f, tf) = facts(o, ms, OwnerState::Gone);
             (o, f, tf)
         })
 }
 
 /// Who owns the IP now: the open interval, if any, in its latest known state.
-pub fn owner_now(history: &[Ownership]) -> Option<(&Ownership, OwnerFacts, TargetFacts)> {
-    history.iter().find(|o| o.closed.is_none()).map(|o| {
+pub fn owner_now(h: &IpHistory) -> Option<(&Ownership, OwnerFacts, TargetFacts)> {
+    h.ownerships.iter().find(|o| o.closed.is_none()).map(|o| {
         let state = if o.terminating.is_some() {
             OwnerState::Terminating
         } else if o.ready.is_some() {
@@ -150,7 +179,7 @@ pub fn owner_now(history: &[Ownership]) -> Option<(&Ownership, OwnerFacts, Targe
         } else {
             OwnerState::NotReady
         };
-        let (f, tf) = facts(o, state);
+        let (f, tf) = facts(o, &h.memberships, state);
         (o, f, tf)
     })
 }
@@ -170,7 +199,7 @@ fn service_at(memberships: &[Membership], t: Time) -> Option<ServiceKey> {
         .map(|m| m.service.clone())
 }
 
-fn removal_of(o: &Ownership) -> Removal {
+fn removal_of(o: &Ownership, memberships: &[Membership]) -> Removal {
     let key = if o.pod.uid.is_empty() {
         o.pod.to_string()
     } else {
@@ -180,7 +209,9 @@ fn removal_of(o: &Ownership) -> Removal {
         key,
         pod: o.pod.clone(),
         workload: Workload::of(&o.pod, o.owner_kind.as_deref(), o.owner_name.as_deref()),
-        at: terminating_since(o).or(o.closed).unwrap_or(o.start),
+        at: terminating_since(o, memberships)
+            .or(o.closed)
+            .unwrap_or(o.start),
     }
 }
 
@@ -256,13 +287,13 @@ impl<S: HistorySource> Joiner<S> {
                 ..unjoined
             });
         }
-        let at = owner_at(&h.ownerships, t);
-        let now = owner_now(&h.ownerships);
+        let at = owner_at(h, t);
+        let now = owner_now(h);
         let class = classify_with_owner(f, at.as_ref().map(|a| &a.1), now.as_ref().map(|n| &n.1));
         let removal = at
             .as_ref()
             .filter(|a| matches!(a.2.state, OwnerState::Terminating | OwnerState::Gone))
-            .map(|a| removal_of(a.0));
+            .map(|a| removal_of(a.0, &h.memberships));
         if let Some(r) = &removal {
             self.removals
                 .entry(r.key.clone())
@@ -485,6 +516,56 @@ mod tests {
         let dns = failure(Kind::DnsTimeout, "10.96.0.10:53", "2024-05-01T15:43:00Z");
         assert_eq!(j.join(&dns).unwrap().class, Class::DnsPath);
         assert_eq!(j.source().calls.get(), 1);
+    }
+
+    #[test]
+    fn removal_time_when_the_kept_grace_is_the_kubelets_final_zero() {
+        // As recorded in the lab: deletionTimestamp = request + 30 s, but the last update (the
+        // kubelet's grace-0 delete) left grace 0; the pod was gone 130 ms after the request.
+        let mut o = own("10.244.1.3", "eeee", "2024-05-01T15:00:00Z");
+        o.terminating = Some(ts("2024-05-01T15:42:30Z"));
+        o.grace_period_seconds = Some(0);
+        o.closed = Some(ts("2024-05-01T15:42:00.130Z"));
+        let mut h = IpHistory {
+            ownerships: vec![o.clone()],
+            memberships: vec![],
+        };
+        assert_eq!(
+            removal_of(&o, &h.memberships).at,
+            ts("2024-05-01T15:42:00.130Z")
+        );
+        // The EndpointSlice's terminating condition is earlier still.
+        h.memberships.push(Membership {
+            service: ServiceKey::new("shop", "web"),
+            ip: o.ip,
+            pod: Some(o.pod.clone()),
+            node: None,
+            start_t0: ts("2024-05-01T15:00:01Z"),
+            start_received: ts("2024-05-01T15:00:01Z"),
+            end_t0: Some(ts("2024-05-01T15:42:00.100Z")),
+            end_received: None,
+            approximate: false,
+            states: vec![crate::ledger::MembershipState {
+                t0: ts("2024-05-01T15:42:00.050Z"),
+                received: ts("2024-05-01T15:42:00.060Z"),
+                ready: false,
+                serving: true,
+                terminating: true,
+            }],
+        });
+        assert_eq!(
+            removal_of(&o, &h.memberships).at,
+            ts("2024-05-01T15:42:00.050Z")
+        );
+        let (_, f, tf) = owner_at(&h, ts("2024-05-01T15:42:00.080Z")).unwrap();
+        assert!(f.terminating);
+        assert_eq!(tf.state, OwnerState::Terminating);
+        assert_eq!(
+            service_at(&h.memberships, ts("2024-05-01T15:43:00Z"))
+                .unwrap()
+                .to_string(),
+            "shop/web"
+        );
     }
 
     #[test]

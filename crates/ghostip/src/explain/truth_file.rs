@@ -176,8 +176,12 @@ fn merge(pods: &mut BTreeMap<String, PodAcc>, rec: PodRecord, deleted: bool) {
             }
             old.created = old.created.or(rec.created);
             old.ready_since = old.ready_since.or(rec.ready_since);
+            // Keep the grace period that came with the first deletionTimestamp: the kubelet's
+            // final delete sets it to 0, and deletionTimestamp - grace is the request time.
+            if old.deletion.is_none() {
+                old.grace_period_seconds = rec.grace_period_seconds.or(old.grace_period_seconds);
+            }
             old.deletion = old.deletion.or(rec.deletion);
-            old.grace_period_seconds = rec.grace_period_seconds.or(old.grace_period_seconds);
             old.node = rec.node.or(old.node.take());
             old.owner_kind = rec.owner_kind.or(old.owner_kind.take());
             old.owner_name = rec.owner_name.or(old.owner_name.take());

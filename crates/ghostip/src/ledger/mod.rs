@@ -269,9 +269,30 @@ impl Ledger {
             return Err(LedgerError::NotFound { path });
         }
         let sql = |e| sql_error(&path, e);
+        // A writer in WAL mode keeps `-wal` while it runs. Without one nobody writes: open the
+        // file as immutable, so that not even the `-wal` / `-shm` side files are created.
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let immutable = !Path::new(&wal).exists();
+        let mut uri = String::from("file:");
+        for c in path.to_string_lossy().chars() {
+            match c {
+                '?' => uri.push_str("%3f"),
+                '#' => uri.push_str("%23"),
+                '%' => uri.push_str("%25"),
+                c => uri.push(c),
+            }
+        }
+        uri.push_str(if immutable {
+            "?mode=ro&immutable=1"
+        } else {
+            "?mode=ro"
+        });
         let conn = Connection::open_with_flags(
-            &path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            &uri,
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_URI,
         )
         .map_err(sql)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
