@@ -145,7 +145,7 @@ fn facts(
 
 /// Who owned the IP at `t`: the interval covering `t` (ready, not ready or terminating at `t`),
 /// else the last one that ended at or before `t` ([`OwnerState::Gone`]), else nobody.
-pub fn owner_at<'h>(h: &'h IpHistory, t: Time) -> Option<(&'h Ownership, OwnerFacts, TargetFacts)> {
+pub fn owner_at(h: &IpHistory, t: Time) -> Option<(&Ownership, OwnerFacts, TargetFacts)> {
     let ms = &h.memberships;
     let history = &h.ownerships;
     if let Some(o) = history.iter().find(|o| o.covers(t)) {
