@@ -313,6 +313,32 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Any text, and any truncation or byte change of a real watch stream: an error or a
+        /// history, never a panic.
+        #[test]
+        fn never_panics(
+            junk in ".{0,200}",
+            cut in 0usize..4000,
+            flip in 0usize..4000,
+            byte in proptest::prelude::any::<u8>(),
+        ) {
+            let _ = TruthHistory::parse(Path::new("x"), &junk);
+            let a = pod("web-a", "a", "10.244.1.5", "2024-05-01T15:00:00Z", Some("2024-05-01T15:42:30Z"));
+            let text = format!(
+                "{}\n{}\n",
+                serde_json::json!({"type": "MODIFIED", "object": a}),
+                serde_json::json!({"type": "DELETED", "object": a})
+            );
+            let mut bytes = text.into_bytes();
+            let n = bytes.len();
+            bytes[flip % n] = byte;
+            bytes.truncate(cut % (n + 1));
+            let s = String::from_utf8_lossy(&bytes);
+            let _ = TruthHistory::parse(Path::new("x"), &s);
+        }
+    }
+
     #[test]
     fn bad_documents_name_the_file_and_line() {
         let good = pod("web-a", "a", "10.244.1.5", "2024-05-01T15:00:00Z", None);
