@@ -143,6 +143,38 @@ impl Aggregator {
         g.approximate_time |= f.approximate_time;
     }
 
+    /// Replaces every group's window by `relabel(window)` and merges groups that then share
+    /// (peer, class, service, window). For callers that learn the windows only after the scan:
+    /// they add failures under a provisional window key (e.g. the removed pod) and map it to a
+    /// rollout window once every removal is known.
+    pub fn relabel_windows(self, mut relabel: impl FnMut(&str) -> Option<String>) -> Aggregator {
+        let mut out = Aggregator::new();
+        for (_, mut g) in self.groups {
+            g.window = g.window.as_deref().and_then(&mut relabel);
+            let key = (g.peer.clone(), g.class, g.service.clone(), g.window.clone());
+            match out.groups.get_mut(&key) {
+                None => {
+                    out.groups.insert(key, g);
+                }
+                Some(m) => {
+                    m.ports.extend(g.ports);
+                    m.errors += g.errors;
+                    for (k, n) in g.by_kind {
+                        *m.by_kind.entry(k).or_default() += n;
+                    }
+                    widen(&mut m.first, &mut m.last, g.first);
+                    widen(&mut m.first, &mut m.last, g.last);
+                    m.formats.extend(g.formats);
+                    m.approximate_time |= g.approximate_time;
+                    if m.target_ip.is_none() {
+                        m.target_ip = g.target_ip;
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// The report; `with_ledger` says whether the classes came from a ledger join.
     pub fn report(self, with_ledger: bool) -> Report {
         let mut groups: Vec<Group> = self.groups.into_values().collect();
@@ -320,6 +352,29 @@ mod tests {
             response_flags: None,
             raw: String::new(),
         }
+    }
+
+    #[test]
+    fn relabeled_windows_merge_groups() {
+        let mut agg = Aggregator::new();
+        for (t, pod) in [
+            ("2024-05-01T15:42:10Z", "uid-a"),
+            ("2024-05-01T15:42:30Z", "uid-b"),
+            ("2024-05-01T15:50:00Z", "uid-c"),
+        ] {
+            let x = f(Kind::Refused, "10.244.3.71:8080", t);
+            agg.add_in(&x, classify(&x), Some("shop/web"), Some(pod));
+        }
+        let r = agg
+            .relabel_windows(|w| (w != "uid-c").then(|| "rollout 15:42".to_owned()))
+            .report(true);
+        assert_eq!(r.groups.len(), 2);
+        assert_eq!(r.groups[0].errors, 2);
+        assert_eq!(r.groups[0].window.as_deref(), Some("rollout 15:42"));
+        assert_eq!(r.groups[0].first, "2024-05-01T15:42:10Z".parse().ok());
+        assert_eq!(r.groups[0].last, "2024-05-01T15:42:30Z".parse().ok());
+        assert_eq!(r.groups[1].window, None);
+        assert_eq!(r.total, 3);
     }
 
     #[test]

@@ -54,6 +54,27 @@ impl Class {
         }
     }
 
+    /// Whether the class means a client was sent to an endpoint that was gone, going, or
+    /// unreachable through a stale path: everything but [`Class::NotStaleness`],
+    /// [`Class::NotReadyTarget`], [`Class::NameNotFound`], [`Class::Unavailable`] and
+    /// [`Class::Unclassified`]. `ghostip explain` exits 1 when any failure has such a class.
+    pub fn is_staleness(self) -> bool {
+        match self {
+            Class::StaleTarget
+            | Class::PooledConnection
+            | Class::Blackholed
+            | Class::DnsPath
+            | Class::StaleClientCache
+            | Class::TerminatingTarget
+            | Class::IpReused => true,
+            Class::NameNotFound
+            | Class::Unavailable
+            | Class::Unclassified
+            | Class::NotStaleness
+            | Class::NotReadyTarget => false,
+        }
+    }
+
     /// One-line explanation for reports.
     pub fn description(self) -> &'static str {
         match self {
@@ -207,6 +228,16 @@ mod tests {
         assert_eq!(classify(&failure(Kind::Reset)), Class::PooledConnection);
         assert_eq!(classify(&failure(Kind::Timeout)), Class::Blackholed);
         assert_eq!(classify(&failure(Kind::DnsTimeout)), Class::DnsPath);
+    }
+
+    #[test]
+    fn staleness_classes() {
+        assert!(Class::StaleClientCache.is_staleness());
+        assert!(Class::IpReused.is_staleness());
+        assert!(Class::Blackholed.is_staleness());
+        assert!(!Class::NotStaleness.is_staleness());
+        assert!(!Class::Unavailable.is_staleness());
+        assert!(!Class::NameNotFound.is_staleness());
     }
 
     #[test]

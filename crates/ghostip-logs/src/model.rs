@@ -210,6 +210,9 @@ pub struct ScanOptions {
     /// Without it the year of the last full timestamp seen in the same input is used and the time
     /// is marked approximate; with neither, such lines get no timestamp.
     pub year: Option<i16>,
+    /// Year assumed, and marked approximate, when neither `year` nor a full timestamp earlier in
+    /// the input gives one (the CLI passes the current year), so such lines are not undated.
+    pub fallback_year: Option<i16>,
     /// Zone for formats that have none (Go log, nginx, logback, Python logging). Without it UTC
     /// is assumed and the time is marked approximate.
     pub tz: Option<TimeZone>,

@@ -374,7 +374,12 @@ impl Scanner {
     }
 
     fn resolve(&mut self, t: crate::time::RawTime) -> Option<Resolved> {
-        t.resolve(self.opts.year, self.inferred_year, self.opts.tz.as_ref())
+        t.resolve(
+            self.opts.year,
+            self.inferred_year,
+            self.opts.fallback_year,
+            self.opts.tz.as_ref(),
+        )
     }
 
     /// The time of the closest preceding line that has one, at most 32 lines back in `before`.

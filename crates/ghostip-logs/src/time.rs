@@ -41,14 +41,17 @@ impl RawTime {
         self.year.is_some() && self.zone != Zone::Unknown
     }
 
-    /// Converts with defaults. Returns the timestamp and whether the year / the zone were assumed.
+    /// Converts with defaults: `year`, else the year inferred from the input, else
+    /// `fallback_year` (both assumed). Returns the timestamp and whether the year / the zone were
+    /// assumed.
     pub fn resolve(
         &self,
         year: Option<i16>,
         inferred_year: Option<i16>,
+        fallback_year: Option<i16>,
         tz: Option<&TimeZone>,
     ) -> Option<Resolved> {
-        let (y, year_assumed) = match (self.year, year, inferred_year) {
+        let (y, year_assumed) = match (self.year, year, inferred_year.or(fallback_year)) {
             (Some(y), _, _) | (None, Some(y), _) => (y, false),
             (None, None, Some(y)) => (y, true),
             (None, None, None) => return None,
@@ -575,8 +578,29 @@ mod tests {
 
     fn ts(line: &str) -> Option<String> {
         let p = parse_prefix(line.as_bytes());
-        let r = p.time?.resolve(Some(2019), None, None)?;
+        let r = p.time?.resolve(Some(2019), None, None, None)?;
         Some(r.at.to_string())
+    }
+
+    #[test]
+    fn year_precedence() {
+        let t = parse_prefix(b"Mar 19 08:02:43 host app[1]: x")
+            .time
+            .unwrap();
+        let y = |r: Option<Resolved>| r.map(|r| (r.at.to_string(), r.year_assumed));
+        assert_eq!(t.resolve(None, None, None, None), None);
+        assert_eq!(
+            y(t.resolve(None, None, Some(2026), None)),
+            Some(("2026-03-19T08:02:43Z".into(), true))
+        );
+        assert_eq!(
+            y(t.resolve(None, Some(2025), Some(2026), None)),
+            Some(("2025-03-19T08:02:43Z".into(), true))
+        );
+        assert_eq!(
+            y(t.resolve(Some(2024), Some(2025), Some(2026), None)),
+            Some(("2024-03-19T08:02:43Z".into(), false))
+        );
     }
 
     #[test]

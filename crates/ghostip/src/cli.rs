@@ -68,6 +68,8 @@ pub enum Command {
     Datapath(DatapathArgs),
     /// Predict from configuration how long callers will dial removed pod IPs, per Service.
     Audit(AuditArgs),
+    /// Find connection failures in client logs and explain them with who owned each IP then.
+    Explain(ExplainArgs),
 }
 
 /// Namespace selection shared by commands that read many Services.
@@ -221,6 +223,35 @@ pub struct AuditArgs {
     /// Give up on the API server after this long (--cluster).
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub request_timeout: Duration,
+}
+
+/// `ghostip explain`.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// Log files: plain text, JSON lines, `kubectl logs --timestamps` output, gzip (also
+    /// rotated, concatenated members). `-` or none: standard input.
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Pod history for clusters without a ghostip ledger: Pod JSON documents, e.g. the output
+    /// of `kubectl get pods -A -o json --watch --output-watch-events` recorded during the
+    /// incident, and/or `kubectl get pods -A -o json` (used instead of --db).
+    #[arg(long, value_name = "FILE")]
+    pub truth_history: Option<PathBuf>,
+    /// Only failures at or after this time: RFC 3339, `now`, or relative like `-2h`.
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    pub since: Option<String>,
+    /// Only failures before this time: RFC 3339, `now`, or relative like `-30m`.
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    pub until: Option<String>,
+    /// Year of timestamps that carry none (syslog `Mar 19 08:02:43`, klog `E0319 …`); without
+    /// it the year is guessed from the log and the times are marked approximate.
+    #[arg(long, value_name = "YEAR")]
+    pub year: Option<i16>,
+    /// Time zone of timestamps that carry none: `UTC`, an offset like `+02:00`, or an IANA
+    /// name like `Europe/Berlin`; without it UTC is assumed and the times are marked
+    /// approximate.
+    #[arg(long, value_name = "TZ")]
+    pub tz: Option<String>,
 }
 
 /// Parses `IP` or `IP:PORT` (port 53 by default), IPv6 as `[::1]:53` or bare.

@@ -9,6 +9,7 @@ pub mod audit;
 pub mod cli;
 pub mod commands;
 pub mod dns;
+pub mod explain;
 pub mod kube;
 pub mod ledger;
 pub mod metrics;

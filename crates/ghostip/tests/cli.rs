@@ -110,9 +110,24 @@ fn bad_workload_is_exit_2() {
 }
 
 #[test]
+fn whois_never_creates_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("missing.db");
+    ghostip()
+        .arg("--db")
+        .arg(&db)
+        .args(["whois", "10.244.1.7"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("missing.db"));
+    assert!(!db.exists(), "whois created {}", db.display());
+}
+
+#[test]
 fn whois_on_an_empty_ledger_is_clean_json() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("l.db");
+    drop(ghostip::ledger::Ledger::open(&db).unwrap());
     let out = ghostip()
         .arg("--db")
         .arg(&db)

@@ -868,3 +868,55 @@ fn errors_name_the_file() {
         "{err}"
     );
 }
+
+// --- read-only opening (explain) ---
+
+#[test]
+fn read_only_open_never_creates_migrates_or_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.db");
+    assert!(matches!(
+        Ledger::open_read_only(&missing),
+        Err(LedgerError::NotFound { .. })
+    ));
+    assert!(!missing.exists());
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, b"").unwrap();
+    assert!(matches!(
+        Ledger::open_read_only(&empty),
+        Err(LedgerError::NotCurrent { found: 0, .. })
+    ));
+    assert_eq!(bytes(&empty), b"");
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, b"not a database at all, just some text").unwrap();
+    assert!(Ledger::open_read_only(&text).is_err());
+
+    // While a writer has the file open (WAL), a reader sees what it committed.
+    let path = dir.path().join("ghostip.db");
+    let mut writer = Ledger::open(&path).unwrap();
+    writer.apply_pod(&pod("a", &["10.0.0.7"], 0), t(1)).unwrap();
+    let reader = Ledger::open_read_only(&path).unwrap();
+    assert_eq!(reader.history(ip("10.0.0.7")).unwrap().len(), 1);
+    writer.apply_pod(&pod("b", &["10.0.0.8"], 2), t(3)).unwrap();
+    assert_eq!(reader.history(ip("10.0.0.8")).unwrap().len(), 1);
+    drop(reader);
+    drop(writer);
+
+    // Without a writer: immutable, no side files.
+    let before = bytes(&path);
+    let reader = Ledger::open_read_only(&path).unwrap();
+    assert_eq!(
+        reader
+            .whois(ip("10.0.0.7"), t(5))
+            .unwrap()
+            .at_time
+            .unwrap()
+            .pod
+            .name,
+        "a"
+    );
+    drop(reader);
+    assert_eq!(bytes(&path), before);
+    assert!(!dir.path().join("ghostip.db-wal").exists());
+    assert!(!dir.path().join("ghostip.db-shm").exists());
+}

@@ -222,7 +222,7 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
             let (facts, attributed) = match &g.db {
                 Some(path) => {
                     let ledger =
-                        Ledger::open_existing(path).context("opening the history database")?;
+                        Ledger::open_read_only(path).context("opening the history database")?;
                     (ownership_facts(&ledger, &lookups, at)?, true)
                 }
                 None => (OwnershipFacts::new(), false),

@@ -3,6 +3,7 @@
 mod audit;
 mod check;
 mod datapath;
+mod explain;
 pub mod pipeline;
 mod rollout;
 pub mod session;
@@ -44,6 +45,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Whois(args) => whois::run(&cli.global, args),
         Command::Datapath(args) => datapath::run(&cli.global, args),
         Command::Audit(args) => audit::run(&cli.global, args).await,
+        Command::Explain(args) => explain::run(&cli.global, args),
     }
 }
 
@@ -84,6 +86,16 @@ pub(crate) async fn kube_connect(g: &GlobalArgs) -> anyhow::Result<Connection> {
     crate::kube::connect(&opts)
         .await
         .context("connecting to Kubernetes")
+}
+
+/// Opens an existing ledger without creating, migrating or writing it (whois and other
+/// read-only questions).
+pub(crate) fn open_ledger_read_only(g: &GlobalArgs) -> anyhow::Result<Ledger> {
+    let path = match &g.db {
+        Some(p) => p.clone(),
+        None => crate::ledger::default_db_path().context("finding the history database")?,
+    };
+    Ledger::open_read_only(&path).context("opening the history database")
 }
 
 pub(crate) fn open_ledger(g: &GlobalArgs) -> anyhow::Result<Ledger> {

@@ -3,14 +3,14 @@
 use anyhow::Context as _;
 use ghostip_core::Time;
 
-use super::{Outcome, open_ledger, print_json};
+use super::{Outcome, open_ledger_read_only, print_json};
 use crate::cli::{GlobalArgs, OutputFormat, WhoisArgs};
 use crate::ledger::{parse_at, render_whois_table, whois_json};
 
 pub(super) fn run(g: &GlobalArgs, args: WhoisArgs) -> anyhow::Result<Outcome> {
     let at =
         parse_at(&args.at, Time::now()).with_context(|| format!("reading --at {}", args.at))?;
-    let ledger = open_ledger(g)?;
+    let ledger = open_ledger_read_only(g)?;
     let whois = ledger
         .whois(args.ip, at)
         .with_context(|| format!("looking up {}", args.ip))?;

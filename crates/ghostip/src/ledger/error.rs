@@ -35,6 +35,20 @@ pub enum LedgerError {
         path: PathBuf,
     },
 
+    /// [`Ledger::open_read_only`](super::Ledger::open_read_only) found an empty file or an
+    /// older schema, which only a writable open migrates. Nothing was changed.
+    #[error(
+        "{path} has ledger schema version {found}, this ghostip reads version {supported}; nothing was changed (open it once with `ghostip watch --db {path}` to migrate it)"
+    )]
+    NotCurrent {
+        /// The file.
+        path: PathBuf,
+        /// Its `PRAGMA user_version`.
+        found: i64,
+        /// The version this binary reads.
+        supported: i64,
+    },
+
     /// The file is not an SQLite database. Nothing was changed.
     #[error(
         "{path} is not an SQLite database; nothing was changed (move it away or pass another --db)"

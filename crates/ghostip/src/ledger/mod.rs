@@ -255,6 +255,66 @@ impl Ledger {
         Self::open(path)
     }
 
+    /// Opens an existing ledger for reading only (`explain`): never creates, migrates or
+    /// writes the file, so it is safe on a ledger `watch` is writing and on a copy.
+    ///
+    /// # Errors
+    /// [`LedgerError::NotFound`] without a file; [`LedgerError::NotCurrent`] for an empty
+    /// file or an older schema (open it once with `ghostip watch`); the refusals of
+    /// [`Ledger::open`].
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, LedgerError> {
+        use rusqlite::OpenFlags;
+        let path = path.as_ref().to_path_buf();
+        if !path.exists() {
+            return Err(LedgerError::NotFound { path });
+        }
+        let sql = |e| sql_error(&path, e);
+        // A writer in WAL mode keeps `-wal` while it runs. Without one nobody writes: open the
+        // file as immutable, so that not even the `-wal` / `-shm` side files are created.
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let immutable = !Path::new(&wal).exists();
+        let mut uri = String::from("file:");
+        for c in path.to_string_lossy().chars() {
+            match c {
+                '?' => uri.push_str("%3f"),
+                '#' => uri.push_str("%23"),
+                '%' => uri.push_str("%25"),
+                c => uri.push(c),
+            }
+        }
+        uri.push_str(if immutable {
+            "?mode=ro&immutable=1"
+        } else {
+            "?mode=ro"
+        });
+        let conn = Connection::open_with_flags(
+            &uri,
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .map_err(sql)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
+        conn.set_prepared_statement_cache_capacity(64);
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+            .map_err(sql)?;
+        schema::precheck(&conn, &path, schema::MIGRATIONS)?;
+        let schema_version = schema::version(&conn, &path)?;
+        if schema_version != SCHEMA_VERSION {
+            return Err(LedgerError::NotCurrent {
+                path,
+                found: schema_version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        Ok(Self {
+            conn,
+            path,
+            schema_version,
+        })
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path

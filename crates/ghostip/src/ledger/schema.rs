@@ -204,6 +204,13 @@ fn check(
     Ok(())
 }
 
+/// The schema version of a file that passed [`precheck`] (0 for an empty file).
+pub(crate) fn version(conn: &Connection, path: &Path) -> Result<i64, LedgerError> {
+    header(conn)
+        .map(|(_, version, _)| version)
+        .map_err(|e| sql_error(path, e))
+}
+
 /// Refuses foreign and newer files. Reads only: safe on any file.
 pub(crate) fn precheck(
     conn: &Connection,

@@ -1,0 +1,162 @@
+//! `ghostip explain FILES…`: reads client logs, joins every connection failure with who owned its
+//! target IP at that instant (ledger or truth-history file) and explains them per rollout.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use ghostip_core::Time;
+use ghostip_logs::{ScanOptions, ScanStats, Scanner, open_reader};
+use jiff::tz::{Offset, TimeZone};
+
+use super::{Outcome, print_json};
+use crate::cli::{ExplainArgs, GlobalArgs, OutputFormat};
+use crate::explain::{Explainer, HistorySource, TimeFilter, TruthHistory};
+use crate::ledger::{Ledger, default_db_path, parse_at};
+
+pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> {
+    let now = Time::now();
+    let at = |flag: &str, v: &Option<String>| -> anyhow::Result<Option<Time>> {
+        v.as_deref()
+            .map(|s| parse_at(s, now).with_context(|| format!("reading {flag} {s}")))
+            .transpose()
+    };
+    let filter = TimeFilter {
+        since: at("--since", &args.since)?,
+        until: at("--until", &args.until)?,
+    };
+    let tz = args
+        .tz
+        .as_deref()
+        .map(|s| parse_tz(s).with_context(|| format!("reading --tz {s}")))
+        .transpose()?;
+    let history = open_history(g, &args)?;
+    let mut explainer = Explainer::new(history.as_deref(), filter);
+
+    let inputs: Vec<PathBuf> = if args.files.is_empty() {
+        vec![PathBuf::from("-")]
+    } else {
+        args.files.clone()
+    };
+    let mut stats = ScanStats::default();
+    let mut names = Vec::new();
+    for path in &inputs {
+        let name = if path == Path::new("-") {
+            "<stdin>".to_owned()
+        } else {
+            path.display().to_string()
+        };
+        let reader: Box<dyn Read> = if path == Path::new("-") {
+            Box::new(std::io::stdin())
+        } else {
+            Box::new(File::open(path).with_context(|| format!("opening {name}"))?)
+        };
+        let reader = open_reader(reader).with_context(|| format!("reading {name}"))?;
+        // One scanner per input: line numbers and the inferred year are per file.
+        let mut scanner = Scanner::new(ScanOptions {
+            year: args.year,
+            fallback_year: Some(now.to_zoned(TimeZone::UTC).year()),
+            tz: tz.clone(),
+            skip_binary_check: false,
+        })
+        .context("starting the log scanner")?;
+        scanner
+            .scan(reader, &mut |f| explainer.add(&f))
+            .with_context(|| format!("reading {name}"))?;
+        stats.merge(scanner.stats());
+        names.push(name);
+    }
+    let explanation = explainer
+        .finish(names, stats)
+        .context("joining failures with the history")?;
+    for w in &explanation.warnings {
+        eprintln!("warning: {w}");
+    }
+    match g.output {
+        OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
+        OutputFormat::Json => print_json(&explanation)?,
+        OutputFormat::Table => print!("{}", explanation.render_table()),
+    }
+    Ok(if explanation.is_finding() {
+        Outcome::Finding
+    } else {
+        Outcome::Clean
+    })
+}
+
+/// The history to join with: `--truth-history`, else the ledger at `--db` or the default path,
+/// opened read-only; a missing ledger is reported and the run continues without it.
+fn open_history(
+    g: &GlobalArgs,
+    args: &ExplainArgs,
+) -> anyhow::Result<Option<Box<dyn HistorySource>>> {
+    if let Some(file) = &args.truth_history {
+        let h = TruthHistory::from_file(file).context("reading the truth history")?;
+        return Ok(Some(Box::new(h)));
+    }
+    let path = match &g.db {
+        Some(p) => p.clone(),
+        None => match default_db_path() {
+            Ok(p) => p,
+            Err(_) => {
+                eprintln!(
+                    "warning: no ledger path (GHOSTIP_DB, HOME unset); classifying by error kind only"
+                );
+                return Ok(None);
+            }
+        },
+    };
+    if !path.exists() {
+        eprintln!(
+            "warning: no ledger at {}; classifying by error kind only (pass --db PATH or --truth-history FILE)",
+            path.display()
+        );
+        return Ok(None);
+    }
+    let ledger = Ledger::open_read_only(&path).context("opening the history database")?;
+    Ok(Some(Box::new(ledger)))
+}
+
+/// `UTC`, `Z`, `+02:00`, `-0530`, or an IANA name.
+fn parse_tz(s: &str) -> anyhow::Result<TimeZone> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("utc") || s == "Z" {
+        return Ok(TimeZone::UTC);
+    }
+    if let Some(sign) = s.chars().next().filter(|c| *c == '+' || *c == '-') {
+        let digits: String = s[1..].chars().filter(|c| *c != ':').collect();
+        if digits.len() != 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            bail!("`{s}` is not an offset like +02:00");
+        }
+        let h: i32 = digits[..2].parse().context("hours")?;
+        let m: i32 = digits[2..].parse().context("minutes")?;
+        let secs = (h * 3600 + m * 60) * if sign == '-' { -1 } else { 1 };
+        let off = Offset::from_seconds(secs).context("offset out of range")?;
+        return Ok(TimeZone::fixed(off));
+    }
+    TimeZone::get(s).with_context(|| {
+        format!("`{s}` is not a time zone (use UTC, an offset like +02:00, or a name like Europe/Berlin)")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn zones() {
+        assert_eq!(parse_tz("UTC").unwrap(), TimeZone::UTC);
+        assert_eq!(
+            parse_tz("+02:00").unwrap(),
+            TimeZone::fixed(Offset::from_seconds(7200).unwrap())
+        );
+        assert_eq!(
+            parse_tz("-0530").unwrap(),
+            TimeZone::fixed(Offset::from_seconds(-19800).unwrap())
+        );
+        assert!(parse_tz("+2").is_err());
+        assert!(parse_tz("Nowhere/Special").is_err());
+    }
+}

@@ -1,0 +1,445 @@
+//! The explanation of a set of logs: failures classified (joined when a history is given),
+//! aggregated per target, class, Service and rollout window, with one sentence per window.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use ghostip_core::Time;
+use ghostip_logs::{Aggregator, Class, ConnFailure, Kind, Report, ScanStats, classify};
+use serde::Serialize;
+
+use super::history::{HistoryError, HistorySource};
+use super::join::{Joiner, TargetFacts};
+use super::windows::{RolloutWindow, rollout_windows};
+
+/// Keeps failures inside `[since, until)`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimeFilter {
+    /// Inclusive start.
+    pub since: Option<Time>,
+    /// Exclusive end.
+    pub until: Option<Time>,
+}
+
+impl TimeFilter {
+    fn active(&self) -> bool {
+        self.since.is_some() || self.until.is_some()
+    }
+
+    /// `None`: the failure has no time and a filter is set.
+    fn keeps(&self, t: Option<Time>) -> Option<bool> {
+        if !self.active() {
+            return Some(true);
+        }
+        let t = t?;
+        Some(self.since.is_none_or(|s| t >= s) && self.until.is_none_or(|u| t < u))
+    }
+}
+
+/// A rollout window with the errors aimed at its removed pods.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WindowSummary {
+    /// The window.
+    #[serde(flatten)]
+    pub window: RolloutWindow,
+    /// Errors aimed at IPs of its pods.
+    pub errors: u64,
+    /// Per kind.
+    pub by_kind: BTreeMap<Kind, u64>,
+    /// Per class.
+    pub by_class: BTreeMap<Class, u64>,
+    /// First error.
+    pub first_error: Option<Time>,
+    /// Last error.
+    pub last_error: Option<Time>,
+    /// "47 errors = 31 refused + 16 reset, between … and … UTC (72 s), all aimed at IPs of
+    /// the 3 pods removed by the 15:42 rollout of prod/deploy/x".
+    pub sentence: String,
+}
+
+/// What the join learned about one target IP (at its first failure).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TargetSummary {
+    /// The IP.
+    pub ip: IpAddr,
+    /// Failures aimed at it.
+    pub errors: u64,
+    /// Whether the history knew the IP.
+    pub known: bool,
+    /// Time of its first failure.
+    pub first_error: Option<Time>,
+    /// Owner at that time (or the last one before it, `gone`).
+    pub owner_at_first_error: Option<TargetFacts>,
+    /// Owner now.
+    pub owner_now: Option<TargetFacts>,
+}
+
+/// Where the history came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HistoryInfo {
+    /// Description (`ledger PATH`, `truth history FILE (N pods)`).
+    pub source: String,
+    /// Whether Services were known (the ledger's memberships).
+    pub services: bool,
+    /// Distinct target IPs looked up (one lookup each).
+    pub distinct_ips: usize,
+}
+
+/// The result of `ghostip explain`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Explanation {
+    /// The inputs read.
+    pub inputs: Vec<String>,
+    /// The history joined, if any.
+    pub history: Option<HistoryInfo>,
+    /// One line: counts per kind and the time span.
+    pub headline: String,
+    /// Rollout windows behind the errors, with their sentences.
+    pub windows: Vec<WindowSummary>,
+    /// Groups per target, class, Service and window.
+    pub report: Report,
+    /// Per target IP: who owned it at its first failure and now.
+    pub targets: Vec<TargetSummary>,
+    /// Whether any failure has a staleness class (exit 1).
+    pub staleness: bool,
+    /// Scanner counts.
+    pub stats: ScanStats,
+    /// Failures left out by `--since` / `--until`.
+    pub filtered_out: u64,
+    /// Failures without a time left out because `--since` / `--until` was given.
+    pub undated_filtered_out: u64,
+    /// Warnings for the user (year/zone assumed, binary lines, unknown shapes, …).
+    pub warnings: Vec<String>,
+    /// What a ledger would add, when there was none.
+    pub note: Option<String>,
+}
+
+/// Collects failures, joins them, and builds the [`Explanation`].
+pub struct Explainer<'a> {
+    joiner: Option<Joiner<&'a dyn HistorySource>>,
+    filter: TimeFilter,
+    agg: Aggregator,
+    targets: BTreeMap<IpAddr, TargetSummary>,
+    error: Option<HistoryError>,
+    filtered_out: u64,
+    undated_filtered_out: u64,
+    staleness: bool,
+}
+
+impl std::fmt::Debug for Explainer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Explainer")
+            .field("filter", &self.filter)
+            .field("targets", &self.targets.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Explainer<'a> {
+    /// An explainer joining with `history` (or classifying by kind only without one).
+    pub fn new(history: Option<&'a dyn HistorySource>, filter: TimeFilter) -> Self {
+        Explainer {
+            joiner: history.map(Joiner::new),
+            filter,
+            agg: Aggregator::new(),
+            targets: BTreeMap::new(),
+            error: None,
+            filtered_out: 0,
+            undated_filtered_out: 0,
+            staleness: false,
+        }
+    }
+
+    /// Adds one failure (in input order). A history error stops the join; it is returned by
+    /// [`Explainer::finish`].
+    pub fn add(&mut self, f: &ConnFailure) {
+        match self.filter.keeps(f.timestamp) {
+            None => {
+                self.undated_filtered_out += 1;
+                return;
+            }
+            Some(false) => {
+                self.filtered_out += 1;
+                return;
+            }
+            Some(true) => {}
+        }
+        let joined = match (&mut self.joiner, &self.error) {
+            (Some(j), None) => match j.join(f) {
+                Ok(x) => Some(x),
+                Err(e) => {
+                    self.error = Some(e);
+                    None
+                }
+            },
+            _ => None,
+        };
+        let Some(joined) = joined else {
+            let class = classify(f);
+            self.staleness |= class.is_staleness();
+            self.agg.add(f, class);
+            return;
+        };
+        self.staleness |= joined.class.is_staleness();
+        let service = joined.service.as_ref().map(ToString::to_string);
+        let key = joined.removal.as_ref().map(|r| r.key.as_str());
+        self.agg.add_in(f, joined.class, service.as_deref(), key);
+        if let Some(target) = f.target {
+            let ip = target.ip().to_canonical();
+            let t = self.targets.entry(ip).or_insert_with(|| TargetSummary {
+                ip,
+                errors: 0,
+                known: joined.known_ip,
+                first_error: f.timestamp,
+                owner_at_first_error: joined.at_error.clone(),
+                owner_now: joined.now.clone(),
+            });
+            t.errors += 1;
+        }
+    }
+
+    /// Builds the explanation.
+    ///
+    /// # Errors
+    /// The first [`HistoryError`] met while joining.
+    pub fn finish(
+        self,
+        inputs: Vec<String>,
+        stats: ScanStats,
+    ) -> Result<Explanation, HistoryError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let with_history = self.joiner.is_some();
+        let (agg, windows, history) = match &self.joiner {
+            Some(j) => {
+                let windows = rollout_windows(j.removals().values());
+                let label: HashMap<&str, &str> = windows
+                    .iter()
+                    .flat_map(|w| w.keys.iter().map(|k| (k.as_str(), w.label.as_str())))
+                    .collect();
+                let agg = self
+                    .agg
+                    .relabel_windows(|k| label.get(k).map(|l| (*l).to_owned()));
+                let info = HistoryInfo {
+                    source: j.source().describe(),
+                    services: j.source().has_services(),
+                    distinct_ips: j.lookups(),
+                };
+                (agg, windows, Some(info))
+            }
+            None => (self.agg, Vec::new(), None),
+        };
+        let report = agg.report(with_history);
+        let windows = summarize_windows(&report, windows);
+        let mut warnings = stats.warnings();
+        if self.undated_filtered_out > 0 {
+            warnings.push(format!(
+                "{} failure(s) without a time were left out by --since/--until",
+                self.undated_filtered_out
+            ));
+        }
+        if let Some(h) = &history
+            && !h.services
+        {
+            warnings.push(
+                "the truth history has no Services: failures are not attributed to one".to_owned(),
+            );
+        }
+        Ok(Explanation {
+            inputs,
+            headline: report.headline(),
+            note: report.ledger_note().map(str::to_owned),
+            history,
+            windows,
+            report,
+            targets: self.targets.into_values().collect(),
+            staleness: self.staleness,
+            stats,
+            filtered_out: self.filtered_out,
+            undated_filtered_out: self.undated_filtered_out,
+            warnings,
+        })
+    }
+}
+
+fn summarize_windows(report: &Report, windows: Vec<RolloutWindow>) -> Vec<WindowSummary> {
+    windows
+        .into_iter()
+        .filter_map(|window| {
+            let mut part = Report {
+                groups: Vec::new(),
+                total: 0,
+                by_kind: BTreeMap::new(),
+                by_class: BTreeMap::new(),
+                first: None,
+                last: None,
+                with_ledger: true,
+            };
+            for g in report
+                .groups
+                .iter()
+                .filter(|g| g.window.as_deref() == Some(window.label.as_str()))
+            {
+                part.total += g.errors;
+                for (k, n) in &g.by_kind {
+                    *part.by_kind.entry(*k).or_default() += n;
+                }
+                *part.by_class.entry(g.class).or_default() += g.errors;
+                for t in [g.first, g.last].into_iter().flatten() {
+                    part.first = Some(part.first.map_or(t, |f| f.min(t)));
+                    part.last = Some(part.last.map_or(t, |l| l.max(t)));
+                }
+            }
+            if part.total == 0 {
+                return None;
+            }
+            let share = if part.total == report.total {
+                "all".to_owned()
+            } else {
+                format!("{} of {}", part.total, report.total)
+            };
+            let pods = window.pods.len();
+            let sentence = format!(
+                "{}, {share} aimed at IPs of {} removed by the {}",
+                part.headline(),
+                if pods == 1 {
+                    "the pod".to_owned()
+                } else {
+                    format!("the {pods} pods")
+                },
+                window.label
+            );
+            Some(WindowSummary {
+                errors: part.total,
+                by_kind: part.by_kind,
+                by_class: part.by_class,
+                first_error: part.first,
+                last_error: part.last,
+                sentence,
+                window,
+            })
+        })
+        .collect()
+}
+
+fn state_text(t: &TargetFacts) -> String {
+    let mut s = format!("{} ({}", t.pod, serde_plain(&t.state));
+    if let Some(since) = t.terminating_since {
+        let _ = write!(s, ", deletion requested {}", since.strftime("%H:%M:%S"));
+    }
+    if let Some(until) = t.until {
+        let _ = write!(
+            s,
+            ", held the IP until {}{}",
+            if t.approximate { "~" } else { "" },
+            until.strftime("%H:%M:%S")
+        );
+    }
+    s.push(')');
+    s
+}
+
+fn serde_plain<T: Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+impl Explanation {
+    /// Exit 1 when any failure is staleness.
+    pub fn is_finding(&self) -> bool {
+        self.staleness
+    }
+
+    /// The table output.
+    pub fn render_table(&self) -> String {
+        let mut out = String::new();
+        if self.report.total == 0 {
+            let _ = writeln!(
+                out,
+                "No connection failures in {} line(s) of {} input(s).",
+                self.stats.lines,
+                self.inputs.len()
+            );
+        } else {
+            for w in &self.windows {
+                let _ = writeln!(out, "{}", w.sentence);
+            }
+            if !self.windows.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&self.report.render_table());
+        }
+        let known: Vec<&TargetSummary> = self.targets.iter().filter(|t| t.known).collect();
+        if !known.is_empty() {
+            out.push_str("\nOwners of the target IPs:\n");
+            for t in known {
+                let at = t
+                    .owner_at_first_error
+                    .as_ref()
+                    .map_or("no pod".to_owned(), state_text);
+                let now = t.owner_now.as_ref().map_or("no pod".to_owned(), state_text);
+                let _ = writeln!(
+                    out,
+                    "  {}  at first error {}: {at}; now: {now}",
+                    t.ip,
+                    t.first_error
+                        .map_or("-".to_owned(), |x| x.strftime("%H:%M:%S").to_string()),
+                );
+            }
+        }
+        if let Some(h) = &self.history {
+            let _ = writeln!(
+                out,
+                "\nHistory: {} ({} distinct IP(s) looked up).",
+                h.source, h.distinct_ips
+            );
+        }
+        if self.filtered_out > 0 {
+            let _ = writeln!(
+                out,
+                "{} failure(s) outside --since/--until left out.",
+                self.filtered_out
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use ghostip_logs::{ScanOptions, scan_bytes};
+
+    use super::*;
+
+    #[test]
+    fn without_history_says_what_the_ledger_would_add() {
+        let log = b"2024-05-01T15:42:10Z dial tcp 10.244.3.71:8080: connect: connection refused\n\
+                    2024-05-01T15:42:11Z dial tcp 10.244.3.71:8080: connect: connection refused\n\
+                    2024-05-01T15:50:00Z lookup web on 10.96.0.10:53: read udp 10.244.1.2:4242->10.96.0.10:53: i/o timeout\n";
+        let (failures, stats) = scan_bytes(log, ScanOptions::default()).unwrap();
+        let mut e = Explainer::new(
+            None,
+            TimeFilter {
+                since: None,
+                until: Some("2024-05-01T15:45:00Z".parse().unwrap()),
+            },
+        );
+        for f in &failures {
+            e.add(f);
+        }
+        let x = e.finish(vec!["a.log".into()], stats).unwrap();
+        assert_eq!(x.report.total, 2);
+        assert_eq!(x.filtered_out, 1);
+        assert!(x.is_finding());
+        assert!(x.note.is_some());
+        assert!(x.history.is_none());
+        let table = x.render_table();
+        assert!(table.contains("Without a ledger"), "{table}");
+    }
+}

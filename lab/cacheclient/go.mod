@@ -1,0 +1,3 @@
+module ghostip.lab/cacheclient
+
+go 1.25.0
