@@ -1,5 +1,6 @@
 //! The commands: each turns parsed flags into a run of the adapters and an [`Outcome`].
 
+mod agent;
 mod check;
 pub mod pipeline;
 mod rollout;
@@ -37,6 +38,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Rollout(args) => rollout::run(&cli.global, args).await,
         Command::Check(args) => check::run(&cli.global, args).await,
         Command::Whois(args) => whois::run(&cli.global, args),
+        Command::Agent(args) => agent::run(&cli.global, args).await,
     }
 }
 
