@@ -29,7 +29,7 @@ pub struct HealthConfig {
 impl Default for HealthConfig {
     fn default() -> Self {
         Self {
-            window: 20,
+            window: 10,
             min_samples: 5,
             fail_ratio: 0.2,
             pods_ok_ratio: 0.9,
@@ -200,7 +200,7 @@ mod tests {
     fn cluster_ip_failing_while_pods_answer_is_a_finding() {
         let mut h = DnsHealth::new(HealthConfig::default());
         assert_eq!(h.verdict(), HealthVerdict::Unknown);
-        run(&mut h, 20, 2, false);
+        run(&mut h, 10, 2, false);
         let v = h.verdict();
         assert!(v.is_finding(), "{v:?}");
         let HealthVerdict::ClusterIpFailing {
@@ -212,7 +212,7 @@ mod tests {
         else {
             unreachable!()
         };
-        assert_eq!((failures, probes, pods_answering), (10, 20, 2));
+        assert_eq!((failures, probes, pods_answering), (5, 10, 2));
     }
 
     #[test]
@@ -230,7 +230,7 @@ mod tests {
         let mut h = DnsHealth::new(HealthConfig::default());
         run(&mut h, 20, 2, false);
         assert!(h.verdict().is_finding());
-        for i in 20..40 {
+        for i in 20..30 {
             h.record(CIP, PathKind::DnsClusterIp, t(i), None);
         }
         assert_eq!(h.verdict(), HealthVerdict::Healthy);

@@ -761,11 +761,8 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
         if health_changed {
             let verdict = health.verdict();
             let paths = health.paths();
-            if verdict != last_verdict
-                && (verdict.is_finding()
-                    || last_verdict.is_finding()
-                    || last_verdict == HealthVerdict::Unknown)
-            {
+            // One line per change of state, not per probe.
+            if std::mem::discriminant(&verdict) != std::mem::discriminant(&last_verdict) {
                 if verdict.is_finding() {
                     tracing::warn!(node = %node, verdict = ?verdict, "DNS through the kube-dns ClusterIP fails from this node while the CoreDNS pods answer");
                 } else {
