@@ -279,11 +279,25 @@ fn agent_reports_the_stale_node_datapath_and_clears_after_kube_proxy_restarts() 
     );
     assert!(seen_after <= Duration::from_secs(60), "{seen_after:?}");
     assert_eq!(opened["path"], format!("{started}/node-2"));
+    // A read of node-2's rules confirmed it (not only the truth change): `last_seen` is the
+    // read that still held the dead backend, within 60 s of the deletion.
     let st2 = n2.status();
     assert!(
         open_datapath_stale(&st2).contains(&stale_target),
         "node-2 /status: {st2}"
     );
+    let held = st2["open"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["target"] == stale_target.as_str() && t["kind"] == "stale")
+        .unwrap();
+    let last_seen: jiff::Timestamp = held["last_seen"].as_str().unwrap().parse().unwrap();
+    let read_after_ms = last_seen.as_millisecond() - deleted_ms as i64;
+    eprintln!(
+        "node-2's rules read holding {stale_target} {read_after_ms} ms after the deletion ({confirmed})"
+    );
+    assert!((0..=60_000).contains(&read_after_ms), "{read_after_ms} ms");
     let stale_gauge = n2
         .metric(&format!(
             "ghostip_stale_endpoints{{layer=\"datapath\",path_kind=\"{started}\",node=\"node-2\"}}"
