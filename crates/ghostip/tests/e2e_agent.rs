@@ -407,3 +407,41 @@ fn agent_reports_the_stale_node_datapath_and_clears_after_kube_proxy_restarts() 
         "node-1 findings: {f1:#?}"
     );
 }
+
+/// The deploy/ manifests are accepted by a real API server (server-side dry run: admission,
+/// defaulting and schema validation, nothing persisted). The Prometheus Operator CRDs are
+/// not installed in the lab, so monitoring.yaml is checked by `tests/deploy_manifests.rs` only.
+#[test]
+#[ignore = "needs the lab (GHOSTIP_LAB=1, root)"]
+fn deploy_manifests_pass_a_server_side_dry_run() {
+    if !lab_ready() {
+        return;
+    }
+    let deploy = repo().join("deploy");
+    let kubectl = |args: &[&str]| run(lab("exec").arg("hub").arg("kubectl").args(args));
+    // Namespaced objects need their namespace to exist even in a dry run.
+    let (code, out, err) = kubectl(&[
+        "apply",
+        "-f",
+        deploy.join("namespace.yaml").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let mut args = vec!["apply".to_string(), "--dry-run=server".to_string()];
+    for f in ["rbac.yaml", "agent.yaml", "watch.yaml", "cilium-exec.yaml"] {
+        args.push("-f".into());
+        args.push(deploy.join(f).to_string_lossy().into_owned());
+    }
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = kubectl(&argv);
+    let _ = kubectl(&["delete", "namespace", "ghostip", "--wait=false"]);
+    eprintln!("{out}{err}");
+    assert_eq!(code, 0, "server-side dry run failed:\n{out}\n{err}");
+    for kind in [
+        "daemonset.apps/ghostip-agent",
+        "deployment.apps/ghostip-watch",
+        "clusterrole.rbac.authorization.k8s.io/ghostip-truth-reader",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/ghostip-cilium-exec-only",
+    ] {
+        assert!(out.contains(kind), "{kind} not applied:\n{out}");
+    }
+}
