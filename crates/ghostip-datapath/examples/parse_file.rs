@@ -1,7 +1,12 @@
 //! Parses a dump file with `--format auto` detection and prints the table, the skip
 //! counts and the process's peak RSS (`VmHWM`), to check that memory stays flat.
 //!
-//! `cargo run --release -p ghostip-datapath --example parse_file -- DUMP [FORMAT] [--quiet]`
+//! `cargo run --release -p ghostip-datapath --example parse_file -- DUMP [FORMAT] [--quiet] [--diff-gen SERVICES ENDPOINTS]`
+//!
+//! With `--diff-gen`, the truth of the generated cluster of that size
+//! (`GenModel::truth`, built before the clock starts) is compared with the parsed table
+//! (`NodeExpectations::new` for node `node-1`, then `NodeExpectations::diff`), and both
+//! are timed (CPU time of the thread).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::fs::File;
@@ -9,12 +14,22 @@ use std::io::BufReader;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use ghostip_datapath::against_truth::NodeExpectations;
+use ghostip_datapath::generate::{GenModel, GenSpec, THIS_NODE};
 use ghostip_datapath::{Format, Parsed, detect_format, parse_reader};
 
 fn vm_hwm_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// CPU time this thread has used so far (`/proc/thread-self/schedstat`, nanoseconds).
+fn cpu_secs() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0.0, |ns| ns as f64 / 1e9)
 }
 
 fn main() -> ExitCode {
@@ -24,6 +39,12 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let quiet = args.iter().any(|a| a == "--quiet");
+    let truth = args.iter().position(|a| a == "--diff-gen").and_then(|i| {
+        let services = args.get(i + 1)?.parse().ok()?;
+        let endpoints = args.get(i + 2)?.parse().ok()?;
+        let model = GenModel::generate(&GenSpec::new(services, endpoints));
+        Some(model.truth(ghostip_core::Time::UNIX_EPOCH))
+    });
     let format = match args.get(1).filter(|a| !a.starts_with("--")) {
         Some(f) => match f.parse::<Format>() {
             Ok(f) => f,
@@ -66,13 +87,31 @@ fn main() -> ExitCode {
         }
     };
     let start = Instant::now();
+    let cpu0 = cpu_secs();
     let parsed = parse_reader(format, BufReader::with_capacity(256 * 1024, file));
     let elapsed = start.elapsed();
+    let parse_cpu = cpu_secs() - cpu0;
     let after = vm_hwm_kib().unwrap_or(0);
     match parsed {
         Ok(Parsed::Lb(t)) => {
             if !quiet {
                 println!("{t}");
+            }
+            if let Some(truth) = &truth {
+                let cpu0 = cpu_secs();
+                let expect = NodeExpectations::new(truth, Some(THIS_NODE), None);
+                let cpu1 = cpu_secs();
+                let d = expect.diff(&t, None, None);
+                println!(
+                    "expectations cpu={:.3} s (once per truth change) diff cpu={:.3} s checked={} stale={} missing={} services_missing={} unknown={}",
+                    cpu1 - cpu0,
+                    cpu_secs() - cpu1,
+                    d.frontends_checked,
+                    d.stale.len(),
+                    d.missing.len(),
+                    d.services_missing.len(),
+                    d.unknown_frontends
+                );
             }
             println!(
                 "format={format} frontends={} backends={} ignored={} unknown={}",
@@ -101,9 +140,10 @@ fn main() -> ExitCode {
         }
     }
     println!(
-        "input={:.1} MB parse={:.3} s ({:.0} MB/s) VmHWM before={} KiB after={} KiB",
+        "input={:.1} MB parse={:.3} s cpu={:.3} s ({:.0} MB/s) VmHWM before={} KiB after={} KiB",
         size as f64 / 1e6,
         elapsed.as_secs_f64(),
+        parse_cpu,
         size as f64 / 1e6 / elapsed.as_secs_f64().max(1e-9),
         before,
         after

@@ -17,7 +17,7 @@
 //! policy `Local` (`internalTrafficPolicy` for cluster IPs, `externalTrafficPolicy` for
 //! NodePorts, external and load-balancer addresses). Pure: time is passed in.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -26,6 +26,7 @@ use ghostip_core::{HeldTarget, Observation, ObservationResult, PathIdx, ServiceK
 use serde::Serialize;
 
 use crate::model::{Backend, BackendState, Frontend, FrontendKind, LbTable, Protocol};
+use crate::text::FxMap;
 
 /// Most unknown frontends described in [`NodeDiff::unknown_samples`].
 pub const MAX_UNKNOWN_SAMPLES: usize = 16;
@@ -110,9 +111,9 @@ pub struct PortMatch<'a> {
 /// Frontend → Service port, built once from the truth's Services.
 #[derive(Debug, Default)]
 pub struct ServiceIndex<'a> {
-    cluster: HashMap<(IpAddr, u16, ghostip_core::Protocol), (&'a ServiceRecord, Option<&'a str>)>,
-    node_ports: HashMap<(u16, ghostip_core::Protocol), (&'a ServiceRecord, Option<&'a str>)>,
-    by_name: HashMap<(&'a str, &'a str), &'a ServiceRecord>,
+    cluster: FxMap<(IpAddr, u16, ghostip_core::Protocol), (&'a ServiceRecord, Option<&'a str>)>,
+    node_ports: FxMap<(u16, ghostip_core::Protocol), (&'a ServiceRecord, Option<&'a str>)>,
+    by_name: FxMap<(&'a str, &'a str), &'a ServiceRecord>,
 }
 
 const PROTOCOLS: [ghostip_core::Protocol; 3] = [
@@ -338,7 +339,7 @@ pub struct BackendDiff {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changed_at: Option<Time>,
     /// Time from that change to the dump, where both are known.
-    #[serde(skip_serializing_if = "Option::is_none", with = "opt_secs")]
+    #[serde(skip_serializing_if = "Option::is_none", with = "crate::secs")]
     pub since_change: Option<Duration>,
 }
 
@@ -358,7 +359,7 @@ pub struct MissingFrontend {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changed_at: Option<Time>,
     /// Time from that change to the dump.
-    #[serde(skip_serializing_if = "Option::is_none", with = "opt_secs")]
+    #[serde(skip_serializing_if = "Option::is_none", with = "crate::secs")]
     pub since_change: Option<Duration>,
 }
 
@@ -421,7 +422,237 @@ pub fn diff(table: &LbTable, truth: &Truth, node: Option<&str>, now: Option<Time
     )
 }
 
-/// Compares every frontend of `table` with what the truth says it should route to.
+/// What one Service port should route to on one node, for one side of its traffic policy.
+#[derive(Debug, Default)]
+struct PortExpect {
+    /// Required backends, sorted.
+    required: Vec<Target>,
+    /// Allowed backends (a superset of `required`), sorted.
+    allowed: Vec<Target>,
+}
+
+/// Everything a diff needs from the truth for one node, computed once: the frontend index,
+/// each Service port's required and allowed backends (for internal and external traffic),
+/// each Service's endpoint IPs and last change time.
+///
+/// Build it once per truth change ([`NodeExpectations::new`]) and compare any number of
+/// dumps of that node with [`NodeExpectations::diff`]: the comparison is then one pass over
+/// the dump's frontends with hash lookups and binary searches, no tree walk of the truth.
+#[derive(Debug)]
+pub struct NodeExpectations<'a> {
+    truth: &'a Truth,
+    index: ServiceIndex<'a>,
+    node: Option<String>,
+    ports: FxMap<(&'a ServiceKey, Option<&'a str>, bool), PortExpect>,
+    /// Endpoint IPs per Service (any condition), sorted: a non-active backend whose IP is
+    /// still one of them is draining.
+    endpoint_ips: FxMap<&'a ServiceKey, Vec<IpAddr>>,
+    changed: FxMap<&'a ServiceKey, Time>,
+}
+
+impl<'a> NodeExpectations<'a> {
+    /// Computes what every Service port of `truth` should route to on `node`;
+    /// `last_change` overrides the slices' trigger times where given.
+    pub fn new(
+        truth: &'a Truth,
+        node: Option<&str>,
+        last_change: Option<&BTreeMap<ServiceKey, Time>>,
+    ) -> Self {
+        let mut ports = FxMap::default();
+        let mut endpoint_ips = FxMap::default();
+        let mut changed = FxMap::default();
+        for svc in truth.services().filter(|s| !s.headless) {
+            let mut ips: Vec<IpAddr> = Vec::new();
+            let mut latest: Option<Time> = None;
+            for slice in truth.slices_of(&svc.key) {
+                ips.extend(slice.endpoints.iter().map(|e| e.ip));
+                latest = latest.max(slice.trigger_time);
+            }
+            ips.sort_unstable();
+            ips.dedup();
+            endpoint_ips.insert(&svc.key, ips);
+            if let Some(at) = last_change
+                .and_then(|m| m.get(&svc.key).copied())
+                .or(latest)
+            {
+                changed.insert(&svc.key, at);
+            }
+            let same = svc.internal_traffic_policy == TrafficPolicy::Cluster
+                && svc.external_traffic_policy == TrafficPolicy::Cluster;
+            for p in &svc.ports {
+                let port_name = p.name.as_deref();
+                for external in [false, true] {
+                    if external && same {
+                        continue;
+                    }
+                    let m = PortMatch {
+                        service: svc,
+                        port_name,
+                        external,
+                    };
+                    let (required, allowed) = expected(truth, &m, node);
+                    ports.insert(
+                        (&svc.key, port_name, external),
+                        PortExpect {
+                            required: required.into_iter().collect(),
+                            allowed: allowed.into_iter().collect(),
+                        },
+                    );
+                }
+            }
+        }
+        Self {
+            truth,
+            index: ServiceIndex::new(truth),
+            node: node.map(str::to_string),
+            ports,
+            endpoint_ips,
+            changed,
+        }
+    }
+
+    fn port(&self, m: &PortMatch<'a>) -> Option<&PortExpect> {
+        let key = &m.service.key;
+        self.ports
+            .get(&(key, m.port_name, m.external))
+            .or_else(|| self.ports.get(&(key, m.port_name, false)))
+    }
+
+    /// Whether the datapath only drains `b` (see [`diff_with`]).
+    fn draining(&self, key: &ServiceKey, b: &Backend) -> bool {
+        b.state != BackendState::Active
+            && self
+                .endpoint_ips
+                .get(key)
+                .is_some_and(|ips| ips.binary_search(&b.ip).is_ok())
+    }
+
+    /// Compares `table` (read at `now`, covering `family`; `None`: its frontends' families).
+    pub fn diff(&self, table: &LbTable, now: Option<Time>, family: Option<Family>) -> NodeDiff {
+        let truth = self.truth;
+        let family = family.unwrap_or_else(|| Family::of_table(table));
+        let changed = |key: &ServiceKey| -> (Option<Time>, Option<Duration>) {
+            let at = self.changed.get(key).copied();
+            let since = at
+                .zip(now)
+                .and_then(|(at, now)| Duration::try_from(now.duration_since(at)).ok());
+            (at, since)
+        };
+        let mut out = NodeDiff {
+            node: self.node.clone(),
+            ..NodeDiff::default()
+        };
+        let mut seen: FxMap<(IpAddr, u16, ghostip_core::Protocol), ()> = FxMap::default();
+        let empty = PortExpect::default();
+        for f in &table.frontends {
+            let Some(m) = self.index.lookup(f) else {
+                out.unknown_frontends += 1;
+                if out.unknown_samples.len() < MAX_UNKNOWN_SAMPLES {
+                    let mut s = FrontendAddr::of(f).to_string();
+                    if let Some(r) = &f.service {
+                        s.push_str(&format!(" ({r})"));
+                    }
+                    out.unknown_samples.push(s);
+                }
+                continue;
+            };
+            out.frontends_checked += 1;
+            let key = &m.service.key;
+            if !m.external {
+                for p in &m.service.ports {
+                    if p.name.as_deref() == m.port_name
+                        && f.protocol.to_core().is_none_or(|fp| fp == p.protocol)
+                    {
+                        seen.insert((f.ip, f.port, p.protocol), ());
+                    }
+                }
+            }
+            let pe = self.port(&m).unwrap_or(&empty);
+            let mut rows: Option<(Option<Time>, Option<Duration>)> = None;
+            let mut row = |backend: Target, state: Option<BackendState>| {
+                let (changed_at, since_change) = *rows.get_or_insert_with(|| changed(key));
+                BackendDiff {
+                    service: key.clone(),
+                    port_name: m.port_name.map(str::to_string),
+                    frontend: FrontendAddr::of(f),
+                    backend,
+                    state,
+                    changed_at,
+                    since_change,
+                }
+            };
+            for b in &f.backends {
+                let t = b.target();
+                if pe.allowed.binary_search(&t).is_ok() {
+                    continue;
+                }
+                if self.draining(key, b) {
+                    out.draining += 1;
+                    continue;
+                }
+                out.stale.push(row(t, Some(b.state.clone())));
+            }
+            for t in &pe.required {
+                let held = f
+                    .backends
+                    .binary_search_by(|b| (b.ip, b.port).cmp(&(t.ip, t.port.unwrap_or(0))))
+                    .is_ok();
+                if !held {
+                    out.missing.push(row(*t, None));
+                }
+            }
+        }
+        // Cluster-IP frontends that should exist.
+        for svc in truth.services().filter(|s| !s.headless) {
+            let mut absent = Vec::new();
+            let mut expected_here = 0usize;
+            for p in &svc.ports {
+                for ip in svc.cluster_ips.iter().filter(|ip| family.contains(**ip)) {
+                    expected_here += 1;
+                    if seen.contains_key(&(*ip, p.port, p.protocol)) {
+                        continue;
+                    }
+                    let (changed_at, since_change) = changed(&svc.key);
+                    let m = PortMatch {
+                        service: svc,
+                        port_name: p.name.as_deref(),
+                        external: false,
+                    };
+                    absent.push(MissingFrontend {
+                        service: svc.key.clone(),
+                        port_name: p.name.clone(),
+                        frontend: FrontendAddr {
+                            ip: *ip,
+                            port: p.port,
+                            protocol: Protocol::from(p.protocol),
+                            kind: FrontendKind::ClusterIp,
+                        },
+                        backends: self.port(&m).map_or(0, |pe| pe.required.len()),
+                        changed_at,
+                        since_change,
+                    });
+                }
+            }
+            if absent.is_empty() {
+                continue;
+            }
+            if absent.len() == expected_here {
+                out.services_missing.push(MissingService {
+                    service: svc.key.clone(),
+                    frontends: absent,
+                });
+            } else {
+                out.frontends_missing.extend(absent);
+            }
+        }
+        out.stale.sort_by(row_order);
+        out.missing.sort_by(row_order);
+        out
+    }
+}
+
+/// Compares every frontend of `table` with what the truth says it should route to
+/// ([`NodeExpectations::new`] then [`NodeExpectations::diff`]):
 ///
 /// - stale: a backend the frontend routes to that is not allowed (not a ready endpoint,
 ///   nor a serving+terminating one when none is ready), unless the datapath only drains
@@ -430,136 +661,11 @@ pub fn diff(table: &LbTable, truth: &Truth, node: Option<&str>, now: Option<Time
 /// - a Service port whose cluster-IP frontend is absent (for the families the dump covers);
 /// - frontends of Services the truth does not have are counted.
 pub fn diff_with(table: &LbTable, truth: &Truth, opts: &DiffOptions<'_>) -> NodeDiff {
-    let index = ServiceIndex::new(truth);
-    let family = opts.family.unwrap_or_else(|| Family::of_table(table));
-    let changed = |key: &ServiceKey| -> (Option<Time>, Option<Duration>) {
-        let at = opts
-            .last_change
-            .and_then(|m| m.get(key).copied())
-            .or_else(|| truth.last_trigger_time(key));
-        let since = at
-            .zip(opts.now)
-            .and_then(|(at, now)| Duration::try_from(now.duration_since(at)).ok());
-        (at, since)
-    };
-    let mut out = NodeDiff {
-        node: opts.node.map(str::to_string),
-        ..NodeDiff::default()
-    };
-    let mut seen: BTreeSet<(&ServiceKey, IpAddr, u16, ghostip_core::Protocol)> = BTreeSet::new();
-    for f in &table.frontends {
-        let Some(m) = index.lookup(f) else {
-            out.unknown_frontends += 1;
-            if out.unknown_samples.len() < MAX_UNKNOWN_SAMPLES {
-                let mut s = FrontendAddr::of(f).to_string();
-                if let Some(r) = &f.service {
-                    s.push_str(&format!(" ({r})"));
-                }
-                out.unknown_samples.push(s);
-            }
-            continue;
-        };
-        out.frontends_checked += 1;
-        let key = &m.service.key;
-        if f.kind == FrontendKind::ClusterIp || !m.external {
-            for p in &m.service.ports {
-                if p.name.as_deref() == m.port_name
-                    && (f.protocol.to_core().is_none_or(|fp| fp == p.protocol))
-                {
-                    seen.insert((key, f.ip, f.port, p.protocol));
-                }
-            }
-        }
-        let (required, allowed) = expected(truth, &m, opts.node);
-        let (changed_at, since_change) = changed(key);
-        let row = |backend: Target, state: Option<BackendState>| BackendDiff {
-            service: key.clone(),
-            port_name: m.port_name.map(str::to_string),
-            frontend: FrontendAddr::of(f),
-            backend,
-            state,
-            changed_at,
-            since_change,
-        };
-        let mut held = BTreeSet::new();
-        for b in &f.backends {
-            let t = b.target();
-            held.insert(t);
-            if allowed.contains(&t) {
-                continue;
-            }
-            if draining(truth, key, b) {
-                out.draining += 1;
-                continue;
-            }
-            out.stale.push(row(t, Some(b.state.clone())));
-        }
-        for t in required.difference(&held) {
-            out.missing.push(row(*t, None));
-        }
-    }
-    // Cluster-IP frontends that should exist.
-    for svc in truth.services().filter(|s| !s.headless) {
-        let mut absent = Vec::new();
-        let mut expected_here = 0usize;
-        for p in &svc.ports {
-            for ip in svc.cluster_ips.iter().filter(|ip| family.contains(**ip)) {
-                expected_here += 1;
-                if seen.contains(&(&svc.key, *ip, p.port, p.protocol)) {
-                    continue;
-                }
-                let local = svc.internal_traffic_policy == TrafficPolicy::Local;
-                let (changed_at, since_change) = changed(&svc.key);
-                absent.push(MissingFrontend {
-                    service: svc.key.clone(),
-                    port_name: p.name.clone(),
-                    frontend: FrontendAddr {
-                        ip: *ip,
-                        port: p.port,
-                        protocol: Protocol::from(p.protocol),
-                        kind: FrontendKind::ClusterIp,
-                    },
-                    backends: truth
-                        .lb_backends(&svc.key, p.name.as_deref(), opts.node, local)
-                        .len(),
-                    changed_at,
-                    since_change,
-                });
-            }
-        }
-        if absent.is_empty() {
-            continue;
-        }
-        if absent.len() == expected_here {
-            out.services_missing.push(MissingService {
-                service: svc.key.clone(),
-                frontends: absent,
-            });
-        } else {
-            out.frontends_missing.extend(absent);
-        }
-    }
-    out.stale.sort_by(row_order);
-    out.missing.sort_by(row_order);
-    out
+    NodeExpectations::new(truth, opts.node, opts.last_change).diff(table, opts.now, opts.family)
 }
 
 fn row_order(a: &BackendDiff, b: &BackendDiff) -> std::cmp::Ordering {
     (&a.service, a.frontend, a.backend).cmp(&(&b.service, b.frontend, b.backend))
-}
-
-mod opt_secs {
-    use serde::Serializer;
-    use std::time::Duration;
-
-    /// Seconds with millisecond precision.
-    #[allow(clippy::ref_option)]
-    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        match d {
-            Some(d) => s.serialize_f64((d.as_millis() as f64) / 1000.0),
-            None => s.serialize_none(),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -228,6 +228,9 @@ struct Parser {
     first_foreign: Option<(usize, String)>,
     v6: bool,
     packed: FxMap<(u64, u32), u32>,
+    /// The chain of the previous rule: rules of one chain are consecutive in a dump, so
+    /// most rules find their own chain here without a hash lookup.
+    last_from: Option<((u64, u32), u32)>,
     names: FxMap<Box<str>, u32>,
     next_id: u32,
     /// Chain-to-chain jumps (from, to).
@@ -358,6 +361,25 @@ impl Parser {
         id
     }
 
+    /// [`Parser::intern`] for the chain a rule belongs to, remembering the last one.
+    fn intern_from(&mut self, chain: &str) -> u32 {
+        let Some(key) = pack_chain(chain) else {
+            return self.intern(chain);
+        };
+        if let Some((k, id)) = self.last_from
+            && k == key
+        {
+            return id;
+        }
+        let next = self.next_id;
+        let id = *self.packed.entry(key).or_insert(next);
+        if id == next {
+            self.next_id = self.next_id.saturating_add(1);
+        }
+        self.last_from = Some((key, id));
+        id
+    }
+
     fn chain_has_dnat(&self, c: u32) -> bool {
         self.has_dnat.get(c as usize).copied().unwrap_or(false)
     }
@@ -454,7 +476,7 @@ impl Parser {
                 self.entry(no, full_line, class, &r, target, comment);
             }
             Class::Svc | Class::Svl | Class::Ext | Class::Fw | Class::Xlb | Class::Sep => {
-                let from = self.intern(chain);
+                let from = self.intern_from(chain);
                 if r.affinity {
                     self.affinity.push(from);
                 }
@@ -505,7 +527,7 @@ impl Parser {
                 let Some(sa) = crate::text::parse_socket(dest) else {
                     return false;
                 };
-                let from = self.intern(chain);
+                let from = self.intern_from(chain);
                 self.add_dnat(from, (sa.ip(), sa.port()));
                 true
             }
@@ -517,7 +539,7 @@ impl Parser {
                     // The comment may name the endpoint: the general path keeps it.
                     return false;
                 }
-                let from = self.intern(chain);
+                let from = self.intern_from(chain);
                 if FIND_RCHECK.find(bytes).is_some() {
                     self.affinity.push(from);
                 }

@@ -23,6 +23,7 @@
 pub mod against_truth;
 pub mod cilium;
 pub mod conntrack;
+pub mod conntrack_audit;
 #[cfg(feature = "netlink")]
 pub mod conntrack_netlink;
 mod error;
@@ -32,6 +33,7 @@ pub mod iptables;
 pub mod ipvs;
 mod model;
 pub mod nft;
+mod secs;
 mod text;
 
 use std::io::BufRead;

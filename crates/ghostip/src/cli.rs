@@ -64,6 +64,8 @@ pub enum Command {
     Whois(WhoisArgs),
     /// Per node (DaemonSet): diff this node's load-balancer datapath with the truth, probe its DNS paths; serve /metrics.
     Agent(AgentArgs),
+    /// Offline node datapath dumps: print the normalized table, or diff it against a truth file.
+    Datapath(DatapathArgs),
 }
 
 /// Namespace selection shared by commands that read many Services.
@@ -329,4 +331,88 @@ mod tests {
         );
         assert!(parse_dns_server("nope").is_err());
     }
+}
+
+/// `ghostip datapath show|diff`.
+#[derive(Debug, Args)]
+pub struct DatapathArgs {
+    /// What to do with the dump.
+    #[command(subcommand)]
+    pub command: DatapathCommand,
+}
+
+/// Datapath subcommands.
+#[derive(Debug, Subcommand)]
+pub enum DatapathCommand {
+    /// Print the normalized load-balancer (or conntrack) table of a dump.
+    Show(DatapathShowArgs),
+    /// Compare a dump with `kubectl get services,endpointslices -A -o json` output; exit 1
+    /// when a backend is stale or missing (load-balancer dumps) or a flow goes to a removed
+    /// endpoint (conntrack dumps).
+    Diff(DatapathDiffArgs),
+}
+
+/// Format of a datapath dump (`auto` detects it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DumpFormat {
+    /// Detect the format from the first 64 KiB.
+    Auto,
+    /// `iptables-save` / `ip6tables-save` of kube-proxy in iptables mode.
+    Iptables,
+    /// `nft -j list table ip kube-proxy` (or `ip6`, or `nft -j list ruleset`).
+    NftJson,
+    /// `ipvsadm -Ln` or `ipvsadm-save -n`.
+    Ipvsadm,
+    /// `cilium-dbg service list`.
+    CiliumServiceList,
+    /// `cilium-dbg service list -o json`.
+    CiliumServiceJson,
+    /// `cilium-dbg bpf lb list` (text or `-o json`).
+    CiliumBpfLbList,
+    /// `cilium-dbg shell -- db/show frontends`.
+    CiliumDbFrontends,
+    /// Cilium `lb/maps-dump`.
+    CiliumLbMaps,
+    /// `conntrack -L` (or `-E`, `-o extended`).
+    Conntrack,
+}
+
+/// The dump to read.
+#[derive(Debug, Args, Clone)]
+pub struct DumpSource {
+    /// The dump file; `-` reads standard input.
+    #[arg(short = 'f', long = "from-file", value_name = "DUMP")]
+    pub from_file: PathBuf,
+    /// Format of the dump.
+    #[arg(long, value_enum, default_value_t = DumpFormat::Auto)]
+    pub format: DumpFormat,
+}
+
+/// `ghostip datapath show`.
+#[derive(Debug, Args)]
+pub struct DatapathShowArgs {
+    /// The dump.
+    #[command(flatten)]
+    pub source: DumpSource,
+}
+
+/// `ghostip datapath diff`.
+#[derive(Debug, Args)]
+pub struct DatapathDiffArgs {
+    /// The dump.
+    #[command(flatten)]
+    pub source: DumpSource,
+    /// The truth: `kubectl get services,endpointslices -A -o json` (or `-o yaml`) output.
+    #[arg(long, value_name = "FILE")]
+    pub truth: PathBuf,
+    /// The node the dump was taken on (traffic policy `Local` narrows to its endpoints).
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+    /// When the dump was taken: RFC 3339, `now`, or relative like `-5m` (ages are computed
+    /// from it; conntrack ownership is looked up at that time).
+    #[arg(long, default_value = "now", value_name = "TIME")]
+    pub at: String,
+    /// The cluster DNS Service, for stale DNS conntrack entries.
+    #[arg(long, default_value = "kube-system/kube-dns", value_name = "NS/NAME")]
+    pub dns_service: String,
 }

@@ -2,6 +2,7 @@
 
 mod agent;
 mod check;
+mod datapath;
 pub mod pipeline;
 mod rollout;
 pub mod session;
@@ -39,6 +40,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Check(args) => check::run(&cli.global, args).await,
         Command::Whois(args) => whois::run(&cli.global, args),
         Command::Agent(args) => agent::run(&cli.global, args).await,
+        Command::Datapath(args) => datapath::run(&cli.global, args),
     }
 }
 

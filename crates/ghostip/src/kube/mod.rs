@@ -32,6 +32,7 @@ mod client;
 pub mod convert;
 mod error;
 mod snapshot;
+pub mod truth_file;
 mod watch;
 
 use std::fmt;

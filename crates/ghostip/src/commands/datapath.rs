@@ -1,0 +1,401 @@
+//! `ghostip datapath show|diff`: offline node datapath dumps, printed or compared with a truth file.
+//!
+//! The adapter part: reads the dump (a file or standard input, streamed into the parser),
+//! the truth file and, for conntrack dumps, the IP ownership facts from the ledger; the
+//! comparison itself is `ghostip_datapath::{against_truth, conntrack_audit}`.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Cursor, Read};
+use std::net::IpAddr;
+use std::path::Path;
+
+use anyhow::{Context as _, bail};
+use comfy_table::{Table, presets};
+use ghostip_core::{ServiceKey, Time};
+use ghostip_datapath::against_truth::{self, NodeDiff};
+use ghostip_datapath::conntrack_audit::{
+    AuditConfig, ConntrackAudit, ConntrackReport, FormerOwner, IpFacts, OwnershipFacts,
+};
+use ghostip_datapath::{ConntrackTable, Format, LbTable, Parsed, detect_format, parse_reader};
+use serde::Serialize;
+
+use super::{Outcome, print_json};
+use crate::cli::{
+    DatapathArgs, DatapathCommand, DatapathDiffArgs, DumpFormat, DumpSource, GlobalArgs,
+    OutputFormat,
+};
+use crate::kube::truth_file::read_truth;
+use crate::ledger::{Ledger, parse_at};
+
+/// How much of a dump is read before `--format auto` decides.
+const PEEK: usize = 64 * 1024;
+
+pub(super) fn run(g: &GlobalArgs, args: DatapathArgs) -> anyhow::Result<Outcome> {
+    match args.command {
+        DatapathCommand::Show(a) => show(g, &a.source),
+        DatapathCommand::Diff(a) => diff(g, a),
+    }
+}
+
+fn format_of(f: DumpFormat) -> Option<Format> {
+    Some(match f {
+        DumpFormat::Auto => return None,
+        DumpFormat::Iptables => Format::Iptables,
+        DumpFormat::NftJson => Format::NftJson,
+        DumpFormat::Ipvsadm => Format::Ipvsadm,
+        DumpFormat::CiliumServiceList => Format::CiliumServiceList,
+        DumpFormat::CiliumServiceJson => Format::CiliumServiceJson,
+        DumpFormat::CiliumBpfLbList => Format::CiliumBpfLbList,
+        DumpFormat::CiliumDbFrontends => Format::CiliumDbFrontends,
+        DumpFormat::CiliumLbMaps => Format::CiliumLbMaps,
+        DumpFormat::Conntrack => Format::Conntrack,
+    })
+}
+
+fn source_name(p: &Path) -> String {
+    if p.as_os_str() == "-" {
+        "standard input".to_string()
+    } else {
+        p.display().to_string()
+    }
+}
+
+/// Reads and parses the dump, streaming it into the parser.
+fn read_dump(src: &DumpSource) -> anyhow::Result<(Format, Parsed)> {
+    let name = source_name(&src.from_file);
+    let input: Box<dyn Read> = if src.from_file.as_os_str() == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        Box::new(File::open(&src.from_file).with_context(|| format!("opening {name}"))?)
+    };
+    let mut input = BufReader::with_capacity(1 << 20, input);
+    let mut head = Vec::with_capacity(PEEK);
+    (&mut input)
+        .take(PEEK as u64)
+        .read_to_end(&mut head)
+        .with_context(|| format!("reading {name}"))?;
+    let format = match format_of(src.format) {
+        Some(f) => f,
+        None => match detect_format(&head) {
+            Some(f) => f,
+            None => bail!(
+                "reading {name}: cannot tell which datapath dump this is; pass --format (one of: {})",
+                Format::ALL.map(Format::name).join(", ")
+            ),
+        },
+    };
+    let reader: Box<dyn BufRead> = Box::new(BufReader::with_capacity(
+        1 << 20,
+        Cursor::new(head).chain(input),
+    ));
+    let parsed = parse_reader(format, reader).with_context(|| format!("parsing {name}"))?;
+    Ok((format, parsed))
+}
+
+fn show(g: &GlobalArgs, src: &DumpSource) -> anyhow::Result<Outcome> {
+    let (_, parsed) = read_dump(src)?;
+    match g.output {
+        OutputFormat::Json => print_json(&parsed)?,
+        OutputFormat::Table => match &parsed {
+            Parsed::Lb(t) => println!("{t}"),
+            Parsed::Conntrack(t) => print!("{}", render_conntrack(t)),
+        },
+    }
+    Ok(Outcome::Clean)
+}
+
+fn render_conntrack(t: &ConntrackTable) -> String {
+    let mut table = Table::new();
+    table.load_style(presets::NOTHING).force_no_tty();
+    table.set_header(vec![
+        "PROTO",
+        "STATE",
+        "TIMEOUT",
+        "SOURCE",
+        "DESTINATION",
+        "DNAT TO",
+        "FLAGS",
+    ]);
+    let addr = |ip: IpAddr, port: Option<u16>| match port {
+        Some(p) => ghostip_core::Target::socket(ip, p).to_string(),
+        None => ip.to_string(),
+    };
+    for e in &t.entries {
+        let mut flags = Vec::new();
+        if e.unreplied {
+            flags.push("UNREPLIED".to_string());
+        }
+        if e.assured {
+            flags.push("ASSURED".to_string());
+        }
+        flags.extend(e.flags.iter().cloned());
+        table.add_row(vec![
+            e.proto.clone(),
+            e.state.clone().unwrap_or_default(),
+            e.timeout.map(|t| t.to_string()).unwrap_or_default(),
+            addr(e.orig.src, e.orig.sport),
+            addr(e.orig.dst, e.orig.dport),
+            e.dnat_target()
+                .map(|(ip, p)| addr(ip, p))
+                .unwrap_or_default(),
+            flags.join(","),
+        ]);
+    }
+    let mut out = String::new();
+    for line in table.lines() {
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "{} entries; skipped: {} ignored, {} unknown\n",
+        t.entries.len(),
+        t.skipped.ignored,
+        t.skipped.unknown
+    ));
+    out
+}
+
+#[derive(Serialize)]
+struct DiffJson<'a, T: Serialize> {
+    format: Format,
+    truth: TruthStats,
+    #[serde(flatten)]
+    result: &'a T,
+}
+
+#[derive(Serialize)]
+struct TruthStats {
+    services: usize,
+    endpoint_slices: usize,
+}
+
+fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
+    let now = Time::now();
+    let at = parse_at(&a.at, now).with_context(|| format!("reading --at {}", a.at))?;
+    let dns_service = match a.dns_service.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            ServiceKey::new(ns, name)
+        }
+        _ => bail!(
+            "reading --dns-service {}: expected NAMESPACE/NAME",
+            a.dns_service
+        ),
+    };
+    let truth_name = a.truth.display().to_string();
+    let text = std::fs::read_to_string(&a.truth)
+        .with_context(|| format!("reading the truth file {truth_name}"))?;
+    let tf = read_truth(&text, &truth_name, at).context("reading the truth file")?;
+    drop(text);
+    let (format, parsed) = read_dump(&a.source)?;
+    let stats = TruthStats {
+        services: tf.services,
+        endpoint_slices: tf.slices,
+    };
+    match parsed {
+        Parsed::Lb(table) => {
+            let d = against_truth::diff(&table, &tf.truth, a.node.as_deref(), Some(at));
+            match g.output {
+                OutputFormat::Json => print_json(&DiffJson {
+                    format,
+                    truth: stats,
+                    result: &d,
+                })?,
+                OutputFormat::Table => print!("{}", render_node_diff(&d, &table)),
+            }
+            Ok(if d.is_clean() {
+                Outcome::Clean
+            } else {
+                Outcome::Finding
+            })
+        }
+        Parsed::Conntrack(table) => {
+            let cfg = AuditConfig {
+                dns_service,
+                now: Some(at),
+            };
+            let empty = OwnershipFacts::new();
+            let probe = ConntrackAudit::new(&tf.truth, &empty, cfg.clone());
+            let lookups = probe.lookups(&table);
+            let (facts, attributed) = match &g.db {
+                Some(path) => {
+                    let ledger =
+                        Ledger::open_existing(path).context("opening the history database")?;
+                    (ownership_facts(&ledger, &lookups, at)?, true)
+                }
+                None => (OwnershipFacts::new(), false),
+            };
+            let mut audit = ConntrackAudit::new(&tf.truth, &facts, cfg);
+            for e in &table.entries {
+                audit.push(e);
+            }
+            let r = audit.finish();
+            match g.output {
+                OutputFormat::Json => print_json(&DiffJson {
+                    format,
+                    truth: stats,
+                    result: &r,
+                })?,
+                OutputFormat::Table => print!("{}", render_conntrack_report(&r, attributed)),
+            }
+            Ok(if r.is_clean() {
+                Outcome::Clean
+            } else {
+                Outcome::Finding
+            })
+        }
+    }
+}
+
+/// What the ledger knows about each of `ips` at `at`: the owner then, or the last owner
+/// before with its removal time and the Services it was an endpoint of.
+pub(crate) fn ownership_facts(
+    ledger: &Ledger,
+    ips: &BTreeSet<IpAddr>,
+    at: Time,
+) -> anyhow::Result<OwnershipFacts> {
+    let mut facts = OwnershipFacts::new();
+    for ip in ips {
+        let w = ledger
+            .whois(*ip, at)
+            .with_context(|| format!("looking up {ip} in the history database"))?;
+        let owner = w.at_time.as_ref().map(|o| o.pod.clone());
+        let former = match (&w.at_time, &w.before) {
+            (None, Some(b)) => {
+                let services = ledger
+                    .memberships_of(*ip)
+                    .with_context(|| format!("looking up the memberships of {ip}"))?
+                    .into_iter()
+                    .filter(|m| {
+                        m.pod
+                            .as_ref()
+                            .is_none_or(|p| p.uid == b.pod.uid && p.name == b.pod.name)
+                    })
+                    .map(|m| m.service)
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                Some(FormerOwner {
+                    pod: b.pod.clone(),
+                    removed: b.closed,
+                    services,
+                })
+            }
+            _ => None,
+        };
+        if owner.is_some() || former.is_some() {
+            facts.insert(*ip, IpFacts { owner, former });
+        }
+    }
+    Ok(facts)
+}
+
+fn since(d: Option<std::time::Duration>) -> String {
+    d.map(|d| format!("{} s", d.as_secs())).unwrap_or_default()
+}
+
+fn render_node_diff(d: &NodeDiff, table: &LbTable) -> String {
+    let mut t = Table::new();
+    t.load_style(presets::NOTHING).force_no_tty();
+    t.set_header(vec![
+        "WHAT",
+        "SERVICE",
+        "FRONTEND",
+        "BACKEND",
+        "STATE",
+        "SINCE CHANGE",
+    ]);
+    let svc = |s: &ServiceKey, p: &Option<String>| match p {
+        Some(p) => format!("{s}:{p}"),
+        None => s.to_string(),
+    };
+    for (what, rows) in [("stale", &d.stale), ("missing", &d.missing)] {
+        for r in rows {
+            t.add_row(vec![
+                what.to_string(),
+                svc(&r.service, &r.port_name),
+                r.frontend.to_string(),
+                r.backend.to_string(),
+                r.state
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+                since(r.since_change),
+            ]);
+        }
+    }
+    for m in &d.services_missing {
+        for f in &m.frontends {
+            t.add_row(vec![
+                "service missing".to_string(),
+                svc(&f.service, &f.port_name),
+                f.frontend.to_string(),
+                format!("({} backends)", f.backends),
+                String::new(),
+                since(f.since_change),
+            ]);
+        }
+    }
+    for f in &d.frontends_missing {
+        t.add_row(vec![
+            "frontend missing".to_string(),
+            svc(&f.service, &f.port_name),
+            f.frontend.to_string(),
+            format!("({} backends)", f.backends),
+            String::new(),
+            since(f.since_change),
+        ]);
+    }
+    let mut out = format!(
+        "{}{} frontends checked: {} stale, {} missing backends, {} services and {} frontends missing; {} unknown frontends, {} draining backends (dump: {} frontends, {} unknown lines)\n",
+        d.node
+            .as_ref()
+            .map(|n| format!("node {n}: "))
+            .unwrap_or_default(),
+        d.frontends_checked,
+        d.stale.len(),
+        d.missing.len(),
+        d.services_missing.len(),
+        d.frontends_missing.len(),
+        d.unknown_frontends,
+        d.draining,
+        table.frontends.len(),
+        table.skipped.unknown,
+    );
+    if !d.is_clean() {
+        for line in t.lines() {
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+    }
+    if !d.unknown_samples.is_empty() {
+        out.push_str(&format!(
+            "frontends of services not in the truth: {}{}\n",
+            d.unknown_samples.join("; "),
+            if d.unknown_frontends > d.unknown_samples.len() {
+                "; …"
+            } else {
+                ""
+            }
+        ));
+    }
+    out
+}
+
+fn render_conntrack_report(r: &ConntrackReport, attributed: bool) -> String {
+    let mut out = format!(
+        "{} entries, {} live: {} stale flows\n",
+        r.entries,
+        r.live,
+        r.stale.len()
+    );
+    for f in &r.stale {
+        out.push_str(&format!("{f}\n"));
+    }
+    if !attributed {
+        out.push_str(
+            "no history database given (--db): flows to removed pods other than DNS backends cannot be attributed\n",
+        );
+    }
+    out
+}

@@ -1,0 +1,381 @@
+//! `ghostip datapath show|diff` end to end through the binary: real dumps (the generator's
+//! kube-proxy rules, real `iptables-save`/`conntrack -L` captures of ghostip-datapath's
+//! tests/data), truth files in `kubectl get -o json|yaml` shape, exit codes, bad input.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use ghostip::ledger::Ledger;
+use ghostip_core::truth::{PodRecord, ServiceRecord, SliceRecord, TrafficPolicy};
+use ghostip_core::{PodRef, Time};
+use ghostip_datapath::Format;
+use ghostip_datapath::generate::{GenModel, GenSpec};
+use predicates::prelude::*;
+use serde_json::{Value, json};
+
+fn ghostip() -> assert_cmd::Command {
+    let mut c = assert_cmd::Command::cargo_bin("ghostip").unwrap();
+    c.env_remove("KUBECONFIG")
+        .env_remove("GHOSTIP_DB")
+        .env("HOME", "/nonexistent-home");
+    c
+}
+
+fn datapath_data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../ghostip-datapath/tests/data")
+        .join(name)
+}
+
+/// A Service as `kubectl get -o json` prints it.
+fn service_json(s: &ServiceRecord) -> Value {
+    let policy = |p: TrafficPolicy| match p {
+        TrafficPolicy::Cluster => "Cluster",
+        TrafficPolicy::Local => "Local",
+    };
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"namespace": s.key.namespace, "name": s.key.name},
+        "spec": {
+            "type": s.service_type,
+            "clusterIP": s.cluster_ips[0].to_string(),
+            "clusterIPs": s.cluster_ips.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "selector": {"app": s.key.name},
+            "internalTrafficPolicy": policy(s.internal_traffic_policy),
+            "externalTrafficPolicy": policy(s.external_traffic_policy),
+            "ports": s.ports.iter().map(|p| {
+                let mut v = json!({"port": p.port, "protocol": p.protocol.to_string()});
+                if let Some(n) = &p.name { v["name"] = json!(n); }
+                if let Some(np) = p.node_port { v["nodePort"] = json!(np); }
+                v
+            }).collect::<Vec<_>>(),
+        }
+    })
+}
+
+/// An EndpointSlice as `kubectl get -o json` prints it.
+fn slice_json(s: &SliceRecord, trigger: Option<&str>) -> Value {
+    let mut meta = json!({
+        "namespace": s.namespace, "name": s.name,
+        "labels": {"kubernetes.io/service-name": s.service},
+    });
+    if let Some(t) = trigger {
+        meta["annotations"] = json!({"endpoints.kubernetes.io/last-change-trigger-time": t});
+    }
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": meta,
+        "addressType": "IPv4",
+        "endpoints": s.endpoints.iter().map(|e| json!({
+            "addresses": [e.ip.to_string()],
+            "conditions": {"ready": e.ready, "serving": e.serving, "terminating": e.terminating},
+            "nodeName": e.node,
+        })).collect::<Vec<_>>(),
+        "ports": s.ports.iter().map(|p| {
+            let mut v = json!({"port": p.port, "protocol": p.protocol.to_string()});
+            if let Some(n) = &p.name { v["name"] = json!(n); }
+            v
+        }).collect::<Vec<_>>(),
+    })
+}
+
+/// `kubectl get services,endpointslices -A -o json` for a generated cluster; `edit` may
+/// change the slices first.
+fn truth_list(model: &GenModel, edit: impl FnOnce(&mut Vec<SliceRecord>)) -> Value {
+    let (services, mut slices) = model.truth_records();
+    edit(&mut slices);
+    let mut items: Vec<Value> = services.iter().map(service_json).collect();
+    items.extend(
+        slices
+            .iter()
+            .map(|s| slice_json(s, Some("2027-01-15T08:00:00Z"))),
+    );
+    json!({"apiVersion": "v1", "kind": "List", "items": items})
+}
+
+fn spec_12_40() -> GenSpec {
+    let mut s = GenSpec::new(12, 40);
+    s.empty_every = 6;
+    s
+}
+
+#[test]
+fn show_prints_the_table_of_a_real_capture_and_json_with_format() {
+    let dump = datapath_data("iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt");
+    ghostip()
+        .args(["datapath", "show", "--from-file"])
+        .arg(&dump)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "10.96.0.1:80/TCP ClusterIP ns-0/svc-0:http",
+        ))
+        .stdout(predicate::str::contains("skipped: "));
+    let out = ghostip()
+        .args([
+            "datapath",
+            "show",
+            "-o",
+            "json",
+            "--format",
+            "iptables",
+            "--from-file",
+        ])
+        .arg(&dump)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["format"], "iptables");
+    let model = GenModel::generate(&spec_12_40());
+    assert_eq!(
+        v["frontends"].as_array().unwrap().len(),
+        model.expected(Format::Iptables).frontends.len()
+    );
+}
+
+#[test]
+fn show_reads_standard_input_and_conntrack() {
+    let dump = std::fs::read(datapath_data("conntrack-L_netns-pods_conntrack-1.4.7.txt")).unwrap();
+    ghostip()
+        .args(["datapath", "show", "--from-file", "-"])
+        .write_stdin(dump)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("10.96.5.5:80"))
+        .stdout(predicate::str::contains("10.244.3.71:8080"))
+        .stdout(predicate::str::contains("6 entries"));
+}
+
+#[test]
+fn diff_of_a_real_capture_against_its_truth_is_clean_then_stale_after_a_removal() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = GenModel::generate(&spec_12_40());
+    let dump = datapath_data("iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt");
+    let truth = dir.path().join("truth.json");
+    std::fs::write(&truth, truth_list(&model, |_| {}).to_string()).unwrap();
+    ghostip()
+        .args(["datapath", "diff", "--node", "node-1", "--from-file"])
+        .arg(&dump)
+        .arg("--truth")
+        .arg(&truth)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains(format!(
+            "node node-1: {} frontends checked: 0 stale, 0 missing backends, 0 services and 0 frontends missing; 0 unknown frontends",
+            model.expected(Format::Iptables).frontends.len()
+        )));
+    // The first endpoint of svc-0 is gone from the truth; the node still routes to it.
+    let gone = model.services[0].endpoints[0];
+    std::fs::write(
+        &truth,
+        truth_list(&model, |slices| {
+            slices[0].endpoints.remove(0);
+        })
+        .to_string(),
+    )
+    .unwrap();
+    ghostip()
+        .args([
+            "datapath",
+            "diff",
+            "--at",
+            "2027-01-15T08:00:47Z",
+            "--from-file",
+        ])
+        .arg(&dump)
+        .arg("--truth")
+        .arg(&truth)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(format!("{gone}")))
+        .stdout(predicate::str::contains("ns-0/svc-0:http"))
+        .stdout(predicate::str::contains("47 s"));
+    let out = ghostip()
+        .args(["datapath", "diff", "-o", "json", "--from-file"])
+        .arg(&dump)
+        .arg("--truth")
+        .arg(&truth)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["format"], "iptables");
+    assert_eq!(v["truth"]["services"], 12);
+    assert_eq!(v["stale"].as_array().unwrap().len(), 1);
+    assert_eq!(v["stale"][0]["backend"]["ip"], gone.ip().to_string());
+    assert_eq!(v["stale"][0]["service"]["name"], "svc-0");
+}
+
+#[test]
+fn diff_reads_yaml_truth_and_nft_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = GenModel::generate(&spec_12_40());
+    let list = truth_list(&model, |slices| {
+        // A new endpoint the datapath does not have yet.
+        let mut e = slices[1].endpoints[0].clone();
+        e.ip = "100.127.0.1".parse().unwrap();
+        slices[1].endpoints.push(e);
+    });
+    // Two YAML documents: the Services, then the slices.
+    let items = list["items"].as_array().unwrap();
+    let (svcs, slices): (Vec<Value>, Vec<Value>) =
+        items.iter().cloned().partition(|i| i["kind"] == "Service");
+    let yaml = format!(
+        "{}---\n{}",
+        serde_saphyr::to_string(&json!({"kind": "List", "items": svcs})).unwrap(),
+        serde_saphyr::to_string(&json!({"kind": "List", "items": slices})).unwrap()
+    );
+    let truth = dir.path().join("truth.yaml");
+    std::fs::write(&truth, yaml).unwrap();
+    ghostip()
+        .args(["datapath", "diff", "--from-file"])
+        .arg(datapath_data("nft-j_gen-12svc-40ep_nft-1.0.6.json"))
+        .arg("--truth")
+        .arg(&truth)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("missing"))
+        .stdout(predicate::str::contains("100.127.0.1:"));
+}
+
+fn pref(ns: &str, name: &str) -> PodRef {
+    PodRef {
+        namespace: ns.into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+    }
+}
+
+fn pod(p: PodRef, ip: &str, created: Time) -> PodRecord {
+    PodRecord {
+        pod: p,
+        ips: vec![ip.parse().unwrap()],
+        node: Some("node-1".into()),
+        owner_kind: Some("ReplicaSet".into()),
+        owner_name: None,
+        created: Some(created),
+        ready_since: None,
+        deletion: None,
+        grace_period_seconds: Some(30),
+        prestop_seconds: None,
+        host_network: false,
+        labels: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn diff_of_real_conntrack_attributes_flows_through_the_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ghostip.db");
+    let t = |s: &str| s.parse::<Time>().unwrap();
+    {
+        let mut l = Ledger::open(&db).unwrap();
+        l.apply_pod(
+            &pod(
+                pref("prod", "order-7c9"),
+                "10.244.1.10",
+                t("2027-01-15T07:00:00Z"),
+            ),
+            t("2027-01-15T07:00:01Z"),
+        )
+        .unwrap();
+        let stock = pref("prod", "stock-5d8-x");
+        l.apply_pod(
+            &pod(stock.clone(), "10.244.3.71", t("2027-01-15T07:00:00Z")),
+            t("2027-01-15T07:00:01Z"),
+        )
+        .unwrap();
+        l.pod_gone(&stock, t("2027-01-15T08:00:00Z")).unwrap();
+    }
+    // The truth of the capture after the removals: kube-dns now at 10.244.3.54.
+    let truth = json!({"kind": "List", "items": [
+        {"kind": "Service", "metadata": {"namespace": "kube-system", "name": "kube-dns"},
+         "spec": {"clusterIP": "10.96.0.10", "ports": [{"name": "dns", "port": 53, "protocol": "UDP"}]}},
+        {"kind": "EndpointSlice", "metadata": {"namespace": "kube-system", "name": "kube-dns-1",
+           "labels": {"kubernetes.io/service-name": "kube-dns"}},
+         "addressType": "IPv4", "endpoints": [{"addresses": ["10.244.3.54"]}],
+         "ports": [{"name": "dns", "port": 53, "protocol": "UDP"}]},
+        {"kind": "Service", "metadata": {"namespace": "prod", "name": "stock"},
+         "spec": {"clusterIP": "10.96.5.5", "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}},
+    ]});
+    let truth_path = dir.path().join("truth.json");
+    std::fs::write(&truth_path, truth.to_string()).unwrap();
+    let dump = datapath_data("conntrack-L_netns-pods_conntrack-1.4.7.txt");
+    ghostip()
+        .arg("--db")
+        .arg(&db)
+        .args(["datapath", "diff", "--at", "2027-01-15T08:00:47Z", "--from-file"])
+        .arg(&dump)
+        .arg("--truth")
+        .arg(&truth_path)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(
+            "client pod prod/order-7c9 (10.244.1.10) still sends tcp to 10.244.3.71:8080 via 10.96.5.5:80 (was prod/stock-5d8-x, removed 47 s ago)",
+        ))
+        .stdout(predicate::str::contains(
+            "still sends udp to 10.244.3.53:53 via 10.96.0.10:53",
+        ));
+    // Without the ledger only the DNS entry through the ClusterIP can be judged.
+    ghostip()
+        .args(["datapath", "diff", "--from-file"])
+        .arg(&dump)
+        .arg("--truth")
+        .arg(&truth_path)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("1 stale flows"))
+        .stdout(predicate::str::contains("--db"));
+}
+
+#[test]
+fn bad_input_is_exit_2_naming_the_file_and_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.txt");
+    std::fs::write(&junk, "hello\nworld\n").unwrap();
+    ghostip()
+        .args(["datapath", "show", "--from-file"])
+        .arg(&junk)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::starts_with("ghostip: reading "))
+        .stderr(predicate::str::contains("junk.txt"))
+        .stderr(predicate::str::contains("--format"));
+    ghostip()
+        .args(["datapath", "show", "--format", "nft-json", "--from-file"])
+        .arg(&junk)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("parsing "))
+        .stderr(predicate::str::contains("line 1"));
+    let truth = dir.path().join("truth.json");
+    std::fs::write(&truth, "{\"kind\": \"List\", \"items\": [\n  {\"kind\": \"Service\", \"metadata\": {\"name\": \"x\"}}\n]}").unwrap();
+    ghostip()
+        .args(["datapath", "diff", "--from-file"])
+        .arg(datapath_data("ipvsadm-Ln_weight0.txt"))
+        .arg("--truth")
+        .arg(&truth)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("truth.json: items[0]: "));
+    std::fs::write(&truth, "{\"kind\": \"List\",\n \"items\": [").unwrap();
+    ghostip()
+        .args(["datapath", "diff", "--from-file"])
+        .arg(datapath_data("ipvsadm-Ln_weight0.txt"))
+        .arg("--truth")
+        .arg(&truth)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("truth.json: line 2"));
+    ghostip()
+        .args(["datapath", "show", "--from-file", "/nonexistent/dump"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("opening /nonexistent/dump"));
+}
