@@ -476,8 +476,9 @@ impl Engine {
     ) -> Vec<EngineEvent> {
         let judging = self.judging();
         let sid = self.intern(service);
+        let dated = self.truth_synced;
         let entry = self.desired.entry((layer, sid)).or_default();
-        let (removed, added) = update_desired(entry, set, change);
+        let (removed, added) = update_desired(entry, set, change, dated);
         if !judging || (removed.is_empty() && added.is_empty()) {
             return Vec::new();
         }
@@ -516,8 +517,9 @@ impl Engine {
         if self.paths.get(path.0 as usize).is_none_or(|p| p.removed) {
             return Vec::new();
         }
+        let dated = self.truth_synced;
         let entry = self.path_desired.entry((path, sid)).or_default();
-        let (removed, added) = update_desired(entry, set, change);
+        let (removed, added) = update_desired(entry, set, change, dated);
         let mut events = Vec::new();
         if judging && !(removed.is_empty() && added.is_empty()) {
             self.open_for_change(path, sid, service, &removed, &added, change, &mut events);
@@ -939,20 +941,38 @@ impl Engine {
 }
 
 /// Replaces a desired set, remembering when targets left and joined; returns (removed, added).
+///
+/// `dated` is false while the truth has never synced: the initial LIST is a baseline, not
+/// a change, so its targets get no arrival time (at 150 k endpoints that map alone was
+/// tens of MiB); an observation that disagrees with the baseline opens a tracking dated by
+/// the observation, as for any discrepancy found without seeing its change.
 fn update_desired(
     entry: &mut Desired,
     set: BTreeSet<Target>,
     change: ChangeTime,
+    dated: bool,
 ) -> (Vec<Target>, Vec<Target>) {
     let removed: Vec<Target> = entry.set.difference(&set).copied().collect();
     let added: Vec<Target> = set.difference(&entry.set).copied().collect();
     for t in &removed {
-        entry.departed.insert(*t, change);
         entry.arrived.remove(t);
+        if dated {
+            entry.departed.insert(*t, change);
+        } else {
+            entry.departed.remove(t);
+        }
     }
     for t in &added {
-        entry.arrived.insert(*t, change);
         entry.departed.remove(t);
+        if dated {
+            entry.arrived.insert(*t, change);
+        } else {
+            entry.arrived.remove(t);
+        }
+    }
+    if !dated {
+        entry.arrived.shrink_to_fit();
+        entry.departed.shrink_to_fit();
     }
     entry.set = set;
     (removed, added)

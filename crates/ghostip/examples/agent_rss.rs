@@ -5,16 +5,20 @@
 //! against the truth (engine observations) and the audit period the cost cap chooses.
 //!
 //! ```text
-//! cargo run --release -p ghostip --example agent_rss [SERVICES] [ENDPOINTS] [-- PROGRAM ARGS…]
+//! agent_rss prepare DIR [SERVICES] [ENDPOINTS]   # DIR/dump.iptables, DIR/truth.jsonl
+//! agent_rss run DIR [-- PROGRAM ARGS…]
 //! ```
 //!
-//! Without `-- PROGRAM`, the generator's iptables-save dump of the same cluster is written
-//! to a temporary file and read with `cat` (byte-identical to what `iptables-save` prints
-//! for these rules); with it, PROGRAM's stdout is read (e.g. `iptables-legacy-save -t nat`
-//! inside a network namespace loaded with the dump). Prints VmHWM (peak RSS) at each step.
+//! `prepare` runs the generator in its own process, so its memory is not counted: it
+//! writes the cluster's iptables-save dump (byte-identical to what `iptables-save` prints
+//! for these rules) and its truth (Services and EndpointSlices, each endpoint naming its
+//! pod) as JSON lines. `run` streams the truth into the agent's session and reads the dump
+//! with `cat DIR/dump.iptables`, or with PROGRAM (e.g. `iptables-legacy-save -t nat` inside
+//! a network namespace loaded with the dump). Prints VmHWM (peak RSS) at each step.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -51,18 +55,18 @@ fn thread_cpu() -> Duration {
         .map_or(Duration::ZERO, |c| c.own)
 }
 
-fn main() {
-    let all: Vec<String> = std::env::args().skip(1).collect();
-    let split = all.iter().position(|a| a == "--");
-    let (nums, reader) = match split {
-        Some(i) => (&all[..i], Some(&all[i + 1..])),
-        None => (&all[..], None),
-    };
-    let services: usize = nums.first().and_then(|s| s.parse().ok()).unwrap_or(10_000);
-    let endpoints: usize = nums.get(1).and_then(|s| s.parse().ok()).unwrap_or(150_000);
-    println!("start: VmHWM {:.1} MiB", mib(status_kib("VmHWM:")));
+#[derive(serde::Serialize, serde::Deserialize)]
+enum Record {
+    Service(ghostip_core::truth::ServiceRecord),
+    Slice(ghostip_core::truth::SliceRecord),
+}
 
+fn prepare(dir: &Path, services: usize, endpoints: usize) {
+    std::fs::create_dir_all(dir).unwrap();
     let model = GenModel::generate(&GenSpec::new(services, endpoints));
+    let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("dump.iptables")).unwrap());
+    model.write_iptables_save(&mut f).unwrap();
+    f.flush().unwrap();
     let (svc_records, mut slice_records) = model.truth_records();
     // Real EndpointSlices name each endpoint's pod (namespace, name, uid).
     let mut n = 0u64;
@@ -76,17 +80,45 @@ fn main() {
             });
         }
     }
-    // The dump to audit, written before the truth is built so the generator's own memory
-    // is gone by then.
-    let tmp =
-        std::env::temp_dir().join(format!("ghostip-agent-rss-{}.iptables", std::process::id()));
-    if reader.is_none() {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp).unwrap());
-        model.write_iptables_save(&mut f).unwrap();
-        f.flush().unwrap();
+    let mut t = std::io::BufWriter::new(std::fs::File::create(dir.join("truth.jsonl")).unwrap());
+    for r in svc_records
+        .into_iter()
+        .map(Record::Service)
+        .chain(slice_records.into_iter().map(Record::Slice))
+    {
+        serde_json::to_writer(&mut t, &r).unwrap();
+        t.write_all(b"\n").unwrap();
     }
+    t.flush().unwrap();
+    println!(
+        "prepared {services} service ports, {endpoints} endpoints in {}",
+        dir.display()
+    );
+}
+
+fn main() {
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    let split = all.iter().position(|a| a == "--");
+    let (head, reader) = match split {
+        Some(i) => (&all[..i], Some(&all[i + 1..])),
+        None => (&all[..], None),
+    };
+    let dir = PathBuf::from(head.get(1).map_or("/tmp/ghostip-agent-rss", String::as_str));
+    match head.first().map(String::as_str) {
+        Some("prepare") => {
+            let services = head.get(2).and_then(|s| s.parse().ok()).unwrap_or(10_000);
+            let endpoints = head.get(3).and_then(|s| s.parse().ok()).unwrap_or(150_000);
+            prepare(&dir, services, endpoints);
+            return;
+        }
+        Some("run") => {}
+        _ => panic!(
+            "usage: agent_rss prepare DIR [SERVICES] [ENDPOINTS] | agent_rss run DIR [-- PROGRAM ARGS...]"
+        ),
+    }
+    println!("start: VmHWM {:.1} MiB", mib(status_kib("VmHWM:")));
+    let tmp = dir.join("dump.iptables");
     let dump_bytes = std::fs::metadata(&tmp).map(|m| m.len()).unwrap_or(0);
-    drop(model);
 
     // The agent's session: truth, engine, DNS paths seen from this node; pods node-scoped.
     let t = Time::now();
@@ -115,45 +147,60 @@ fn main() {
     };
     let idx = s.engine.add_path(info, Duration::from_secs(2));
     let mut tracker = DatapathTracker::new(THIS_NODE, idx);
+    // `AGENT_RSS_NO_TRACKER=1`: the session alone (what `watch` would hold for this truth),
+    // to tell the datapath path's share of the memory.
+    let with_tracker = std::env::var_os("AGENT_RSS_NO_TRACKER").is_none();
     let mut feed = |s: &mut Session, event: TruthEvent| {
         let r = Received { at: t, event };
         s.on_truth(&r);
-        tracker_events(&mut tracker, s, &r);
+        if with_tracker {
+            tracker_events(&mut tracker, s, &r);
+        }
     };
     for k in &kinds {
         feed(&mut s, TruthEvent::RelistStarted(k.clone()));
     }
-    let endpoint_count: usize = slice_records.iter().map(|s| s.endpoints.len()).sum();
-    // This node's pods only (spec.nodeName field selector): one in 50 in a 50-node cluster.
-    let mut pods = 0;
-    for sl in &slice_records {
-        for e in sl.endpoints.iter().step_by(50) {
-            let pod = e.pod.clone().unwrap();
-            feed(
-                &mut s,
-                TruthEvent::PodApplied(PodRecord {
-                    pod,
-                    ips: vec![e.ip],
-                    node: Some(THIS_NODE.to_string()),
-                    owner_kind: Some("ReplicaSet".into()),
-                    owner_name: Some(format!("{}-7c9d8f6b5", sl.service)),
-                    created: Some(t),
-                    ready_since: Some(t),
-                    deletion: None,
-                    grace_period_seconds: Some(30),
-                    prestop_seconds: None,
-                    host_network: false,
-                    labels: Default::default(),
-                }),
-            );
-            pods += 1;
+    // Stream the truth in; this node's pods (spec.nodeName field selector) are one in 50
+    // in a 50-node cluster.
+    let mut endpoint_count = 0usize;
+    let mut services = 0usize;
+    let mut pods = 0usize;
+    let lines = std::io::BufReader::new(std::fs::File::open(dir.join("truth.jsonl")).unwrap());
+    for line in std::io::BufRead::lines(lines) {
+        let record: Record = serde_json::from_str(&line.unwrap()).unwrap();
+        match record {
+            Record::Service(svc) => {
+                services += 1;
+                feed(&mut s, TruthEvent::ServiceApplied(svc));
+            }
+            Record::Slice(sl) => {
+                for e in &sl.endpoints {
+                    endpoint_count += 1;
+                    if endpoint_count % 50 != 0 {
+                        continue;
+                    }
+                    pods += 1;
+                    feed(
+                        &mut s,
+                        TruthEvent::PodApplied(PodRecord {
+                            pod: e.pod.clone().unwrap(),
+                            ips: vec![e.ip],
+                            node: Some(THIS_NODE.to_string()),
+                            owner_kind: Some("ReplicaSet".into()),
+                            owner_name: Some(format!("{}-7c9d8f6b5", sl.service)),
+                            created: Some(t),
+                            ready_since: Some(t),
+                            deletion: None,
+                            grace_period_seconds: Some(30),
+                            prestop_seconds: None,
+                            host_network: false,
+                            labels: Default::default(),
+                        }),
+                    );
+                }
+                feed(&mut s, TruthEvent::SliceApplied(sl));
+            }
         }
-    }
-    for svc in svc_records {
-        feed(&mut s, TruthEvent::ServiceApplied(svc));
-    }
-    for sl in slice_records {
-        feed(&mut s, TruthEvent::SliceApplied(sl));
     }
     for k in &kinds {
         feed(&mut s, TruthEvent::RelistDone(k.clone()));
@@ -186,7 +233,6 @@ fn main() {
     let out = tracker.on_read(&s.truth, &mut s.engine, &read.table, Time::now());
     let diff_cpu = thread_cpu().saturating_sub(diff_cpu_before);
     let total_wall = wall.elapsed();
-    let _ = std::fs::remove_file(&tmp);
     let stale = tracker.stale_now(&s.engine);
     let open = s.engine.open_count();
     println!(

@@ -623,3 +623,41 @@ fn answers_older_than_the_change_do_not_count() {
         Some(t(1_250))
     );
 }
+
+#[test]
+fn the_initial_baseline_keeps_no_change_times() {
+    let mut e = Engine::new(EngineConfig::default());
+    let p = dns_path(&mut e, 1, 5);
+    // The initial LIST: a baseline, no arrival times kept.
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(1), ip(2)]),
+        ChangeTime::received_at(t(0)),
+    );
+    e.truth_synced(t(100));
+    let sid = e.service_ids[&svc()];
+    assert!(e.desired[&(Layer::Dns, sid)].arrived.is_empty());
+    // A path that never served ip(2): missing, dated by the observation that found it.
+    let ev = e.observe(&obs(p, t(1_000), &[(ip(1), 5)]));
+    let opened = ev
+        .iter()
+        .find_map(|x| match x {
+            EngineEvent::Opened(t) => Some(t.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!((opened.target, opened.kind), (ip(2), Discrepancy::Missing));
+    assert_eq!(opened.change, None);
+    assert_eq!(opened.opened, t(1_000));
+    // After the sync, changes are dated again.
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(1), ip(3)]),
+        ChangeTime::received_at(t(2_000)),
+    );
+    let d = &e.desired[&(Layer::Dns, sid)];
+    assert_eq!(d.arrived.get(&ip(3)).map(|c| c.t0), Some(t(2_000)));
+    assert_eq!(d.departed.get(&ip(2)).map(|c| c.t0), Some(t(2_000)));
+}

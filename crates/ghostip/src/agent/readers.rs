@@ -530,6 +530,58 @@ mod tests {
         assert!(matches!(e, ReaderError::Failed { .. }), "{e}");
     }
 
+    fn can_run_as_root_with(programs: &[&str]) -> bool {
+        let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"))
+        });
+        let found = programs.iter().all(|p| {
+            std::env::var_os("PATH")
+                .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(p).is_file()))
+        });
+        if !(root && found) {
+            eprintln!("skipped: needs root and {programs:?} on PATH");
+        }
+        root && found
+    }
+
+    #[test]
+    fn real_iptables_save_without_net_admin_names_the_capability() {
+        if !can_run_as_root_with(&["unshare", "setpriv", "iptables-save"]) {
+            return;
+        }
+        // In a fresh network namespace: with its capabilities iptables-save reads an empty
+        // ruleset; with CAP_NET_ADMIN and CAP_NET_RAW dropped the kernel refuses.
+        let with = run_and_parse(
+            "unshare",
+            &["--net", "iptables-save", "-t", "nat"],
+            Format::Iptables,
+            Duration::from_secs(20),
+            &no(),
+        )
+        .unwrap();
+        assert!(with.table.frontends.is_empty());
+        let e = run_and_parse(
+            "unshare",
+            &[
+                "--net",
+                "setpriv",
+                "--bounding-set=-net_admin,-net_raw",
+                "--inh-caps=-net_admin,-net_raw",
+                "iptables-save",
+                "-t",
+                "nat",
+            ],
+            Format::Iptables,
+            Duration::from_secs(20),
+            &no(),
+        )
+        .unwrap_err();
+        assert_eq!(e.missing_capability(), Some("CAP_NET_ADMIN"), "{e}");
+        eprintln!("{e}");
+    }
+
     #[test]
     fn cancel_kills_a_running_reader() {
         let cancel = Arc::new(AtomicBool::new(false));
