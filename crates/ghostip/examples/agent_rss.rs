@@ -176,7 +176,7 @@ fn main() {
             Record::Slice(sl) => {
                 for e in &sl.endpoints {
                     endpoint_count += 1;
-                    if endpoint_count % 50 != 0 {
+                    if !endpoint_count.is_multiple_of(50) {
                         continue;
                     }
                     pods += 1;

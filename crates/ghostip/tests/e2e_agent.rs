@@ -65,25 +65,37 @@ struct Agent {
     child: Option<Child>,
     out: PathBuf,
     db: PathBuf,
+    port: u16,
 }
 
 impl Agent {
     fn start(dir: &Path, node: &str) -> Agent {
-        let out = dir.join(format!("{node}.jsonl"));
-        let err = dir.join(format!("{node}.log"));
-        let db = dir.join(format!("{node}.db"));
+        Agent::start_with(dir, node, &[], &[], 9754)
+    }
+
+    /// `wrapper` runs before the binary (e.g. setpriv); `extra` are agent flags.
+    fn start_with(dir: &Path, node: &str, wrapper: &[&str], extra: &[&str], port: u16) -> Agent {
+        let out = dir.join(format!("{node}-{port}.jsonl"));
+        let err = dir.join(format!("{node}-{port}.log"));
+        let db = dir.join(format!("{node}-{port}.db"));
+        let listen = format!("127.0.0.1:{port}");
         let child = lab("exec")
-            .args([node, env!("CARGO_BIN_EXE_ghostip"), "-o", "json", "--db"])
+            .arg(node)
+            .args(wrapper)
+            .args([env!("CARGO_BIN_EXE_ghostip"), "-o", "json", "--db"])
             .arg(&db)
             .args([
                 "agent",
                 "--node-name",
                 node,
+                "--listen",
+                &listen,
                 "--min-audit-period",
                 "5s",
                 "--dns-health-interval",
                 "1s",
             ])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(File::create(&out).unwrap())
             .stderr(File::create(&err).unwrap())
@@ -94,6 +106,7 @@ impl Agent {
             child: Some(child),
             out,
             db,
+            port,
         }
     }
 
@@ -127,7 +140,7 @@ impl Agent {
             "-sS",
             "--max-time",
             "5",
-            &format!("http://127.0.0.1:9754{path}"),
+            &format!("http://127.0.0.1:{}{path}", self.port),
         ]));
         assert_eq!(code, 0, "{}: GET {path}: {err}", self.node);
         out
@@ -406,6 +419,55 @@ fn agent_reports_the_stale_node_datapath_and_clears_after_kube_proxy_restarts() 
             .all(|f| f.verdict == "within expected lag"),
         "node-1 findings: {f1:#?}"
     );
+}
+
+/// Without CAP_NET_ADMIN and CAP_NET_RAW (dropped from the bounding set of the root agent
+/// with setpriv) the datapath reader fails with an error naming the capability, and the
+/// agent keeps watching the truth and probing DNS.
+#[test]
+#[ignore = "needs the lab (GHOSTIP_LAB=1, root)"]
+fn agent_without_net_admin_names_the_capability_and_keeps_probing_dns() {
+    if !lab_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Agent::start_with(
+        dir.path(),
+        "node-1",
+        &[
+            "setpriv",
+            "--bounding-set=-net_admin,-net_raw",
+            "--inh-caps=-net_admin,-net_raw",
+        ],
+        &["--datapath", "iptables"],
+        9755,
+    );
+    let err = a.wait_for("reader error", Duration::from_secs(60), |v| {
+        v["event"] == "reader-error"
+    });
+    eprintln!("{err}");
+    assert_eq!(err["capability"], "CAP_NET_ADMIN", "{err}");
+    assert!(err["error"].as_str().unwrap().contains("iptables-save"));
+    a.wait_for("synced line", Duration::from_secs(60), |v| {
+        v["event"] == "synced"
+    });
+    a.wait_for("healthy DNS", Duration::from_secs(60), |v| {
+        v["event"] == "dns-health" && v["state"] == "healthy"
+    });
+    let st = a.status();
+    assert_eq!(st["missing_capability"], "CAP_NET_ADMIN", "{st}");
+    assert_eq!(st["truth_synced"], true, "{st}");
+    assert!(
+        a.metric("ghostip_datapath_read_errors_total{datapath=\"iptables\",error=\"privilege\"}")
+            .is_some_and(|n| n >= 1.0)
+    );
+    assert!(
+        a.metric("ghostip_probe_queries_total{path_kind=\"dns-pod\"}")
+            .is_some_and(|n| n >= 1.0)
+    );
+    let (code, took) = a.terminate();
+    assert_eq!(code, Some(0));
+    assert!(took <= Duration::from_secs(5), "{took:?}");
 }
 
 /// The deploy/ manifests are accepted by a real API server (server-side dry run: admission,
