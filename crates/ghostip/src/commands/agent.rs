@@ -872,11 +872,23 @@ fn emit_events(printer: &Printer, p: &Pipeline, events: &[EngineEvent]) {
             EngineEvent::Closed(t) => ("closed", t),
         };
         let Some(v) = view(p, t) else { continue };
-        if v.layer == Layer::Datapath && change == "opened" {
-            tracing::warn!(path = %v.path, service = %v.service, target = %v.target, kind = %v.kind, "datapath differs from the truth");
-        }
-        if change == "closed" && v.layer == Layer::Datapath {
-            tracing::info!(path = %v.path, service = %v.service, target = %v.target, verdict = %v.verdict, window_s = v.window_s.unwrap_or(0.0), "datapath converged");
+        // Every truth change opens trackings on every node until its next read: only
+        // verdicts that are findings are warnings.
+        if v.layer == Layer::Datapath {
+            match change {
+                "stuck" => {
+                    tracing::warn!(path = %v.path, service = %v.service, target = %v.target, kind = %v.kind, "datapath stuck: still differs from the truth")
+                }
+                "closed" if t.verdict.is_finding() => {
+                    tracing::warn!(path = %v.path, service = %v.service, target = %v.target, kind = %v.kind, verdict = %v.verdict, window_s = v.window_s.unwrap_or(0.0), "datapath converged late")
+                }
+                "closed" => {
+                    tracing::info!(path = %v.path, service = %v.service, target = %v.target, kind = %v.kind, verdict = %v.verdict, window_s = v.window_s.unwrap_or(0.0), "datapath converged")
+                }
+                _ => {
+                    tracing::debug!(path = %v.path, service = %v.service, target = %v.target, kind = %v.kind, change, "datapath tracking")
+                }
+            }
         }
         printer.line(&Line::Tracking {
             change,
