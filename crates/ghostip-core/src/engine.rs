@@ -527,8 +527,9 @@ impl Engine {
     ) -> Vec<EngineEvent> {
         let judging = self.judging();
         let sid = self.intern(service);
+        let dated = self.truth_synced;
         let entry = self.desired.entry((layer, sid)).or_default();
-        let (removed, added) = update_desired(entry, set, change, judging);
+        let (removed, added) = update_desired(entry, set, change, dated);
         if !judging || (removed.is_empty() && added.is_empty()) {
             return Vec::new();
         }
@@ -567,8 +568,9 @@ impl Engine {
         if self.paths.get(path.0 as usize).is_none_or(|p| p.removed) {
             return Vec::new();
         }
+        let dated = self.truth_synced;
         let entry = self.path_desired.entry((path, sid)).or_default();
-        let (removed, added) = update_desired(entry, set, change, judging);
+        let (removed, added) = update_desired(entry, set, change, dated);
         let mut events = Vec::new();
         if judging && !(removed.is_empty() && added.is_empty()) {
             self.open_for_change(path, sid, service, &removed, &added, change, &mut events);
@@ -1016,19 +1018,23 @@ impl Engine {
     }
 }
 
-/// Replaces a desired set, remembering when targets left and joined while judging (before
-/// the truth synced, the set is a baseline: nothing changed at a known time); returns
-/// (removed, added).
+/// Replaces a desired set, remembering when targets left and joined; returns (removed, added).
+///
+/// `dated` is false while the truth has never synced: the initial LIST is a baseline, not
+/// a change, so its targets get no arrival time (at 150 k endpoints that map alone was
+/// tens of MiB); an observation that disagrees with the baseline opens a tracking dated by
+/// the observation, as for any discrepancy found without seeing its change. Dated changes
+/// are forgotten after `change_memory` ([`Engine::tick`]).
 fn update_desired(
     entry: &mut Desired,
     set: BTreeSet<Target>,
     change: ChangeTime,
-    judging: bool,
+    dated: bool,
 ) -> (Vec<Target>, Vec<Target>) {
     let old: BTreeSet<Target> = entry.set.iter().copied().collect();
     let removed: Vec<Target> = old.difference(&set).copied().collect();
     let added: Vec<Target> = set.difference(&old).copied().collect();
-    if judging {
+    if dated {
         for t in &removed {
             set_dated(&mut entry.departed, *t, change);
             unset_dated(&mut entry.arrived, t);

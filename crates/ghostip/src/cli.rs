@@ -64,6 +64,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Who owned an IP at a given time (and before and after), from the ledger.
     Whois(WhoisArgs),
+    /// Per node (DaemonSet): diff this node's load-balancer datapath with the truth, probe its DNS paths; serve /metrics.
+    Agent(AgentArgs),
     /// Offline node datapath dumps: print the normalized table, or diff it against a truth file.
     Datapath(DatapathArgs),
     /// Predict from configuration how long callers will dial removed pod IPs, per Service.
@@ -178,6 +180,77 @@ pub struct CheckArgs {
     /// Give up on the API server after this long.
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub request_timeout: Duration,
+}
+
+/// `--datapath` of `ghostip agent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DatapathChoice {
+    /// Detect: kube-proxy nftables, then iptables, then IPVS (Cilium is never guessed).
+    Auto,
+    /// kube-proxy iptables mode (`iptables-save -t nat`).
+    Iptables,
+    /// kube-proxy nftables mode (`nft -j list table ip kube-proxy`).
+    Nftables,
+    /// kube-proxy IPVS mode (`ipvsadm-save -n`).
+    Ipvs,
+    /// Cilium, read with `cilium-dbg service list -o json` in this node's Cilium agent pod
+    /// through the Kubernetes exec API (needs `pods/exec` on the Cilium pods).
+    Cilium,
+}
+
+/// `ghostip agent`.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Name of the node this agent runs on (the DaemonSet sets it from the downward API).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node_name: String,
+    /// Which load-balancer datapath to read.
+    #[arg(long, value_enum, default_value_t = DatapathChoice::Auto)]
+    pub datapath: DatapathChoice,
+    /// Address of the HTTP endpoint (/metrics, /healthz, /readyz, /status).
+    #[arg(long, default_value = "127.0.0.1:9754", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// Average CPU the datapath reads may use, in percent of one core; the full-audit
+    /// period adapts to the measured cost of a read to stay under it.
+    #[arg(long, default_value_t = 2.0, value_name = "PERCENT")]
+    pub max_cpu: f64,
+    /// Shortest period between two full audits of the datapath.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub min_audit_period: Duration,
+    /// Longest period between two full audits, however cheap they are.
+    #[arg(long, default_value = "5m", value_parser = parse_duration, value_name = "DURATION")]
+    pub max_audit_period: Duration,
+    /// Interval of the re-reads after a truth change, until the datapath converged.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub reread_interval: Duration,
+    /// Longest time re-reads follow one truth change (then the periodic audit takes over).
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub reread_for: Duration,
+    /// Kill a datapath reader that runs longer than this.
+    #[arg(long, default_value = "120s", value_parser = parse_duration, value_name = "DURATION")]
+    pub read_timeout: Duration,
+    /// How long the datapath may lag the truth before it is over its expected lag
+    /// (kube-proxy's minSyncPeriod plus one sync).
+    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    pub datapath_lag: Duration,
+    /// Interval of the DNS health probes (one query per DNS path of this node).
+    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    pub dns_health_interval: Duration,
+    /// Namespace of the Cilium agent pods (with --datapath cilium).
+    #[arg(long, default_value = "kube-system", value_name = "NS")]
+    pub cilium_namespace: String,
+    /// Label selector of the Cilium agent pods (with --datapath cilium).
+    #[arg(long, default_value = "k8s-app=cilium", value_name = "SELECTOR")]
+    pub cilium_selector: String,
+    /// Container of the Cilium agent pod to exec into (with --datapath cilium).
+    #[arg(long, default_value = "cilium-agent", value_name = "NAME")]
+    pub cilium_container: String,
+    /// How long the ledger keeps closed history.
+    #[arg(long, default_value = "7d", value_parser = parse_duration, value_name = "DURATION")]
+    pub retention: Duration,
+    /// DNS probing of this node's DNS paths.
+    #[command(flatten)]
+    pub dns: DnsArgs,
 }
 
 /// `ghostip whois`.

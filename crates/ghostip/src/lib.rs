@@ -5,6 +5,7 @@
 //! together for the CLI in `main.rs`.
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod audit;
 pub mod cli;
 pub mod commands;

@@ -10,7 +10,10 @@ use ghostip::commands::{self, Outcome};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(&cli.global.log, matches!(cli.command, Command::Watch(_)));
+    init_logging(
+        &cli.global.log,
+        matches!(cli.command, Command::Watch(_) | Command::Agent(_)),
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -22,7 +25,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(commands::run(cli)) {
+    let result = runtime.block_on(commands::run(cli));
+    // Blocking threads (a datapath reader being killed) get one second, not forever.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(Outcome::Clean) => ExitCode::SUCCESS,
         Ok(Outcome::Finding) => ExitCode::from(1),
         Err(e) => {

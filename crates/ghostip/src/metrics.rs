@@ -143,6 +143,11 @@ impl Metrics {
         }
     }
 
+    /// The registry, for commands that export metrics of their own (the agent's audit cost).
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
     /// Text exposition (OpenMetrics).
     pub fn encode(&self) -> String {
         let mut out = String::new();

@@ -667,17 +667,39 @@ fn departures_and_deaths_are_forgotten_after_change_memory() {
 }
 
 #[test]
-fn baseline_targets_carry_no_change_time() {
-    // Before the truth synced nothing changed at a known time: a path missing a baseline
-    // target is dated from the observation.
-    let (mut e, p) = synced();
-    e.observe(&obs(p, t(1_000), &[(ip(2), 5), (ip(3), 5)]));
-    let tr = e
-        .open_trackings()
-        .next()
-        .cloned()
-        .expect("missing tracking");
-    assert_eq!(tr.kind, Discrepancy::Missing);
-    assert_eq!(tr.change, None);
-    assert_eq!(tr.opened, t(1_000));
+fn the_initial_baseline_keeps_no_change_times() {
+    let mut e = Engine::new(EngineConfig::default());
+    let p = dns_path(&mut e, 1, 5);
+    // The initial LIST: a baseline, no arrival times kept.
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(1), ip(2)]),
+        ChangeTime::received_at(t(0)),
+    );
+    e.truth_synced(t(100));
+    let sid = e.service_ids[&svc()];
+    assert!(e.desired[&(Layer::Dns, sid)].arrived.is_empty());
+    // A path that never served ip(2): missing, dated by the observation that found it.
+    let ev = e.observe(&obs(p, t(1_000), &[(ip(1), 5)]));
+    let opened = ev
+        .iter()
+        .find_map(|x| match x {
+            EngineEvent::Opened(t) => Some(t.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!((opened.target, opened.kind), (ip(2), Discrepancy::Missing));
+    assert_eq!(opened.change, None);
+    assert_eq!(opened.opened, t(1_000));
+    // After the sync, changes are dated again.
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(1), ip(3)]),
+        ChangeTime::received_at(t(2_000)),
+    );
+    let d = &e.desired[&(Layer::Dns, sid)];
+    assert_eq!(d.arrived(&ip(3)).map(|c| c.t0), Some(t(2_000)));
+    assert_eq!(d.departed(&ip(2)).map(|c| c.t0), Some(t(2_000)));
 }

@@ -1,5 +1,6 @@
 //! The commands: each turns parsed flags into a run of the adapters and an [`Outcome`].
 
+mod agent;
 mod audit;
 mod check;
 mod datapath;
@@ -43,6 +44,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Rollout(args) => rollout::run(&cli.global, args).await,
         Command::Check(args) => check::run(&cli.global, args).await,
         Command::Whois(args) => whois::run(&cli.global, args),
+        Command::Agent(args) => agent::run(&cli.global, args).await,
         Command::Datapath(args) => datapath::run(&cli.global, args),
         Command::Audit(args) => audit::run(&cli.global, args).await,
         Command::Explain(args) => explain::run(&cli.global, args),

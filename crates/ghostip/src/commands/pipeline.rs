@@ -68,6 +68,7 @@ pub struct Pipeline {
     ledger: Option<LedgerSender>,
     metrics: Option<Arc<Metrics>>,
     stats: Arc<ProbeStats>,
+    budget: Budget,
     reported: crate::dns::prober::StatsSnapshot,
     ticker: tokio::time::Interval,
     cancel: CancellationToken,
@@ -100,6 +101,7 @@ impl Pipeline {
         };
         let prober = Prober::new(cfg, query);
         let stats = prober.stats();
+        let budget = prober.budget();
         // Connect probes have their own small budget so exposure checks never starve DNS.
         let connect_budget = Budget::per_second(NonZeroU32::new(20).unwrap_or(NonZeroU32::MIN));
         let connect = Arc::new(ConnectProber::new(
@@ -125,12 +127,18 @@ impl Pipeline {
             ledger,
             metrics,
             stats,
+            budget,
             reported: Default::default(),
             ticker,
             cancel,
             events_seen: 0,
             auto_stop_bursts: true,
         }
+    }
+
+    /// The prober's global query budget (other DNS probes share it).
+    pub fn budget(&self) -> Budget {
+        self.budget.clone()
     }
 
     /// Sends a command to the prober (e.g. an extra burst).
@@ -260,7 +268,8 @@ impl Pipeline {
         let _ = l.send(op).await;
     }
 
-    async fn engine_events(&mut self, events: Vec<EngineEvent>) {
+    /// Sends engine events to the metrics and, for closed and stuck trackings, to the ledger.
+    pub async fn engine_events(&mut self, events: Vec<EngineEvent>) {
         self.events_seen += events.len() as u64;
         for ev in events {
             if let Some(m) = &self.metrics {

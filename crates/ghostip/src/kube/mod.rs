@@ -46,7 +46,7 @@ pub use error::KubeError;
 pub use snapshot::{Snapshot, snapshot};
 pub use watch::{
     BackoffPolicy, TruthSource, WatchScope, corefile_events_from, events_from, watch_corefile,
-    watch_endpoint_slices, watch_pods, watch_services, watch_truth,
+    watch_endpoint_slices, watch_pods, watch_pods_selected, watch_services, watch_truth,
 };
 
 /// The Corefile ConfigMap key (CoreDNS and NodeLocal DNSCache both use it).

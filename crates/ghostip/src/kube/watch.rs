@@ -96,6 +96,8 @@ pub struct WatchScope {
     pub namespace: Option<String>,
     /// Watch Pods (for the IP ledger).
     pub pods: bool,
+    /// Only the Pods scheduled on this node (`spec.nodeName` field selector; the agent).
+    pub pods_on_node: Option<String>,
     /// Corefile ConfigMaps to watch, each by name.
     pub corefiles: Vec<ConfigMapRef>,
     /// Restart delay after a failed watch.
@@ -107,6 +109,7 @@ impl Default for WatchScope {
         Self {
             namespace: None,
             pods: true,
+            pods_on_node: None,
             corefiles: vec![ConfigMapRef::coredns(), ConfigMapRef::node_local_dns()],
             backoff: BackoffPolicy::default(),
         }
@@ -428,9 +431,25 @@ pub fn watch_pods(
     clock: Arc<dyn Clock>,
     backoff: BackoffPolicy,
 ) -> BoxStream<'static, Received> {
+    watch_pods_selected(client, namespace, None, clock, backoff)
+}
+
+/// Watches Pods in `namespace`, only those on `node` when given (`spec.nodeName` field
+/// selector: the API server filters, so a node agent never receives the whole cluster's pods).
+pub fn watch_pods_selected(
+    client: kube::Client,
+    namespace: Option<&str>,
+    node: Option<&str>,
+    clock: Arc<dyn Clock>,
+    backoff: BackoffPolicy,
+) -> BoxStream<'static, Received> {
     let api: Api<Pod> = scoped_api(client, namespace);
+    let config = match node {
+        Some(n) => watcher::Config::default().fields(&format!("spec.nodeName={n}")),
+        None => watcher::Config::default(),
+    };
     events_from(
-        move || watcher::watcher(api.clone(), watcher::Config::default()),
+        move || watcher::watcher(api.clone(), config.clone()),
         clock,
         backoff,
     )
@@ -468,7 +487,13 @@ pub fn watch_truth(
         watch_services(client.clone(), ns, clock.clone(), scope.backoff),
     ];
     if scope.pods {
-        streams.push(watch_pods(client.clone(), ns, clock.clone(), scope.backoff));
+        streams.push(watch_pods_selected(
+            client.clone(),
+            ns,
+            scope.pods_on_node.as_deref(),
+            clock.clone(),
+            scope.backoff,
+        ));
     }
     for cm in &scope.corefiles {
         streams.push(watch_corefile(

@@ -1,0 +1,638 @@
+//! Thin IO adapters that read a node's datapath: run the tool with arguments (never a shell string), stream its output into the pure parser, measure the CPU it cost.
+//!
+//! See [`read_datapath`]. Each read spawns one program (`iptables-save -t nat`,
+//! `nft -j list table ip kube-proxy`, `ipvsadm-save -n`), feeds its stdout line by line to
+//! `ghostip_datapath::parse_reader` on a blocking thread (the dump is never held whole in
+//! memory), waits for it and measures the CPU of the child (`cutime + cstime` of
+//! `/proc/self/stat`) and of the parsing thread (`/proc/thread-self/stat`). Reads are run
+//! one at a time by the agent, so the children's CPU is the read's.
+//!
+//! # Errors
+//! [`ReaderError`]: the program is not installed, it lacks a privilege (named: which
+//! capability), it failed, timed out, or its output did not parse.
+
+use std::io::{BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use ghostip_core::PathKind;
+use ghostip_datapath::{Format, LbTable, ParseError, Parsed};
+
+use super::cost::CpuTimes;
+
+/// Which load-balancer datapath the node runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Datapath {
+    /// kube-proxy in iptables mode (`iptables-save -t nat`).
+    Iptables,
+    /// kube-proxy in nftables mode (`nft -j list table ip kube-proxy`).
+    Nftables,
+    /// kube-proxy in IPVS mode (`ipvsadm-save -n`).
+    Ipvs,
+    /// Cilium, through `cilium-dbg service list -o json` in the Cilium agent pod.
+    Cilium,
+}
+
+impl Datapath {
+    /// The engine's path kind.
+    pub fn path_kind(self) -> PathKind {
+        match self {
+            Datapath::Iptables => PathKind::Iptables,
+            Datapath::Nftables => PathKind::Nftables,
+            Datapath::Ipvs => PathKind::Ipvs,
+            Datapath::Cilium => PathKind::Cilium,
+        }
+    }
+
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        self.path_kind().as_str()
+    }
+
+    /// The local program and arguments that dump this datapath (`None` for Cilium,
+    /// which is read through the Kubernetes exec API).
+    pub fn command(self) -> Option<(&'static str, &'static [&'static str], Format)> {
+        match self {
+            // The nat table holds every service → endpoint DNAT; the filter table only
+            // adds `has no endpoints` REJECTs, which are not backends.
+            Datapath::Iptables => Some(("iptables-save", &["-t", "nat"], Format::Iptables)),
+            Datapath::Nftables => Some((
+                "nft",
+                &["-j", "list", "table", "ip", "kube-proxy"],
+                Format::NftJson,
+            )),
+            Datapath::Ipvs => Some(("ipvsadm-save", &["-n"], Format::Ipvsadm)),
+            Datapath::Cilium => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Datapath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a datapath could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReaderError {
+    /// The program is not on PATH.
+    #[error("{program} is not installed (not found on PATH)")]
+    NotInstalled {
+        /// Program.
+        program: String,
+    },
+    /// The kernel refused: a capability is missing.
+    #[error(
+        "{program} lacks a privilege: it needs {capability} in the node's network namespace ({stderr})"
+    )]
+    Privilege {
+        /// Program.
+        program: String,
+        /// The capability it needs.
+        capability: &'static str,
+        /// First line of its stderr.
+        stderr: String,
+    },
+    /// The datapath is not there (e.g. no `kube-proxy` nftables table).
+    #[error("{program} found no {what} ({stderr})")]
+    Absent {
+        /// Program.
+        program: String,
+        /// What is absent.
+        what: &'static str,
+        /// First line of its stderr.
+        stderr: String,
+    },
+    /// The program failed otherwise.
+    #[error("{program} exited with {status}: {stderr}")]
+    Failed {
+        /// Program.
+        program: String,
+        /// Exit status.
+        status: String,
+        /// First line of its stderr.
+        stderr: String,
+    },
+    /// Spawning or waiting failed.
+    #[error("running {program}: {source}")]
+    Io {
+        /// Program.
+        program: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The program ran longer than allowed and was killed.
+    #[error("{program} did not finish within {after:?} and was killed")]
+    Timeout {
+        /// Program.
+        program: String,
+        /// The limit.
+        after: Duration,
+    },
+    /// Its output did not parse.
+    #[error("{program} output: {source}")]
+    Parse {
+        /// Program.
+        program: String,
+        /// Cause.
+        source: ParseError,
+    },
+    /// Any other problem (e.g. the Cilium agent pod was not found).
+    #[error("{0}")]
+    Other(String),
+}
+
+impl ReaderError {
+    /// The capability the reader needs, when that is why it failed.
+    pub fn missing_capability(&self) -> Option<&'static str> {
+        match self {
+            ReaderError::Privilege { capability, .. } => Some(capability),
+            _ => None,
+        }
+    }
+
+    /// A short label for metrics and logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ReaderError::NotInstalled { .. } => "not-installed",
+            ReaderError::Privilege { .. } => "privilege",
+            ReaderError::Absent { .. } => "absent",
+            ReaderError::Failed { .. } => "failed",
+            ReaderError::Io { .. } => "io",
+            ReaderError::Timeout { .. } => "timeout",
+            ReaderError::Parse { .. } => "parse",
+            ReaderError::Other(_) => "other",
+        }
+    }
+}
+
+/// What the kernel says when a capability is missing, and which one the tool needs.
+///
+/// `iptables-save` (nf_tables backend), `nft`, `ipvsadm` and `conntrack` talk netlink and
+/// need `CAP_NET_ADMIN`; `iptables-legacy-save` also opens a raw socket (`CAP_NET_RAW`).
+pub fn classify_failure(program: &str, code: Option<i32>, stderr: &str) -> ReaderError {
+    let first = stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+        .chars()
+        .take(300)
+        .collect::<String>();
+    let lower = stderr.to_ascii_lowercase();
+    if lower.contains("permission denied")
+        || lower.contains("operation not permitted")
+        || lower.contains("you must be root")
+    {
+        let capability = if program.contains("legacy") {
+            "CAP_NET_ADMIN and CAP_NET_RAW"
+        } else {
+            "CAP_NET_ADMIN"
+        };
+        return ReaderError::Privilege {
+            program: program.to_string(),
+            capability,
+            stderr: first,
+        };
+    }
+    if program == "nft" && lower.contains("no such file or directory") {
+        return ReaderError::Absent {
+            program: program.to_string(),
+            what: "kube-proxy nftables table",
+            stderr: first,
+        };
+    }
+    if program.starts_with("ipvsadm") && lower.contains("protocol not available") {
+        return ReaderError::Absent {
+            program: program.to_string(),
+            what: "IPVS support in this kernel",
+            stderr: first,
+        };
+    }
+    ReaderError::Failed {
+        program: program.to_string(),
+        status: code.map_or_else(|| "a signal".to_string(), |c| format!("code {c}")),
+        stderr: first,
+    }
+}
+
+/// One read: the table and what it cost.
+#[derive(Clone, Debug)]
+pub struct ReadOutcome {
+    /// The normalized table.
+    pub table: LbTable,
+    /// CPU of the dumping program.
+    pub child_cpu: Duration,
+    /// CPU of parsing its output.
+    pub parse_cpu: Duration,
+    /// Wall time of the whole read.
+    pub wall: Duration,
+    /// Bytes read from the program.
+    pub bytes: u64,
+}
+
+impl ReadOutcome {
+    /// Total CPU of the read.
+    pub fn cpu(&self) -> Duration {
+        self.child_cpu + self.parse_cpu
+    }
+}
+
+fn read_stat(path: &str) -> Option<CpuTimes> {
+    let text = std::fs::read_to_string(path).ok()?;
+    CpuTimes::parse_stat(&text)
+}
+
+/// Counts the bytes passing through a reader.
+struct Counting<R> {
+    inner: R,
+    n: u64,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.n += n as u64;
+        Ok(n)
+    }
+}
+
+/// Runs `program args…`, parses its stdout as `format` while it is produced, waits.
+/// Blocking: call it from a blocking thread. The child is killed after `timeout`, or as
+/// soon as `cancel` is set (shutdown).
+pub fn run_and_parse(
+    program: &str,
+    args: &[&str],
+    format: Format,
+    timeout: Duration,
+    cancel: &Arc<AtomicBool>,
+) -> Result<ReadOutcome, ReaderError> {
+    let started = Instant::now();
+    let proc_before = read_stat("/proc/self/stat");
+    let thread_before = read_stat("/proc/thread-self/stat");
+    let mut child = Command::new(program)
+        .args(args)
+        .env("LC_ALL", "C")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                ReaderError::NotInstalled {
+                    program: program.to_string(),
+                }
+            } else {
+                ReaderError::Io {
+                    program: program.to_string(),
+                    source: e,
+                }
+            }
+        })?;
+    let stdout = child.stdout.take();
+    let mut stderr_pipe = child.stderr.take();
+    let child = Arc::new(Mutex::new(child));
+    // Watchdog: kills the child after the timeout, which ends the parse with EOF.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let watchdog = {
+        let child = Arc::clone(&child);
+        let cancel = Arc::clone(cancel);
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + timeout;
+            loop {
+                match done_rx.recv_timeout(Duration::from_millis(50)) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                        if Instant::now() < deadline && !cancel.load(Ordering::Relaxed) => {}
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        let _ = lock(&child).kill();
+                        return true;
+                    }
+                    _ => return false,
+                }
+            }
+        })
+    };
+    // stderr is drained on its own thread so a chatty program cannot block on it.
+    let stderr_thread = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(e) = stderr_pipe.as_mut() {
+            let _ = e.take(64 * 1024).read_to_string(&mut s);
+        }
+        s
+    });
+    let (parsed, bytes) = match stdout {
+        Some(out) => {
+            let mut counting = Counting { inner: out, n: 0 };
+            let parsed = ghostip_datapath::parse_reader(
+                format,
+                BufReader::with_capacity(256 * 1024, &mut counting),
+            );
+            (Some(parsed), counting.n)
+        }
+        None => (None, 0),
+    };
+    let thread_after = read_stat("/proc/thread-self/stat");
+    // The parse ended at EOF: the child closed stdout, so it is exiting (or was killed).
+    let status = lock(&child).wait();
+    let _ = done_tx.send(());
+    let killed = watchdog.join().unwrap_or(false);
+    let stderr = stderr_thread.join().unwrap_or_default();
+    let proc_after = read_stat("/proc/self/stat");
+    if killed {
+        return Err(ReaderError::Timeout {
+            program: program.to_string(),
+            after: timeout,
+        });
+    }
+    let status = status.map_err(|e| ReaderError::Io {
+        program: program.to_string(),
+        source: e,
+    })?;
+    if !status.success() {
+        return Err(classify_failure(program, status.code(), &stderr));
+    }
+    let table = match parsed {
+        Some(Ok(Parsed::Lb(t))) => t,
+        Some(Ok(Parsed::Conntrack(_))) | None => {
+            return Err(ReaderError::Other(format!(
+                "{program} gave no load-balancer table"
+            )));
+        }
+        Some(Err(e)) => {
+            return Err(ReaderError::Parse {
+                program: program.to_string(),
+                source: e,
+            });
+        }
+    };
+    let child_cpu = match (proc_before, proc_after) {
+        (Some(b), Some(a)) => a.since(b).children,
+        _ => Duration::ZERO,
+    };
+    let parse_cpu = match (thread_before, thread_after) {
+        (Some(b), Some(a)) => a.since(b).own,
+        _ => Duration::ZERO,
+    };
+    Ok(ReadOutcome {
+        table,
+        child_cpu,
+        parse_cpu,
+        wall: started.elapsed(),
+        bytes,
+    })
+}
+
+fn lock(child: &Mutex<Child>) -> std::sync::MutexGuard<'_, Child> {
+    child.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Reads a local datapath (not Cilium) on a blocking thread.
+pub async fn read_datapath(
+    dp: Datapath,
+    timeout: Duration,
+    cancel: Arc<AtomicBool>,
+) -> Result<ReadOutcome, ReaderError> {
+    let Some((program, args, format)) = dp.command() else {
+        return Err(ReaderError::Other(
+            "the Cilium datapath is read through the Kubernetes exec API".into(),
+        ));
+    };
+    tokio::task::spawn_blocking(move || run_and_parse(program, args, format, timeout, &cancel))
+        .await
+        .map_err(|e| ReaderError::Other(format!("reader thread failed: {e}")))?
+}
+
+/// What `--datapath auto` found.
+#[derive(Debug)]
+pub struct Detection {
+    /// The datapath chosen, with its first read.
+    pub chosen: Option<(Datapath, ReadOutcome)>,
+    /// Why each other candidate was not chosen.
+    pub rejected: Vec<(Datapath, String)>,
+}
+
+/// Picks the datapath from what each reader returns: the first candidate whose table
+/// has kube-proxy frontends. Pure; the caller runs the readers.
+pub fn choose(results: Vec<(Datapath, Result<ReadOutcome, ReaderError>)>) -> Detection {
+    let mut chosen = None;
+    let mut rejected = Vec::new();
+    for (dp, r) in results {
+        match r {
+            Ok(o) if chosen.is_none() && !o.table.frontends.is_empty() => chosen = Some((dp, o)),
+            Ok(o) if o.table.frontends.is_empty() => {
+                rejected.push((dp, "no service frontends in its output".to_string()));
+            }
+            Ok(_) => rejected.push((dp, "another datapath was found first".to_string())),
+            Err(e) => rejected.push((dp, e.to_string())),
+        }
+    }
+    Detection { chosen, rejected }
+}
+
+/// `--datapath auto`: tries nftables, iptables, then IPVS (kube-proxy in IPVS mode also
+/// writes a few iptables rules, but no `KUBE-SVC` chains), keeping the first with frontends.
+pub async fn detect(timeout: Duration, cancel: Arc<AtomicBool>) -> Detection {
+    let mut results = Vec::new();
+    for dp in [Datapath::Nftables, Datapath::Iptables, Datapath::Ipvs] {
+        let r = read_datapath(dp, timeout, Arc::clone(&cancel)).await;
+        let found = r.as_ref().is_ok_and(|o| !o.table.frontends.is_empty());
+        results.push((dp, r));
+        if found {
+            break;
+        }
+    }
+    choose(results)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn privilege_errors_name_the_capability() {
+        let e = classify_failure(
+            "iptables-save",
+            Some(1),
+            "iptables-save v1.8.9 (nf_tables): Could not fetch rule set generation id: Permission denied (you must be root)\n",
+        );
+        assert_eq!(e.missing_capability(), Some("CAP_NET_ADMIN"));
+        assert!(e.to_string().contains("needs CAP_NET_ADMIN"), "{e}");
+        let e = classify_failure(
+            "nft",
+            Some(1),
+            "Error: Could not process rule: No such file or directory\nlist table ip kube-proxy\n",
+        );
+        assert_eq!(e.label(), "absent");
+        let e = classify_failure(
+            "nft",
+            Some(1),
+            "netlink: Error: cache initialization failed: Operation not permitted",
+        );
+        assert_eq!(e.missing_capability(), Some("CAP_NET_ADMIN"));
+        let e = classify_failure("ipvsadm-save", Some(1), "weird");
+        assert_eq!(e.label(), "failed");
+    }
+
+    #[test]
+    fn real_program_output_is_streamed_into_the_parser() {
+        // `printf` is a real program writing a small iptables-save dump to a pipe.
+        let dump = "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-A - [0:0]\n:KUBE-SEP-A - [0:0]\n\
+-A KUBE-SERVICES -d 10.96.0.10/32 -p udp -m comment --comment \"kube-system/kube-dns:dns cluster IP\" -m udp --dport 53 -j KUBE-SVC-A\n\
+-A KUBE-SVC-A -m comment --comment \"kube-system/kube-dns:dns -> 10.244.1.2:53\" -j KUBE-SEP-A\n\
+-A KUBE-SEP-A -p udp -m comment --comment \"kube-system/kube-dns:dns\" -m udp -j DNAT --to-destination 10.244.1.2:53\nCOMMIT\n";
+        let o = run_and_parse(
+            "printf",
+            &["%s", dump],
+            Format::Iptables,
+            Duration::from_secs(10),
+            &no(),
+        )
+        .unwrap();
+        assert_eq!(o.table.frontends.len(), 1);
+        assert_eq!(o.table.backend_count(), 1);
+        assert_eq!(o.bytes, dump.len() as u64);
+    }
+
+    #[test]
+    fn missing_program_and_timeout_are_typed() {
+        let e = run_and_parse(
+            "ghostip-no-such-tool",
+            &[],
+            Format::Iptables,
+            Duration::from_secs(1),
+            &no(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, ReaderError::NotInstalled { .. }), "{e}");
+        let started = Instant::now();
+        let e = run_and_parse(
+            "sleep",
+            &["5"],
+            Format::Iptables,
+            Duration::from_millis(200),
+            &no(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, ReaderError::Timeout { .. }), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let e = run_and_parse(
+            "false",
+            &[],
+            Format::Iptables,
+            Duration::from_secs(5),
+            &no(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, ReaderError::Failed { .. }), "{e}");
+    }
+
+    fn can_run_as_root_with(programs: &[&str]) -> bool {
+        let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"))
+        });
+        let found = programs.iter().all(|p| {
+            std::env::var_os("PATH")
+                .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(p).is_file()))
+        });
+        if !(root && found) {
+            eprintln!("skipped: needs root and {programs:?} on PATH");
+        }
+        root && found
+    }
+
+    #[test]
+    fn real_iptables_save_without_net_admin_names_the_capability() {
+        if !can_run_as_root_with(&["unshare", "setpriv", "iptables-save"]) {
+            return;
+        }
+        // In a fresh network namespace: with its capabilities iptables-save reads an empty
+        // ruleset; with CAP_NET_ADMIN and CAP_NET_RAW dropped the kernel refuses.
+        let with = run_and_parse(
+            "unshare",
+            &["--net", "iptables-save", "-t", "nat"],
+            Format::Iptables,
+            Duration::from_secs(20),
+            &no(),
+        )
+        .unwrap();
+        assert!(with.table.frontends.is_empty());
+        let e = run_and_parse(
+            "unshare",
+            &[
+                "--net",
+                "setpriv",
+                "--bounding-set=-net_admin,-net_raw",
+                "--inh-caps=-net_admin,-net_raw",
+                "iptables-save",
+                "-t",
+                "nat",
+            ],
+            Format::Iptables,
+            Duration::from_secs(20),
+            &no(),
+        )
+        .unwrap_err();
+        assert_eq!(e.missing_capability(), Some("CAP_NET_ADMIN"), "{e}");
+        eprintln!("{e}");
+    }
+
+    #[test]
+    fn cancel_kills_a_running_reader() {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let c = Arc::clone(&cancel);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            c.store(true, Ordering::Relaxed);
+        });
+        let started = Instant::now();
+        let e = run_and_parse(
+            "sleep",
+            &["5"],
+            Format::Iptables,
+            Duration::from_secs(60),
+            &cancel,
+        )
+        .unwrap_err();
+        assert!(matches!(e, ReaderError::Timeout { .. }), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        t.join().unwrap();
+    }
+
+    fn no() -> Arc<AtomicBool> {
+        Arc::new(AtomicBool::new(false))
+    }
+
+    #[test]
+    fn choose_keeps_the_first_datapath_with_frontends() {
+        let empty = ReadOutcome {
+            table: LbTable::new(Format::NftJson),
+            child_cpu: Duration::ZERO,
+            parse_cpu: Duration::ZERO,
+            wall: Duration::ZERO,
+            bytes: 0,
+        };
+        let mut full = empty.clone();
+        full.table = ghostip_datapath::iptables::parse_str(
+            "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-A - [0:0]\n-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m comment --comment \"default/kubernetes:https cluster IP\" -m tcp --dport 443 -j KUBE-SVC-A\nCOMMIT\n",
+        )
+        .unwrap();
+        let Detection { chosen, rejected } = choose(vec![
+            (Datapath::Nftables, Ok(empty)),
+            (Datapath::Iptables, Ok(full)),
+            (
+                Datapath::Ipvs,
+                Err(ReaderError::NotInstalled {
+                    program: "ipvsadm-save".into(),
+                }),
+            ),
+        ]);
+        assert_eq!(chosen.map(|c| c.0), Some(Datapath::Iptables));
+        assert_eq!(rejected.len(), 2);
+    }
+}

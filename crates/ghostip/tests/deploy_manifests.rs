@@ -1,0 +1,419 @@
+//! The deploy/ manifests: every document parses into its Kubernetes type without losing a
+//! field (a typo or a misplaced field fails the round trip), the container arguments parse
+//! with ghostip's own CLI, and the security properties the docs promise hold: read-only
+//! RBAC without Secrets, ConfigMaps only by name in kube-system, pods/exec only in the
+//! opt-in Cilium file, the agent's exact capabilities, NODE_NAME from the downward API,
+//! resources set, alert rules on metrics ghostip exports.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use ghostip::cli::{Cli, Command};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{Namespace, PodSpec, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
+}
+
+/// Every document of every deploy/*.yaml, with its file name.
+fn documents() -> Vec<(String, Value)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(deploy_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{name}: not YAML: {e}"));
+        for d in docs.into_iter().filter(|d| !d.is_null()) {
+            out.push((name.clone(), d));
+        }
+    }
+    assert!(
+        out.len() >= 15,
+        "expected the whole deploy/ set, found {}",
+        out.len()
+    );
+    out
+}
+
+/// Parses `doc` as `T` and checks nothing was dropped or changed on the way back.
+fn typed<T: DeserializeOwned + serde::Serialize>(file: &str, doc: &Value) -> T {
+    let what = format!(
+        "{file}: {} {}",
+        doc["kind"].as_str().unwrap_or("?"),
+        doc["metadata"]["name"].as_str().unwrap_or("?")
+    );
+    let t: T = serde_json::from_value(doc.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let back = serde_json::to_value(&t).unwrap();
+    if &back != doc {
+        panic!(
+            "{what}: fields lost or changed by the schema (unknown or misplaced field?)\n{}",
+            first_difference("", doc, &back)
+        );
+    }
+    t
+}
+
+fn first_difference(at: &str, a: &Value, b: &Value) -> String {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            for (k, v) in x {
+                match y.get(k) {
+                    None => return format!("{at}.{k}: not in the schema"),
+                    Some(w) if v != w => return first_difference(&format!("{at}.{k}"), v, w),
+                    _ => {}
+                }
+            }
+            format!(
+                "{at}: the schema added {:?}",
+                y.keys().filter(|k| !x.contains_key(*k)).collect::<Vec<_>>()
+            )
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find(|(_, (v, w))| v != w)
+            .map(|(i, (v, w))| first_difference(&format!("{at}[{i}]"), v, w))
+            .unwrap_or_default(),
+        _ => format!("{at}: {a} became {b}"),
+    }
+}
+
+/// Prometheus Operator objects, as far as these manifests use them (unknown fields rejected).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct ServiceMonitor {
+    api_version: String,
+    kind: String,
+    metadata: Value,
+    spec: ServiceMonitorSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct ServiceMonitorSpec {
+    selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    namespace_selector: BTreeMap<String, Vec<String>>,
+    endpoints: Vec<MonitorEndpoint>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct MonitorEndpoint {
+    port: String,
+    path: String,
+    interval: String,
+    scrape_timeout: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct PrometheusRule {
+    api_version: String,
+    kind: String,
+    metadata: Value,
+    spec: RuleSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleSpec {
+    groups: Vec<RuleGroup>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct RuleGroup {
+    name: String,
+    rules: Vec<Rule>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct Rule {
+    alert: String,
+    expr: String,
+    #[serde(default, rename = "for")]
+    for_: Option<String>,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+}
+
+fn rules_of(doc: &Value) -> Vec<PolicyRule> {
+    match doc["kind"].as_str() {
+        Some("ClusterRole") => typed::<ClusterRole>("", doc).rules.unwrap_or_default(),
+        Some("Role") => typed::<Role>("", doc).rules.unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+fn container_args(spec: &PodSpec) -> Vec<String> {
+    spec.containers[0].args.clone().unwrap_or_default()
+}
+
+/// Parses a container's arguments with ghostip's CLI (`$(HOST_IP)` expanded as the kubelet would).
+fn parse_cli(args: &[String], extra: &[&str]) -> Cli {
+    let argv: Vec<String> = std::iter::once("ghostip".to_string())
+        .chain(args.iter().map(|a| a.replace("$(HOST_IP)", "192.0.2.10")))
+        .chain(extra.iter().map(|s| s.to_string()))
+        .collect();
+    Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+}
+
+#[test]
+fn every_document_round_trips_through_its_schema() {
+    let mut kinds = BTreeMap::<String, usize>::new();
+    for (file, doc) in documents() {
+        let kind = doc["kind"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{file}: no kind"))
+            .to_string();
+        match kind.as_str() {
+            "Namespace" => drop(typed::<Namespace>(&file, &doc)),
+            "ServiceAccount" => drop(typed::<ServiceAccount>(&file, &doc)),
+            "ClusterRole" => drop(typed::<ClusterRole>(&file, &doc)),
+            "ClusterRoleBinding" => drop(typed::<ClusterRoleBinding>(&file, &doc)),
+            "Role" => drop(typed::<Role>(&file, &doc)),
+            "RoleBinding" => drop(typed::<RoleBinding>(&file, &doc)),
+            "DaemonSet" => drop(typed::<DaemonSet>(&file, &doc)),
+            "Deployment" => drop(typed::<Deployment>(&file, &doc)),
+            "Service" => drop(typed::<Service>(&file, &doc)),
+            "ValidatingAdmissionPolicy" => drop(typed::<ValidatingAdmissionPolicy>(&file, &doc)),
+            "ValidatingAdmissionPolicyBinding" => {
+                drop(typed::<ValidatingAdmissionPolicyBinding>(&file, &doc))
+            }
+            "ServiceMonitor" => {
+                let _: ServiceMonitor = serde_json::from_value(doc.clone())
+                    .unwrap_or_else(|e| panic!("{file}: ServiceMonitor: {e}"));
+            }
+            "PrometheusRule" => {
+                let _: PrometheusRule = serde_json::from_value(doc.clone())
+                    .unwrap_or_else(|e| panic!("{file}: PrometheusRule: {e}"));
+            }
+            "Kustomization" => {
+                for r in doc["resources"].as_array().unwrap() {
+                    let r = r.as_str().unwrap();
+                    assert!(
+                        deploy_dir().join(r).is_file(),
+                        "{file}: missing resource {r}"
+                    );
+                }
+            }
+            other => panic!("{file}: unexpected kind {other}"),
+        }
+        *kinds.entry(kind).or_default() += 1;
+    }
+    eprintln!("deploy/ documents by kind: {kinds:?}");
+    for k in [
+        "DaemonSet",
+        "Deployment",
+        "ClusterRole",
+        "ServiceMonitor",
+        "PrometheusRule",
+    ] {
+        assert!(kinds.contains_key(k), "no {k} in deploy/");
+    }
+}
+
+#[test]
+fn rbac_is_read_only_and_least_privilege() {
+    for (file, doc) in documents() {
+        let namespace = doc["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        for rule in rules_of(&doc) {
+            let resources = rule.resources.clone().unwrap_or_default();
+            let verbs: BTreeSet<String> = rule.verbs.iter().cloned().collect();
+            assert!(
+                !resources
+                    .iter()
+                    .any(|r| r == "*" || r.starts_with("secrets")),
+                "{file}: {rule:?}"
+            );
+            assert!(!verbs.contains("*"), "{file}: {rule:?}");
+            if resources.iter().any(|r| r == "pods/exec") {
+                assert_eq!(
+                    file, "cilium-exec.yaml",
+                    "pods/exec outside the opt-in file"
+                );
+                assert_eq!(namespace, "kube-system");
+                continue;
+            }
+            let read: BTreeSet<String> = ["get", "list", "watch"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            assert!(verbs.is_subset(&read), "{file}: writes granted: {rule:?}");
+            if resources.iter().any(|r| r == "configmaps") {
+                assert_eq!(doc["kind"], "Role", "{file}: ConfigMaps cluster-wide");
+                assert_eq!(namespace, "kube-system");
+                let names = rule.resource_names.clone().unwrap_or_default();
+                assert_eq!(
+                    names,
+                    vec!["coredns".to_string(), "node-local-dns".to_string()]
+                );
+            }
+            for r in &resources {
+                assert!(
+                    ["endpointslices", "services", "pods", "configmaps"].contains(&r.as_str()),
+                    "{file}: unexpected resource {r}"
+                );
+            }
+        }
+    }
+    // The Cilium exec grant is fenced by an admission policy bound to Deny.
+    let docs = documents();
+    let vap = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "ValidatingAdmissionPolicy")
+        .map(|(f, d)| typed::<ValidatingAdmissionPolicy>(f, d))
+        .expect("a ValidatingAdmissionPolicy for pods/exec");
+    let spec = vap.spec.unwrap();
+    let rules = spec.match_constraints.unwrap().resource_rules.unwrap();
+    assert!(rules.iter().any(|r| {
+        r.resources
+            .as_ref()
+            .is_some_and(|x| x.contains(&"pods/exec".to_string()))
+    }));
+    let binding = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "ValidatingAdmissionPolicyBinding")
+        .map(|(f, d)| typed::<ValidatingAdmissionPolicyBinding>(f, d))
+        .unwrap();
+    assert_eq!(
+        binding.spec.unwrap().validation_actions.unwrap(),
+        vec!["Deny".to_string()]
+    );
+}
+
+#[test]
+fn agent_daemonset_has_what_the_agent_needs_and_no_more() {
+    let (file, doc) = documents()
+        .into_iter()
+        .find(|(_, d)| d["kind"] == "DaemonSet")
+        .unwrap();
+    let ds: DaemonSet = typed(&file, &doc);
+    let pod = ds.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.host_network, Some(true));
+    assert_eq!(pod.dns_policy.as_deref(), Some("ClusterFirstWithHostNet"));
+    assert_eq!(pod.service_account_name.as_deref(), Some("ghostip-agent"));
+    let c = &pod.containers[0];
+    let sc = c.security_context.clone().unwrap();
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_ne!(sc.privileged, Some(true));
+    let caps = sc.capabilities.unwrap();
+    assert_eq!(caps.drop.unwrap(), vec!["ALL".to_string()]);
+    assert_eq!(
+        caps.add.unwrap(),
+        vec!["NET_ADMIN".to_string(), "NET_RAW".to_string()]
+    );
+    let env = c.env.clone().unwrap();
+    let node = env.iter().find(|e| e.name == "NODE_NAME").unwrap();
+    let field = node
+        .value_from
+        .clone()
+        .unwrap()
+        .field_ref
+        .unwrap()
+        .field_path;
+    assert_eq!(field, "spec.nodeName");
+    let res = c.resources.clone().unwrap();
+    for k in ["cpu", "memory"] {
+        assert!(
+            res.requests.as_ref().unwrap().contains_key(k),
+            "request {k}"
+        );
+        assert!(res.limits.as_ref().unwrap().contains_key(k), "limit {k}");
+    }
+    // The arguments are real flags of `ghostip agent` (NODE_NAME comes from the env).
+    let cli = parse_cli(&container_args(&pod), &["--node-name", "node-a"]);
+    let Command::Agent(a) = cli.command else {
+        panic!("the DaemonSet does not run `ghostip agent`")
+    };
+    assert_eq!(a.listen.port(), 9754);
+    assert!(a.max_cpu > 0.0 && a.max_cpu <= 5.0);
+}
+
+#[test]
+fn watch_deployment_runs_unprivileged() {
+    let (file, doc) = documents()
+        .into_iter()
+        .find(|(_, d)| d["kind"] == "Deployment")
+        .unwrap();
+    let d: Deployment = typed(&file, &doc);
+    let pod = d.spec.unwrap().template.spec.unwrap();
+    assert_ne!(pod.host_network, Some(true));
+    assert_eq!(
+        pod.security_context.clone().unwrap().run_as_non_root,
+        Some(true)
+    );
+    let sc = pod.containers[0].security_context.clone().unwrap();
+    assert_eq!(sc.capabilities.unwrap().add, None);
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    let cli = parse_cli(&container_args(&pod), &[]);
+    assert!(matches!(cli.command, Command::Watch(_)));
+}
+
+#[test]
+fn alerts_use_metrics_ghostip_exports() {
+    // Every ghostip_* series an alert reads is registered: the fixed names in metrics.rs,
+    // the agent's own in commands/agent.rs (families without samples are not encoded, so
+    // the registrations are read from the source).
+    let mut exported: BTreeSet<String> = BTreeSet::new();
+    for src in ["src/metrics.rs", "src/commands/agent.rs"] {
+        let text =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(src)).unwrap();
+        for chunk in text.split('"').filter(|c| {
+            c.starts_with("ghostip_") && c.chars().all(|ch| ch.is_ascii_lowercase() || ch == '_')
+        }) {
+            exported.insert(chunk.to_string());
+            for s in ["_total", "_count", "_sum", "_bucket"] {
+                exported.insert(format!("{chunk}{s}"));
+            }
+        }
+    }
+    assert!(exported.contains("ghostip_stale_endpoints"));
+    let (_, doc) = documents()
+        .into_iter()
+        .find(|(_, d)| d["kind"] == "PrometheusRule")
+        .unwrap();
+    let rule: PrometheusRule = serde_json::from_value(doc).unwrap();
+    let mut alerts = 0;
+    for r in rule.spec.groups.iter().flat_map(|g| &g.rules) {
+        alerts += 1;
+        let used: Vec<&str> = r
+            .expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("ghostip_"))
+            .collect();
+        assert!(!used.is_empty(), "{}: reads no ghostip metric", r.alert);
+        for m in used {
+            assert!(exported.contains(m), "{}: {m} is not exported", r.alert);
+        }
+    }
+    assert!(alerts >= 3);
+}
