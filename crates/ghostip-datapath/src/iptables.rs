@@ -23,7 +23,7 @@ use std::io::BufRead;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::LazyLock;
 
-use memchr::memmem::{Finder, FinderRev};
+use memchr::memmem::Finder;
 
 use crate::error::ParseError;
 use crate::format::Format;
@@ -182,7 +182,6 @@ struct NoEndpoints {
     flag: &'static str,
 }
 
-static FIND_JUMP: LazyLock<FinderRev<'static>> = LazyLock::new(|| FinderRev::new(b" -j "));
 static FIND_TO_DEST: LazyLock<Finder<'static>> =
     LazyLock::new(|| Finder::new(b"--to-destination "));
 static FIND_RCHECK: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b" --rcheck"));
@@ -190,35 +189,84 @@ static FIND_RCHECK: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b" 
 /// A DNAT target, compact (`SocketAddr` is 32 bytes; this is 20).
 type Addr = (IpAddr, u16);
 
+/// A kube-proxy chain name packed into 83 bits (see [`pack_chain`]), stored as three
+/// `u32`s so that a map entry with its id is 16 bytes (a `(u64, u32)` key made it 24).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct ChainKey([u32; 3]);
+
+impl std::hash::Hash for ChainKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let [lo, mid, hi] = self.0;
+        state.write_u64(u64::from(lo) | (u64::from(mid) << 32));
+        state.write_u32(hi);
+    }
+}
+
 /// kube-proxy chain names are `KUBE-XXX-` plus 16 base32 characters: 83 bits, packed
-/// into a `(u64, u32)` key (16-byte map entries with the id), so chains are interned
-/// without a heap allocation each.
-fn pack_chain(name: &str) -> Option<(u64, u32)> {
-    const PREFIXES: [&str; 6] = [
-        "KUBE-SVC-",
-        "KUBE-SVL-",
-        "KUBE-EXT-",
-        "KUBE-SEP-",
-        "KUBE-FW-",
-        "KUBE-XLB-",
-    ];
-    let (tag, suffix) = PREFIXES
-        .iter()
-        .enumerate()
-        .find_map(|(i, p)| name.strip_prefix(p).map(|rest| (i as u128 + 1, rest)))?;
-    if suffix.len() != 16 {
-        return None;
+/// into a [`ChainKey`], so chains are interned without a heap allocation each.
+fn pack_chain(name: &str) -> Option<ChainKey> {
+    let rest = name.as_bytes().strip_prefix(b"KUBE-")?;
+    let (tag, suffix): (u32, &[u8]) = match rest {
+        [b'S', b'V', b'C', b'-', s @ ..] => (1, s),
+        [b'S', b'V', b'L', b'-', s @ ..] => (2, s),
+        [b'E', b'X', b'T', b'-', s @ ..] => (3, s),
+        [b'S', b'E', b'P', b'-', s @ ..] => (4, s),
+        [b'F', b'W', b'-', s @ ..] => (5, s),
+        [b'X', b'L', b'B', b'-', s @ ..] => (6, s),
+        _ => return None,
+    };
+    let suffix: &[u8; 16] = suffix.try_into().ok()?;
+    let (a, b) = suffix.split_at(8);
+    let a = base32_40(a)?;
+    let b = base32_40(b)?;
+    // 40 + 40 bits of hash and a 3-bit tag, in three words.
+    Some(ChainKey([
+        a as u32,
+        ((a >> 32) | (b << 8)) as u32,
+        ((b >> 24) as u32) | (tag << 16),
+    ]))
+}
+
+/// Base32 digit values (RFC 4648 alphabet, `A`–`Z`, `2`–`7`); 0x80 marks other bytes.
+static BASE32: [u8; 256] = {
+    let mut t = [0x80u8; 256];
+    let mut i = 0;
+    while i < 26 {
+        t[b'A' as usize + i] = i as u8;
+        i += 1;
     }
-    let mut v = tag;
-    for b in suffix.bytes() {
-        let d = match b {
-            b'A'..=b'Z' => b - b'A',
-            b'2'..=b'7' => b - b'2' + 26,
-            _ => return None,
-        };
-        v = (v << 5) | u128::from(d);
+    let mut i = 0;
+    while i < 6 {
+        t[b'2' as usize + i] = 26 + i as u8;
+        i += 1;
     }
-    Some((v as u64, (v >> 64) as u32))
+    t
+};
+
+/// Eight base32 digits as a 40-bit number, `None` if one is not a base32 digit.
+fn base32_40(digits: &[u8]) -> Option<u64> {
+    let mut v = 0u64;
+    let mut bad = 0u8;
+    for &c in digits {
+        let d = BASE32.get(usize::from(c)).copied().unwrap_or(0x80);
+        bad |= d;
+        v = (v << 5) | u64::from(d & 0x1f);
+    }
+    (bad & 0x80 == 0).then_some(v)
+}
+
+/// Position of the last ` -j ` in a rule (the rule's target).
+fn rfind_jump(b: &[u8]) -> Option<usize> {
+    let mut end = b.len();
+    while let Some(j) = memchr::memrchr(b'j', b.get(..end).unwrap_or_default()) {
+        if let Some(p) = j.checked_sub(2)
+            && b.get(p..p + 4) == Some(b" -j ")
+        {
+            return Some(p);
+        }
+        end = j;
+    }
+    None
 }
 
 #[derive(Default)]
@@ -227,10 +275,10 @@ struct Parser {
     saw_iptables: bool,
     first_foreign: Option<(usize, String)>,
     v6: bool,
-    packed: FxMap<(u64, u32), u32>,
+    packed: FxMap<ChainKey, u32>,
     /// The chain of the previous rule: rules of one chain are consecutive in a dump, so
     /// most rules find their own chain here without a hash lookup.
-    last_from: Option<((u64, u32), u32)>,
+    last_from: Option<(ChainKey, u32)>,
     names: FxMap<Box<str>, u32>,
     next_id: u32,
     /// Chain-to-chain jumps (from, to).
@@ -511,7 +559,7 @@ impl Parser {
         if memchr::memchr(b'\\', bytes).is_some() {
             return false;
         }
-        let Some(idx) = FIND_JUMP.rfind(bytes) else {
+        let Some(idx) = rfind_jump(bytes) else {
             return false;
         };
         let after = body.get(idx + 4..).unwrap_or_default();
@@ -519,8 +567,14 @@ impl Parser {
         let rest = after.get(target.len()..).unwrap_or_default();
         match class {
             Class::Sep if target == "DNAT" => {
-                let Some(at) = FIND_TO_DEST.find(rest.as_bytes()) else {
-                    return false;
+                // kube-proxy writes `--to-destination` right after `-j DNAT`.
+                let at = if rest.starts_with(" --to-destination ") {
+                    1
+                } else {
+                    match FIND_TO_DEST.find(rest.as_bytes()) {
+                        Some(at) => at,
+                        None => return false,
+                    }
                 };
                 let dest = rest.get(at + 17..).unwrap_or_default();
                 let dest = dest.split(' ').next().unwrap_or_default();

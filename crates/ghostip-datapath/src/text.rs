@@ -225,10 +225,54 @@ pub(crate) fn unescape(s: &str) -> Cow<'_, str> {
 
 /// Parses `1.2.3.4:80` or `[fd00::1]:80`.
 pub(crate) fn parse_socket(s: &str) -> Option<SocketAddr> {
+    if let Some(sa) = parse_socket_v4_plain(s.as_bytes()) {
+        return Some(sa);
+    }
     if let Ok(sa) = s.parse::<SocketAddr>() {
         return Some(sa);
     }
     None
+}
+
+/// The common shape of a DNAT target, `1.2.3.4:80` with no leading zeros, read without
+/// the standard library's general parser. Anything else gives `None` and is left to
+/// `SocketAddr::from_str`, so the accepted set and the values are the same.
+fn parse_socket_v4_plain(b: &[u8]) -> Option<SocketAddr> {
+    /// A decimal number of 1..=`max_digits` digits, no leading zero; returns it and the
+    /// position after it.
+    fn number(b: &[u8], at: usize, max_digits: usize) -> Option<(u32, usize)> {
+        let mut v = 0u32;
+        let mut i = at;
+        while let Some(&c) = b.get(i) {
+            if !c.is_ascii_digit() || i - at == max_digits {
+                break;
+            }
+            v = v * 10 + u32::from(c - b'0');
+            i += 1;
+        }
+        let digits = i - at;
+        if digits == 0 || (digits > 1 && b.get(at) == Some(&b'0')) {
+            return None;
+        }
+        Some((v, i))
+    }
+    let mut octets = [0u8; 4];
+    let mut at = 0;
+    for (k, o) in octets.iter_mut().enumerate() {
+        let (v, next) = number(b, at, 3)?;
+        *o = u8::try_from(v).ok()?;
+        let sep = if k == 3 { b':' } else { b'.' };
+        if b.get(next) != Some(&sep) {
+            return None;
+        }
+        at = next + 1;
+    }
+    let (port, end) = number(b, at, 5)?;
+    if end != b.len() {
+        return None;
+    }
+    let port = u16::try_from(port).ok()?;
+    Some(SocketAddr::new(IpAddr::from(octets), port))
 }
 
 /// Parses an address with an optional host prefix (`/32`, `/128`); other prefixes are not
@@ -294,5 +338,37 @@ mod tests {
             Some("[fd00::1]:53".parse().unwrap())
         );
         assert_eq!(parse_socket("10.1.2.3:x"), None);
+        // Shapes the fast IPv4 path leaves to the standard parser.
+        for s in [
+            "10.1.2.3:080",
+            "010.1.2.3:80",
+            "10.1.2.3:65536",
+            "10.1.2.256:1",
+            "1.2.3:4",
+            "10.1.2.3:",
+            "10.1.2.3:8080 ",
+            "1.2.3.4.5:6",
+            "10.1.2.3:00",
+            "[::ffff:1.2.3.4]:9",
+        ] {
+            assert_eq!(parse_socket(s), s.parse().ok(), "{s}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The fast IPv4 path accepts exactly what `SocketAddr::from_str` accepts, with
+        /// the same value.
+        #[test]
+        fn socket_fast_path_agrees_with_std(s in "[0-9.:]{0,24}") {
+            proptest::prop_assert_eq!(parse_socket(&s), s.parse::<SocketAddr>().ok());
+        }
+
+        #[test]
+        fn socket_fast_path_agrees_with_std_near_valid(
+            a in 0u32..300, b in 0u32..300, c in "0?[0-9]{1,3}", port in "0?[0-9]{1,6}",
+        ) {
+            let s = format!("{a}.{b}.{c}.7:{port}");
+            proptest::prop_assert_eq!(parse_socket(&s), s.parse::<SocketAddr>().ok());
+        }
     }
 }
