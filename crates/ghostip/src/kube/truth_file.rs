@@ -206,9 +206,11 @@ fn object(
             out.truth.apply_slice(rec, at);
             out.slices += 1;
         }
-        "List" => {
+        // Without an `items` array, `walk` would hand the List straight back here.
+        "List" if item.get("items").is_some_and(Value::is_array) => {
             walk(item, &format!("{path}."), file, at, out)?;
         }
+        "List" => return Err(err("a List without an `items` array".to_string())),
         _ => *out.skipped.entry(kind).or_default() += 1,
     }
     Ok(())
@@ -282,5 +284,23 @@ mod tests {
         assert!(matches!(e, TruthFileError::Empty { .. }), "{e}");
         let e = read_truth("a: [1,\n", "t.yaml", at()).unwrap_err();
         assert!(matches!(e, TruthFileError::Yaml { .. }), "{e}");
+    }
+
+    /// Found by the `truth_file` fuzz target: a List without `items` recursed until the stack
+    /// overflowed.
+    #[test]
+    fn a_list_without_items_is_an_error() {
+        let e = read_truth(r#"{"kind":"List"}"#, "t.json", at())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "t.json: (top level): a List without an `items` array");
+        let e = read_truth(
+            "kind: List\nitems: [{kind: List, kinds: []}]\n",
+            "t.yaml",
+            at(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(e, "t.yaml: items[0]: a List without an `items` array");
     }
 }
