@@ -11,6 +11,7 @@ pub mod cli;
 pub mod commands;
 pub mod dns;
 pub mod explain;
+pub mod http;
 pub mod kube;
 pub mod ledger;
 pub mod metrics;

@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use futures::StreamExt;
@@ -221,41 +221,9 @@ enum Line<'a> {
     },
 }
 
-#[derive(Clone)]
-struct Http {
-    metrics: Arc<Metrics>,
-    ready: Arc<AtomicBool>,
-    status: Arc<Mutex<AgentStatus>>,
-}
-
-async fn metrics_handler(State(s): State<Http>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        s.metrics.encode(),
-    )
-}
-
-async fn healthz() -> &'static str {
-    "ok\n"
-}
-
-async fn readyz(State(s): State<Http>) -> impl IntoResponse {
-    if s.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ok: truth synced\n")
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: truth not synced (truth gap)\n",
-        )
-    }
-}
-
-async fn status_handler(State(s): State<Http>) -> impl IntoResponse {
+async fn status_handler(State(status): State<Arc<Mutex<AgentStatus>>>) -> impl IntoResponse {
     let body = {
-        let st = s.status.lock().unwrap_or_else(PoisonError::into_inner);
+        let st = status.lock().unwrap_or_else(PoisonError::into_inner);
         serde_json::to_string_pretty(&*st).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     };
     ([(header::CONTENT_TYPE, "application/json")], body)
@@ -347,16 +315,11 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
-    let app = Router::new()
-        .route("/metrics", get(metrics_handler))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/status", get(status_handler))
-        .with_state(Http {
-            metrics: Arc::clone(&metrics),
-            ready: Arc::clone(&ready),
-            status: Arc::clone(&status),
-        });
+    let app = crate::http::router(Arc::clone(&metrics), Arc::clone(&ready)).merge(
+        Router::new()
+            .route("/status", get(status_handler))
+            .with_state(Arc::clone(&status)),
+    );
     let http_cancel = cancel.clone();
     let server = tokio::spawn(async move {
         axum::serve(listener, app)

@@ -8,11 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
-use axum::routing::get;
 use futures::StreamExt;
 use ghostip_core::Time;
 use tokio_util::sync::CancellationToken;
@@ -24,37 +19,6 @@ use crate::cli::{GlobalArgs, WatchArgs};
 use crate::kube::{SyncState, SystemClock, WatchScope, watch_truth};
 use crate::ledger::{LedgerOp, LedgerWriter, WriterOptions};
 use crate::metrics::Metrics;
-
-#[derive(Clone)]
-struct Http {
-    metrics: Arc<Metrics>,
-    ready: Arc<AtomicBool>,
-}
-
-async fn metrics_handler(State(s): State<Http>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        s.metrics.encode(),
-    )
-}
-
-async fn healthz() -> &'static str {
-    "ok\n"
-}
-
-async fn readyz(State(s): State<Http>) -> impl IntoResponse {
-    if s.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ok: truth synced\n")
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: truth not synced (truth gap)\n",
-        )
-    }
-}
 
 pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outcome> {
     let conn = kube_connect(g).await?;
@@ -69,14 +33,7 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
-    let app = Router::new()
-        .route("/metrics", get(metrics_handler))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .with_state(Http {
-            metrics: Arc::clone(&metrics),
-            ready: Arc::clone(&ready),
-        });
+    let app = crate::http::router(Arc::clone(&metrics), Arc::clone(&ready));
     let http_cancel = cancel.clone();
     let server = tokio::spawn(async move {
         axum::serve(listener, app)
