@@ -19,38 +19,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod lab_support;
+use lab_support::{lab, lab_ready, repo, run};
+
 use ghostip::ledger::Ledger;
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-fn lab_ready() -> bool {
-    if std::env::var_os("GHOSTIP_LAB").is_none() {
-        eprintln!(
-            "skipped: set GHOSTIP_LAB=1 with a running lab (lab/up) to run the end-to-end tests"
-        );
-        return false;
-    }
-    true
-}
-
-fn lab(script: &str) -> Command {
-    Command::new(repo().join("lab").join(script))
-}
-
-fn run(cmd: &mut Command) -> (i32, String, String) {
-    let out = cmd.stdin(Stdio::null()).output().expect("spawn");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn unix_ms() -> u128 {
     SystemTime::now()

@@ -7,40 +7,10 @@
 //! `GHOSTIP_LAB=1 cargo test --release -p ghostip --test e2e_audit -- --ignored --test-threads=1`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+mod lab_support;
+use lab_support::{lab, lab_ready, run};
 
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-fn lab_ready() -> bool {
-    if std::env::var_os("GHOSTIP_LAB").is_none() {
-        eprintln!(
-            "skipped: set GHOSTIP_LAB=1 with a running lab (lab/up) to run the end-to-end tests"
-        );
-        return false;
-    }
-    true
-}
-
-fn run(cmd: &mut Command) -> (i32, String, String) {
-    let out = cmd.stdin(Stdio::null()).output().expect("spawn");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn lab(script: &str) -> Command {
-    Command::new(repo().join("lab").join(script))
-}
 
 /// Deploys demo/web (3 replicas, headless) with the classic Corefile and `prestop` seconds.
 fn setup(prestop: u32) {

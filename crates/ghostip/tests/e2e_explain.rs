@@ -12,43 +12,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod lab_support;
+use lab_support::{lab, lab_ready, run};
 
 use serde_json::Value;
 
 const WATCH_PORT: u16 = 19755;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-fn lab_ready() -> bool {
-    if std::env::var_os("GHOSTIP_LAB").is_none() {
-        eprintln!(
-            "skipped: set GHOSTIP_LAB=1 with a running lab (lab/up) to run the end-to-end tests"
-        );
-        return false;
-    }
-    true
-}
-
-fn run(cmd: &mut Command) -> (i32, String, String) {
-    let out = cmd.stdin(Stdio::null()).output().expect("spawn");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn lab(script: &str) -> Command {
-    Command::new(repo().join("lab").join(script))
-}
 
 fn kubectl(args: &[&str]) -> String {
     let (code, out, err) = run(lab("kubectl").args(args));
