@@ -329,7 +329,7 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     let signal_cancel = cancel.clone();
     let signal_kill = Arc::clone(&kill_readers);
     tokio::spawn(async move {
-        shutdown_signal().await;
+        super::shutdown_signal().await;
         tracing::info!("shutdown requested");
         signal_kill.store(true, Ordering::Relaxed);
         signal_cancel.cancel();
@@ -918,27 +918,5 @@ async fn health_loop(
             () = cancel.cancelled() => return,
             () = async { while set.join_next().await.is_some() {} } => {}
         }
-    }
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -146,3 +146,27 @@ pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
     println!("{s}");
     Ok(())
 }
+
+/// Resolves on SIGTERM (how Kubernetes starts a graceful shutdown) or Ctrl-C.
+pub(crate) async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Kubernetes sends SIGTERM to start a graceful shutdown.
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

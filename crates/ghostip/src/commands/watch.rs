@@ -74,7 +74,7 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
 
     let signal_cancel = cancel.clone();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        super::shutdown_signal().await;
         tracing::info!("shutdown requested");
         signal_cancel.cancel();
     });
@@ -121,27 +121,4 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
     }
     tracing::info!("ghostip watch stopped");
     Ok(Outcome::Clean)
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        // Kubernetes sends SIGTERM to start a graceful shutdown.
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
