@@ -8,7 +8,7 @@
 //! of the DNS traffic to a dead CoreDNS backend ("pod IP answers, ClusterIP times out from
 //! node-2").
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use ghostip_core::{PathKind, Time};
 use serde::Serialize;
@@ -91,6 +91,8 @@ type Outcomes = VecDeque<(Time, Option<String>)>;
 pub struct DnsHealth {
     cfg: HealthConfig,
     paths: BTreeMap<String, (PathKind, Outcomes)>,
+    /// The current paths, once known: outcomes of other paths are dropped.
+    current: Option<BTreeSet<String>>,
 }
 
 impl DnsHealth {
@@ -99,16 +101,28 @@ impl DnsHealth {
         Self {
             cfg,
             paths: BTreeMap::new(),
+            current: None,
         }
     }
 
-    /// Keeps only these path ids (CoreDNS pods come and go).
+    /// Sets the current path ids (CoreDNS pods come and go): the outcomes of other paths
+    /// are forgotten, and so are outcomes that arrive for them later.
+    ///
+    /// A probe to a deleted CoreDNS pod can be in flight when its path goes away; its
+    /// timeout must not bring the path back, or the pods would count as failing forever
+    /// and hide a failing ClusterIP.
     pub fn retain_paths(&mut self, ids: &[String]) {
-        self.paths.retain(|k, _| ids.iter().any(|i| i == k));
+        let current: BTreeSet<String> = ids.iter().cloned().collect();
+        self.paths.retain(|k, _| current.contains(k));
+        self.current = Some(current);
     }
 
     /// Records one probe: `failure` is `None` when it answered (any rcode but a failure).
+    /// Outcomes of paths that are no longer current are dropped.
     pub fn record(&mut self, path: &str, kind: PathKind, at: Time, failure: Option<String>) {
+        if self.current.as_ref().is_some_and(|c| !c.contains(path)) {
+            return;
+        }
         let (_, q) = self
             .paths
             .entry(path.to_string())
@@ -236,5 +250,24 @@ mod tests {
         assert_eq!(h.verdict(), HealthVerdict::Healthy);
         h.retain_paths(&[CIP.to_string()]);
         assert_eq!(h.paths().len(), 1);
+    }
+
+    #[test]
+    fn a_late_timeout_of_a_removed_pod_path_does_not_hide_a_failing_cluster_ip() {
+        let mut h = DnsHealth::new(HealthConfig::default());
+        let live = "dns-pod/10.244.1.2:53@node-2";
+        let dead = "dns-pod/10.244.2.3:53@node-2";
+        h.retain_paths(&[CIP.to_string(), live.to_string(), dead.to_string()]);
+        // The dead pod's path leaves the truth ...
+        h.retain_paths(&[CIP.to_string(), live.to_string()]);
+        // ... while a probe to it was in flight: its timeout arrives afterwards.
+        h.record(dead, PathKind::DnsPod, t(0), Some("timeout".into()));
+        for i in 1..=10 {
+            let f = (i % 2 == 0).then(|| "timeout".to_string());
+            h.record(CIP, PathKind::DnsClusterIp, t(i), f);
+            h.record(live, PathKind::DnsPod, t(i), None);
+        }
+        assert!(h.verdict().is_finding(), "{:?}", h.verdict());
+        assert!(h.paths().iter().all(|p| p.path != dead));
     }
 }
