@@ -4,7 +4,7 @@
 //! what they do with its events. The session itself does no IO: it turns truth events and
 //! probe events into engine calls and into [`ProbeCommand`]s for the prober.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -131,8 +131,8 @@ pub struct Session {
     paths: Vec<DnsPath>,
     path_idx: BTreeMap<String, PathIdx>,
     /// Former owner of IPs removed during the session (not every pod: memory stays
-    /// proportional to changes, not to the cluster).
-    former: HashMap<IpAddr, String>,
+    /// proportional to changes, not to the cluster), with when it was noted.
+    former: HashMap<IpAddr, (String, Time)>,
     /// IPs whose death is measured by a connect probe (estimates are not used for them).
     probed: BTreeSet<IpAddr>,
     /// IPs removed from the DNS truth during the session, with when.
@@ -140,6 +140,8 @@ pub struct Session {
     changes: Vec<ChangeRow>,
     timeline: BTreeMap<(PathIdx, IpAddr), Vec<Segment>>,
     last_obs: HashMap<(PathIdx, ServiceKey), Time>,
+    /// When old changes were last forgotten.
+    last_forget: Option<Time>,
     /// Bursts run at least until then (a rollout probes its services until it ends).
     pub min_burst_until: Option<tokio::time::Instant>,
 }
@@ -164,6 +166,7 @@ impl Session {
             changes: Vec::new(),
             timeline: BTreeMap::new(),
             last_obs: HashMap::new(),
+            last_forget: None,
             min_burst_until: None,
         }
     }
@@ -312,7 +315,9 @@ impl Session {
                 .filter(|(_, (svc, _))| svc == &c.service)
                 .map(|(ip, (_, p))| (ip, p))
             {
-                self.former.entry(*ip).or_insert_with(|| pod.clone());
+                self.former
+                    .entry(*ip)
+                    .or_insert_with(|| (pod.clone(), r.at));
             }
             if c.service == self.cfg.paths.dns_service {
                 self.refresh_paths(r.at, &mut actions);
@@ -541,7 +546,36 @@ impl Session {
 
     /// Advances time.
     pub fn tick(&mut self, now: Time) -> Vec<EngineEvent> {
-        self.engine.tick(now)
+        let events = self.engine.tick(now);
+        self.forget_old_changes(now);
+        events
+    }
+
+    /// Forgets changes, removal times and former owners older than the engine's
+    /// `change_memory`, except for IPs a tracking is still open for: a long-running `watch`
+    /// stays proportional to recent changes, not to every change it ever saw.
+    fn forget_old_changes(&mut self, now: Time) {
+        const EVERY: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+        if self
+            .last_forget
+            .is_some_and(|t| now.duration_since(t) < EVERY)
+        {
+            return;
+        }
+        self.last_forget = Some(now);
+        let memory = jiff::SignedDuration::try_from(self.engine.config().change_memory)
+            .unwrap_or(jiff::SignedDuration::MAX);
+        let Ok(horizon) = now.checked_sub(memory) else {
+            return;
+        };
+        let open: HashSet<IpAddr> = self.engine.open_trackings().map(|t| t.target.ip).collect();
+        let keep = |ip: &IpAddr, at: Time| at >= horizon || open.contains(ip);
+        self.removed_at.retain(|ip, at| keep(ip, *at));
+        self.former.retain(|ip, (_, at)| keep(ip, *at));
+        self.probed
+            .retain(|ip| open.contains(ip) || self.removed_at.contains_key(ip));
+        self.changes
+            .retain(|c| c.received >= horizon || c.removed.iter().any(|ip| open.contains(ip)));
     }
 
     /// Stop bursts for services with nothing left to measure.
@@ -560,7 +594,7 @@ impl Session {
 
     /// The former owner of an IP, as far as this session saw.
     pub fn former_pod(&self, ip: IpAddr) -> Option<String> {
-        self.former.get(&ip).cloned()
+        self.former.get(&ip).map(|(pod, _)| pod.clone())
     }
 
     /// Truth changes recorded since the first sync.
@@ -642,6 +676,8 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::kube::{ConfigMapRef, ResourceKind};
+    use ghostip_core::truth::{ServiceRecord, SliceRecord};
+    use ghostip_core::{HeldTarget, Observation, ObservationResult, PodRef, Target};
 
     const CLASSIC: &str = "\
 .:53 {
@@ -753,5 +789,93 @@ cluster.local:53 {
             &CLASSIC.replace("cache 30", "cache 5"),
         );
         assert!(lag_of(&s, PathKind::DnsNodeLocal) < node_local);
+    }
+
+    fn headless_slice(ips: &[&str]) -> SliceRecord {
+        SliceRecord {
+            namespace: "prod".into(),
+            name: "web-abc".into(),
+            service: "web".into(),
+            address_type: ghostip_core::truth::AddressType::IPv4,
+            endpoints: ips
+                .iter()
+                .enumerate()
+                .map(|(i, ip)| ghostip_core::truth::EndpointRecord {
+                    ip: ip.parse().unwrap(),
+                    ready: true,
+                    serving: true,
+                    terminating: false,
+                    pod: Some(PodRef {
+                        namespace: "prod".into(),
+                        name: format!("web-{i}"),
+                        uid: format!("uid-{ip}"),
+                    }),
+                    node: Some("node-1".into()),
+                    hostname: None,
+                })
+                .collect(),
+            ports: Vec::new(),
+            trigger_time: None,
+        }
+    }
+
+    #[test]
+    fn a_long_watch_forgets_changes_older_than_change_memory() {
+        let (mut s, t) = session();
+        let key = ServiceKey::new("prod", "web");
+        s.on_truth(&Received {
+            at: t,
+            event: TruthEvent::ServiceApplied(ServiceRecord {
+                key: key.clone(),
+                cluster_ips: Vec::new(),
+                headless: true,
+                service_type: "ClusterIP".into(),
+                publish_not_ready: false,
+                internal_traffic_policy: Default::default(),
+                external_traffic_policy: Default::default(),
+                ports: Vec::new(),
+                has_selector: true,
+                labels: BTreeMap::new(),
+            }),
+        });
+        let slice = |ips: &[&str], at: Time| Received {
+            at,
+            event: TruthEvent::SliceApplied(headless_slice(ips)),
+        };
+        s.on_truth(&slice(&["10.244.1.5", "10.244.2.6"], t));
+        let t1 = t.checked_add(Duration::from_secs(10)).unwrap();
+        s.on_truth(&slice(&["10.244.2.6"], t1));
+        let gone: IpAddr = "10.244.1.5".parse().unwrap();
+        // The arrival of both endpoints, then the removal of one.
+        assert_eq!(s.changes().len(), 2);
+        assert_eq!(s.former_pod(gone).as_deref(), Some("prod/web-0"));
+        // Every path converges: it answers with the remaining endpoint only.
+        let t2 = t1.checked_add(Duration::from_secs(2)).unwrap();
+        let paths: Vec<PathIdx> = s.engine.paths().map(|(i, _)| i).collect();
+        for path in paths {
+            let _ = s.engine.observe(&Observation {
+                path,
+                service: key.clone(),
+                at: t2,
+                result: ObservationResult::Held(vec![HeldTarget {
+                    target: Target::ip("10.244.2.6".parse().unwrap()),
+                    ttl: Some(30),
+                }]),
+                latency: None,
+            });
+        }
+        // Within the change memory everything is kept ...
+        let _ = s.tick(t1.checked_add(Duration::from_secs(1800)).unwrap());
+        assert_eq!(s.engine.open_trackings().count(), 0);
+        assert_eq!(s.changes().len(), 2);
+        assert!(s.former_pod(gone).is_some());
+        // ... after it, nothing (no tracking is open for the IP).
+        let later = t1
+            .checked_add(s.engine.config().change_memory + Duration::from_secs(120))
+            .unwrap();
+        let _ = s.tick(later);
+        assert!(s.changes().is_empty());
+        assert_eq!(s.former_pod(gone), None);
+        assert!(s.removed_at.is_empty() && s.probed.is_empty());
     }
 }

@@ -214,10 +214,12 @@ impl Ledger {
         // bindings) makes every cached statement re-prepare on each use: 4x slower whois.
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
             .map_err(sql)?;
-        // Connection settings only: nothing here writes to the file.
+        // Connection settings only: nothing here writes to the file. The page cache is 2 MiB:
+        // the writer appends, and a bigger cache only grows the long-running `watch` (16 MiB
+        // was 14 MiB of its resident memory at 150 k endpoints).
         conn.execute_batch(
             "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY; \
-             PRAGMA cache_size = -16384;",
+             PRAGMA cache_size = -2048;",
         )
         .map_err(sql)?;
         schema::precheck(&conn, &path, schema::MIGRATIONS)?;
