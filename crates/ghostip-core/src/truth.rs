@@ -79,27 +79,42 @@ impl SliceRecord {
     }
 }
 
-/// An endpoint as the store keeps it: 112 bytes and one allocation (the pod name) instead of
+/// An endpoint as the store keeps it: 72 bytes and one allocation (the pod name) instead of
 /// five strings, because a large cluster has 100 k+ of them.
 ///
-/// Namespace and node names are shared between endpoints, the pod UID is kept as 16 bytes.
-/// [`Endpoint::to_record`] gives back the [`EndpointRecord`] it was made from.
+/// The pod's namespace and the node name are shared between endpoints (one interned
+/// [`Place`] per namespace and node), a UUID pod UID is kept as 16 bytes, and the rare parts
+/// (a UID that is not a UUID, a hostname) live in a separate box that most endpoints do
+/// not have. [`Endpoint::to_record`] gives back the [`EndpointRecord`] it was made from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
     ip: IpAddr,
-    ready: bool,
-    serving: bool,
-    terminating: bool,
-    pod: Option<StoredPod>,
-    node: Option<Arc<str>>,
-    hostname: Option<Box<str>>,
+    flags: u8,
+    /// The pod UID when it is a canonical UUID (flag `UUID`).
+    uuid: [u8; 16],
+    place: Arc<Place>,
+    pod_name: Option<Box<str>>,
+    rare: Option<Box<Rare>>,
 }
 
+const READY: u8 = 1;
+const SERVING: u8 = 2;
+const TERMINATING: u8 = 4;
+const UUID: u8 = 8;
+
+/// The pod's namespace and the endpoint's node, shared by every endpoint with both.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Place {
+    namespace: Option<Box<str>>,
+    node: Option<Box<str>>,
+}
+
+/// What few endpoints have.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct StoredPod {
-    namespace: Arc<str>,
-    name: Box<str>,
-    uid: Uid,
+struct Rare {
+    /// A pod UID that is not a canonical UUID.
+    uid: Option<Box<str>>,
+    hostname: Option<Box<str>>,
 }
 
 /// A Kubernetes UID: 16 bytes when it is a canonical (lowercase) UUID, as the API gives it.
@@ -163,40 +178,55 @@ impl Endpoint {
 
     /// `conditions.ready`.
     pub fn ready(&self) -> bool {
-        self.ready
+        self.flags & READY != 0
     }
 
     /// `conditions.serving`.
     pub fn serving(&self) -> bool {
-        self.serving
+        self.flags & SERVING != 0
     }
 
     /// `conditions.terminating`.
     pub fn terminating(&self) -> bool {
-        self.terminating
+        self.flags & TERMINATING != 0
     }
 
     /// `nodeName`.
     pub fn node(&self) -> Option<&str> {
-        self.node.as_deref()
+        self.place.node.as_deref()
     }
 
     /// `hostname`.
     pub fn hostname(&self) -> Option<&str> {
-        self.hostname.as_deref()
+        self.rare.as_ref()?.hostname.as_deref()
     }
 
     /// Name of the pod of `targetRef`, without allocating.
     pub fn pod_name(&self) -> Option<&str> {
-        self.pod.as_ref().map(|p| &*p.name)
+        self.pod_name.as_deref()
     }
 
     /// The pod of `targetRef`.
     pub fn pod(&self) -> Option<PodRef> {
-        self.pod.as_ref().map(|p| PodRef {
-            namespace: p.namespace.to_string(),
-            name: p.name.to_string(),
-            uid: p.uid.text(),
+        let name = self.pod_name.as_deref()?;
+        let uid = if self.flags & UUID != 0 {
+            Uid::Uuid(u128::from_be_bytes(self.uuid)).text()
+        } else {
+            self.rare
+                .as_ref()
+                .and_then(|r| r.uid.as_deref())
+                .unwrap_or_default()
+                .to_string()
+        };
+        Some(PodRef {
+            namespace: self
+                .place
+                .namespace
+                .as_deref()
+                .unwrap_or_default()
+                .to_string(),
+            name: name.to_string(),
+            uid,
         })
     }
 
@@ -204,43 +234,70 @@ impl Endpoint {
     pub fn to_record(&self) -> EndpointRecord {
         EndpointRecord {
             ip: self.ip,
-            ready: self.ready,
-            serving: self.serving,
-            terminating: self.terminating,
+            ready: self.ready(),
+            serving: self.serving(),
+            terminating: self.terminating(),
             pod: self.pod(),
-            node: self.node.as_deref().map(str::to_string),
-            hostname: self.hostname.as_deref().map(str::to_string),
+            node: self.node().map(str::to_string),
+            hostname: self.hostname().map(str::to_string),
         }
     }
 }
 
-/// Namespace and node names shared by every endpoint that mentions them.
+/// Namespace and node pairs shared by every endpoint that mentions them.
 #[derive(Debug, Default)]
-struct Names(HashSet<Arc<str>>);
+struct Names(HashSet<Arc<Place>>);
 
 impl Names {
-    fn intern(&mut self, s: &str) -> Arc<str> {
-        if let Some(a) = self.0.get(s) {
+    fn place(&mut self, namespace: Option<&str>, node: Option<&str>) -> Arc<Place> {
+        let place = Place {
+            namespace: namespace.map(Box::from),
+            node: node.map(Box::from),
+        };
+        if let Some(a) = self.0.get(&place) {
             return a.clone();
         }
-        let a: Arc<str> = Arc::from(s);
+        let a = Arc::new(place);
         self.0.insert(a.clone());
         a
     }
 
     fn endpoint(&mut self, e: EndpointRecord) -> Endpoint {
+        let mut flags = 0;
+        for (on, bit) in [
+            (e.ready, READY),
+            (e.serving, SERVING),
+            (e.terminating, TERMINATING),
+        ] {
+            if on {
+                flags |= bit;
+            }
+        }
+        let mut uuid = [0; 16];
+        let mut rare = Rare {
+            uid: None,
+            hostname: e.hostname.map(String::into_boxed_str),
+        };
+        let (namespace, pod_name) = match e.pod {
+            Some(p) => {
+                match Uid::new(&p.uid) {
+                    Uid::Uuid(v) => {
+                        uuid = v.to_be_bytes();
+                        flags |= UUID;
+                    }
+                    Uid::Other(s) => rare.uid = Some(s),
+                }
+                (Some(p.namespace), Some(p.name.into_boxed_str()))
+            }
+            None => (None, None),
+        };
         Endpoint {
             ip: e.ip,
-            ready: e.ready,
-            serving: e.serving,
-            terminating: e.terminating,
-            pod: e.pod.map(|p| StoredPod {
-                namespace: self.intern(&p.namespace),
-                name: p.name.into_boxed_str(),
-                uid: Uid::new(&p.uid),
-            }),
-            node: e.node.map(|n| self.intern(&n)),
-            hostname: e.hostname.map(String::into_boxed_str),
+            flags,
+            uuid,
+            place: self.place(namespace.as_deref(), e.node.as_deref()),
+            pod_name,
+            rare: (rare.uid.is_some() || rare.hostname.is_some()).then(|| Box::new(rare)),
         }
     }
 }
@@ -570,7 +627,7 @@ impl Truth {
         self.slices_of(key)
             .filter(|s| s.address_type != AddressType::Fqdn)
             .flat_map(|s| s.endpoints.iter())
-            .filter(|e| e.ready || svc.publish_not_ready)
+            .filter(|e| e.ready() || svc.publish_not_ready)
             .map(Endpoint::ip)
             .collect()
     }
@@ -602,9 +659,9 @@ impl Truth {
                     continue;
                 }
                 let t = Target::socket(e.ip, port.port);
-                if e.ready || svc.publish_not_ready {
+                if e.ready() || svc.publish_not_ready {
                     ready.insert(t);
-                } else if e.serving && e.terminating {
+                } else if e.serving() && e.terminating() {
                     fallback.insert(t);
                 }
             }
@@ -650,6 +707,11 @@ impl Truth {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_stored_endpoint_is_72_bytes() {
+        assert_eq!(std::mem::size_of::<Endpoint>(), 72);
+    }
     use std::net::Ipv4Addr;
 
     fn t(s: i64) -> Time {
