@@ -400,7 +400,7 @@ pub fn for_each_observation(
             .iter()
             .enumerate()
         {
-            if !b.is_active() && truth.endpoint(key, b.ip).is_some() {
+            if !b.is_active() && truth.endpoint(key, table.ip(b)).is_some() {
                 counts.draining += 1;
             } else {
                 rows.push((u64::from(id) << 32) | (range.start + i) as u64);
@@ -438,7 +438,7 @@ pub fn for_each_observation(
                 .unwrap_or_default()
                 .iter()
                 .filter_map(|r| backends.get((r & 0xffff_ffff) as usize))
-                .map(|b| b.target()),
+                .map(|b| table.target(b)),
         );
         targets.sort_unstable();
         targets.dedup();

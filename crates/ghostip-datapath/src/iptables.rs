@@ -6,6 +6,14 @@
 //! rule (`KUBE-SERVICES`, `KUBE-NODEPORTS`, and the userspace-era `KUBE-PORTALS-*` /
 //! `KUBE-NODEPORT-*`) is followed through `KUBE-FW-*`, `KUBE-EXT-*`, `KUBE-XLB-*`,
 //! `KUBE-SVC-*`, `KUBE-SVL-*` and `KUBE-SEP-*` chains to the DNAT targets it can reach.
+//! [`parse_reader_into`] hands each frontend to a [`FrontendSink`] as it is resolved.
+//!
+//! The graph has no chain map: kube-proxy chain names are packed into sortable 83-bit
+//! keys, DNAT targets and jumps are appended to vectors as they come, and the end is a
+//! sort-merge (legacy `iptables-save` lists chains sorted, so the sorts are checks). The
+//! lines that make up nearly all of a large dump (chain declarations, masquerade marks,
+//! `KUBE-SEP` DNATs, `KUBE-SVC` jumps) are read as bytes without UTF-8 validation or
+//! tokenizing; every other line takes the general path with the same results.
 //!
 //! Layouts handled: kube-proxy ≥ 1.28 (comments unquoted when they have no space,
 //! `-d IP` without `/32`, `KUBE-SVL`/`KUBE-EXT`), 1.10–1.27 (`KUBE-XLB`, `KUBE-FW`,
@@ -185,7 +193,9 @@ struct Entry {
     port: u16,
     proto: Protocol,
     kind: FrontendKind,
-    service: Option<ServiceRef>,
+    /// The comment's `ns/svc:port`, checked by [`ServiceRef::parse_kube_proxy`] (one
+    /// allocation instead of three until the frontend is built).
+    service: Option<Box<str>>,
     target: ChainKey,
     line: usize,
 }
@@ -329,6 +339,10 @@ impl PAddr {
         port: 0,
         family: 0,
     };
+
+    /// Flag on a jump row's address: the target chain's one DNAT (see [`resolve_direct`]),
+    /// not the endpoint named by the comment.
+    const RESOLVED: u16 = 0x100;
 }
 
 /// Where the rows of one chain key are in a sorted array: each tag's band is found
@@ -536,9 +550,14 @@ fn kind_from_comment(comment: &str) -> Option<FrontendKind> {
 
 /// `ns/svc:port` from a comment, skipping the userspace-era `portal for ` prefix.
 fn service_from_comment(comment: &str) -> Option<ServiceRef> {
+    ServiceRef::parse_kube_proxy(service_token(comment)?)
+}
+
+/// The `ns/svc:port` token of a comment, when it is one.
+fn service_token(comment: &str) -> Option<&str> {
     let c = comment.strip_prefix("portal for ").unwrap_or(comment);
     let first = c.split(' ').next()?;
-    ServiceRef::parse_kube_proxy(first)
+    ServiceRef::parse_kube_proxy(first).map(|_| first)
 }
 
 /// The endpoint named by `… -> 10.0.0.1:80` in a jump's comment.
@@ -898,7 +917,7 @@ impl Parser {
             port,
             proto,
             kind,
-            service: service_from_comment(comment),
+            service: service_token(comment).map(Box::from),
             target,
             line: no,
         });
@@ -954,10 +973,11 @@ impl Parser {
         if !dnats.is_sorted_by_key(|d| d.0) {
             dnats.sort_by_key(|d| d.0);
         }
-        let (runs, jumps) = sorted_runs(
+        let (runs, mut jumps) = sorted_runs(
             std::mem::take(&mut self.runs),
             std::mem::take(&mut self.jumps),
         );
+        resolve_direct(&mut jumps, &dnats);
         let mut affinity = std::mem::take(&mut self.affinity);
         affinity.sort_unstable();
         affinity.dedup();
@@ -988,7 +1008,12 @@ impl Parser {
             }
         };
         let has_affinity = |c: ChainKey| !affinity.is_empty() && affinity.binary_search(&c).is_ok();
-        let direct = direct_targets(&jumps, &dnats);
+        // Each DNAT is usually reached from one frontend, some from a NodePort or an
+        // external address too.
+        sink.expect(
+            self.entries.len() + self.no_endpoints.len(),
+            dnats.len() + dnats.len() / 4,
+        );
         let mut seen = vec![0u32; runs.len()];
         let mut stamp = 0u32;
         let mut stack: Vec<(ChainKey, Option<usize>)> = Vec::new();
@@ -1000,7 +1025,7 @@ impl Parser {
                 e.proto,
                 e.kind,
             );
-            fe.service = e.service;
+            fe.service = e.service.as_deref().and_then(ServiceRef::parse_kube_proxy);
             let root = run_of(e.target);
             if root.is_none() && dnats_of(e.target).is_empty() {
                 out.unknown(
@@ -1024,11 +1049,14 @@ impl Parser {
                     }
                 }
                 let Some(run) = run else { continue };
-                let first = runs.get(run).map_or(0, |r| r.1 as usize);
-                for (j, &(to, hint)) in jumps_of(run).iter().enumerate() {
+                for &(to, hint) in jumps_of(run) {
                     let to_run = run_of(to);
                     if to_run.is_none()
-                        && let Some((ip, port)) = direct.get(first + j).and_then(|a| addr(*a))
+                        && hint.family & PAddr::RESOLVED != 0
+                        && let Some((ip, port)) = addr(PAddr {
+                            family: hint.family & !PAddr::RESOLVED,
+                            ..hint
+                        })
                     {
                         // A KUBE-SEP with one DNAT, resolved by the merge.
                         if has_affinity(to) {
@@ -1093,11 +1121,12 @@ impl Parser {
     }
 }
 
-/// For each jump row, the address of its target when that target is a chain with
-/// exactly one DNAT row ([`PAddr::NONE`] otherwise), found by sorting the targets and
-/// merging them with the sorted DNAT rows: one sequential pass instead of a lookup (a
-/// cache miss) per jump.
-fn direct_targets(jumps: &[(ChainKey, PAddr)], dnats: &[(ChainKey, PAddr)]) -> Vec<PAddr> {
+/// Replaces the address of each jump row whose target is a chain with exactly one DNAT
+/// row by that DNAT's address, flagged [`PAddr::RESOLVED`] (the comment's endpoint is only
+/// used for targets without rules, so it is not needed there). The targets are sorted and
+/// merged with the sorted DNAT rows: one sequential pass instead of a lookup (a cache
+/// miss) per jump.
+fn resolve_direct(jumps: &mut [JumpRow], dnats: &[(ChainKey, PAddr)]) {
     let wide =
         |k: ChainKey| (u128::from(k.hi) << 64) | (u128::from(k.mid) << 32) | u128::from(k.lo);
     let mut order: Vec<u128> = jumps
@@ -1106,7 +1135,6 @@ fn direct_targets(jumps: &[(ChainKey, PAddr)], dnats: &[(ChainKey, PAddr)]) -> V
         .map(|(i, (to, _))| (wide(*to) << 32) | i as u128)
         .collect();
     order.sort_unstable();
-    let mut out = vec![PAddr::NONE; jumps.len()];
     let mut d = 0usize;
     for o in order {
         let key = o >> 32;
@@ -1116,12 +1144,14 @@ fn direct_targets(jumps: &[(ChainKey, PAddr)], dnats: &[(ChainKey, PAddr)]) -> V
         let one = dnats.get(d).filter(|r| wide(r.0) == key).map(|r| r.1);
         let more = dnats.get(d + 1).is_some_and(|r| wide(r.0) == key);
         if let (Some(a), false) = (one, more)
-            && let Some(slot) = out.get_mut((o & 0xffff_ffff) as usize)
+            && let Some(row) = jumps.get_mut((o & 0xffff_ffff) as usize)
         {
-            *slot = a;
+            row.1 = PAddr {
+                family: a.family | PAddr::RESOLVED,
+                ..a
+            };
         }
     }
-    out
 }
 
 /// Jump runs sorted by source chain with one run per chain. Dumps list a chain's rules

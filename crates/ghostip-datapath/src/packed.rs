@@ -3,11 +3,11 @@
 //! [`LbTable`] is the table to print, serialize and diff; every backend there is a
 //! [`Backend`] of 56 bytes with its own vector per frontend. An audit of a node with
 //! 150 000 endpoints only needs each backend's address and state, so a [`PackedTable`]
-//! keeps 22 bytes per backend in one array (IPVS weights are not kept) and never holds
+//! keeps 8 bytes per backend in one array (IPVS weights are not kept) and never holds
 //! the whole [`LbTable`]. Parsers hand frontends to a [`FrontendSink`] one at a time;
 //! both tables implement it.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::format::Format;
 use crate::model::{
@@ -18,49 +18,41 @@ use crate::model::{
 pub trait FrontendSink {
     /// Takes one frontend with its backends.
     fn frontend(&mut self, f: Frontend);
+
+    /// About how many frontends and backends will follow (to size storage once).
+    fn expect(&mut self, _frontends: usize, _backends: usize) {}
 }
 
 impl FrontendSink for LbTable {
     fn frontend(&mut self, f: Frontend) {
         self.frontends.push(f);
     }
+
+    fn expect(&mut self, frontends: usize, _backends: usize) {
+        self.frontends.reserve(frontends);
+    }
 }
 
-/// One backend of a [`PackedTable`].
+/// One backend of a [`PackedTable`], in 8 bytes: an IPv4 address inline, an IPv6 one as
+/// an index into the table's list (read both with [`PackedTable::ip`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PackedBackend {
-    /// Backend address.
-    pub ip: IpAddr,
-    /// Backend port.
-    pub port: u16,
-    /// State code: 0 active, 1 terminating, 2 quarantined, 3 maintenance, 4 other.
+    addr: u32,
+    port: u16,
+    /// 0 active, 1 terminating, 2 quarantined, 3 maintenance, 4 other.
     state: u8,
+    v6: bool,
 }
 
 impl PackedBackend {
-    fn of(b: &Backend) -> Self {
-        let state = match b.state {
-            BackendState::Active => 0,
-            BackendState::Terminating => 1,
-            BackendState::Quarantined => 2,
-            BackendState::Maintenance => 3,
-            BackendState::Unknown(_) => 4,
-        };
-        Self {
-            ip: b.ip,
-            port: b.port,
-            state,
-        }
+    /// Backend port.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// Whether the datapath sends new connections to it ([`BackendState::Active`]).
     pub fn is_active(&self) -> bool {
         self.state == 0
-    }
-
-    /// The backend as the core's `ip:port` target.
-    pub fn target(&self) -> ghostip_core::Target {
-        ghostip_core::Target::socket(self.ip, self.port)
     }
 }
 
@@ -95,6 +87,7 @@ pub struct PackedTable {
     /// Frontends.
     pub frontends: Vec<PackedFrontend>,
     backends: Vec<PackedBackend>,
+    v6: Vec<Ipv6Addr>,
     /// Lines or objects that were not turned into rows, counted by reason.
     pub skipped: SkipStats,
 }
@@ -136,22 +129,72 @@ impl PackedTable {
         (f.start as usize).min(end)..end
     }
 
+    /// The address of `b` (a backend of this table).
+    pub fn ip(&self, b: &PackedBackend) -> IpAddr {
+        if b.v6 {
+            IpAddr::V6(
+                self.v6
+                    .get(b.addr as usize)
+                    .copied()
+                    .unwrap_or(Ipv6Addr::UNSPECIFIED),
+            )
+        } else {
+            IpAddr::V4(Ipv4Addr::from(b.addr))
+        }
+    }
+
+    /// `b` (a backend of this table) as the core's `ip:port` target.
+    pub fn target(&self, b: &PackedBackend) -> ghostip_core::Target {
+        ghostip_core::Target::socket(self.ip(b), b.port)
+    }
+
+    fn pack(&mut self, b: &Backend) -> PackedBackend {
+        let state = match b.state {
+            BackendState::Active => 0,
+            BackendState::Terminating => 1,
+            BackendState::Quarantined => 2,
+            BackendState::Maintenance => 3,
+            BackendState::Unknown(_) => 4,
+        };
+        let (addr, v6) = match b.ip {
+            IpAddr::V4(ip) => (u32::from(ip), false),
+            IpAddr::V6(ip) => {
+                self.v6.push(ip);
+                (u32::try_from(self.v6.len() - 1).unwrap_or(u32::MAX), true)
+            }
+        };
+        PackedBackend {
+            addr,
+            port: b.port,
+            state,
+            v6,
+        }
+    }
+
     /// Releases unused capacity.
     pub fn shrink_to_fit(&mut self) {
         self.backends.shrink_to_fit();
         self.frontends.shrink_to_fit();
+        self.v6.shrink_to_fit();
     }
 }
 
 impl FrontendSink for PackedTable {
+    fn expect(&mut self, frontends: usize, backends: usize) {
+        self.frontends.reserve(frontends);
+        self.backends.reserve(backends);
+    }
+
     fn frontend(&mut self, mut f: Frontend) {
         f.backends.sort_by_key(|b| (b.ip, b.port));
         f.backends.dedup_by(|b, a| a.ip == b.ip && a.port == b.port);
         f.flags.sort();
         f.flags.dedup();
         let start = u32::try_from(self.backends.len()).unwrap_or(u32::MAX);
-        self.backends
-            .extend(f.backends.iter().map(PackedBackend::of));
+        for b in &f.backends {
+            let p = self.pack(b);
+            self.backends.push(p);
+        }
         let end = u32::try_from(self.backends.len()).unwrap_or(u32::MAX);
         self.frontends.push(PackedFrontend {
             ip: f.ip,
@@ -204,6 +247,8 @@ mod tests {
         let mut b = Backend::active("10.0.0.3".parse().unwrap(), 53);
         b.state = BackendState::Terminating;
         f.backends.push(b);
+        f.backends
+            .push(Backend::active("fd00::7".parse().unwrap(), 8080));
         t.frontends.push(f);
         t.frontends.push(Frontend::new(
             "10.96.0.1".parse().unwrap(),
@@ -213,15 +258,20 @@ mod tests {
         ));
         let p = PackedTable::from(t);
         assert_eq!(p.frontends.len(), 2);
-        assert_eq!(p.backend_count(), 3);
+        assert_eq!(p.backend_count(), 4);
         let first: Vec<String> = p
             .backends(&p.frontends[0])
             .iter()
-            .map(|b| format!("{}:{} {}", b.ip, b.port, b.is_active()))
+            .map(|b| format!("{}:{} {}", p.ip(b), b.port(), b.is_active()))
             .collect();
         assert_eq!(
             first,
-            ["10.0.0.1:53 true", "10.0.0.2:53 true", "10.0.0.3:53 false"]
+            [
+                "10.0.0.1:53 true",
+                "10.0.0.2:53 true",
+                "10.0.0.3:53 false",
+                "fd00::7:8080 true"
+            ]
         );
         assert!(p.backends(&p.frontends[1]).is_empty());
     }
