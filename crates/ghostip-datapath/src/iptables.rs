@@ -466,6 +466,10 @@ struct Parser {
     entries: Vec<Entry>,
     no_endpoints: Vec<NoEndpoints>,
     skipped: SkipStats,
+    /// Tests: read every line through the general path (the fast paths must not change
+    /// any result).
+    #[cfg(test)]
+    general_only: bool,
 }
 
 /// The fields of one `-A` rule that matter here.
@@ -535,6 +539,51 @@ fn parse_rule<'a>(toks: &mut Tokens<'a>) -> Rule<'a> {
     r
 }
 
+/// Options whose next token [`parse_rule`] reads as their value.
+fn takes_value(tok: &[u8]) -> bool {
+    matches!(
+        tok,
+        b"-d"
+            | b"--destination"
+            | b"--dst"
+            | b"-p"
+            | b"--protocol"
+            | b"--dport"
+            | b"--destination-port"
+            | b"--comment"
+            | b"--dst-type"
+            | b"-j"
+            | b"--jump"
+            | b"-g"
+            | b"--goto"
+            | b"--to-destination"
+            | b"--match-set"
+            | b"-m"
+            | b"--match"
+            | b"-s"
+            | b"--source"
+            | b"--src"
+            | b"-i"
+            | b"-o"
+            | b"--src-type"
+            | b"--mode"
+            | b"--probability"
+            | b"--name"
+            | b"--seconds"
+            | b"--mask"
+            | b"--sport"
+            | b"--source-port"
+            | b"--mark"
+            | b"--ctstate"
+            | b"--state"
+            | b"--set-xmark"
+            | b"--or-mark"
+            | b"--xor-mark"
+            | b"--reject-with"
+            | b"--nfacct-name"
+    )
+}
+
 /// Kind named by the suffix of an entry comment (`ns/svc:port cluster IP`).
 fn kind_from_comment(comment: &str) -> Option<FrontendKind> {
     if comment.ends_with("cluster IP") {
@@ -567,6 +616,16 @@ fn hint_from_comment(comment: &str) -> Option<SocketAddr> {
 }
 
 impl Parser {
+    #[cfg(test)]
+    fn general_only(&self) -> bool {
+        self.general_only
+    }
+
+    #[cfg(not(test))]
+    fn general_only(&self) -> bool {
+        false
+    }
+
     /// The key of a chain name: packed, or interned when it has another shape.
     fn key_of(&mut self, name: &str) -> ChainKey {
         if let Some(k) = pack_chain(name.as_bytes()) {
@@ -667,7 +726,10 @@ impl Parser {
             _ => {}
         }
         // Lines the byte path did not take (e.g. with `iptables-save -c` counters).
-        if table != Table::Filter && self.fast_path(class, chain.as_bytes(), body.as_bytes()) {
+        if table != Table::Filter
+            && !self.general_only()
+            && self.fast_path(class, chain.as_bytes(), body.as_bytes())
+        {
             return;
         }
         let mut r = parse_rule(&mut toks);
@@ -782,10 +844,19 @@ impl Parser {
         let Some(idx) = rfind_jump(body) else {
             return false;
         };
-        // The target must not be inside a quoted string.
+        // At most one quoted token, and the target not inside or after it.
         let q1 = memchr::memchr(b'"', body);
         let q2 = q1.and_then(|q| memchr::memchr(b'"', body.get(q + 1..)?).map(|i| q + 1 + i));
-        if q2.is_some_and(|q| q > idx) || (q1.is_some() && q2.is_none()) {
+        let q3 = q2.and_then(|q| memchr::memchr(b'"', body.get(q + 1..)?));
+        if q3.is_some() || q2.is_some_and(|q| q > idx) || (q1.is_some() && q2.is_none()) {
+            return false;
+        }
+        // `-j` must not be the value of the option before it (the tokenizer would read it so).
+        let before = body.get(..idx).unwrap_or_default();
+        let prev = before
+            .get(memchr::memrchr(b' ', before).map_or(0, |i| i + 1)..)
+            .unwrap_or_default();
+        if takes_value(prev) {
             return false;
         }
         let after = body.get(idx + 4..).unwrap_or_default();
@@ -803,10 +874,16 @@ impl Parser {
                         None => return false,
                     }
                 };
-                let dest = rest.get(at + 17..).unwrap_or_default();
-                let dest = dest
-                    .get(..memchr::memchr(b' ', dest).unwrap_or(dest.len()))
-                    .unwrap_or_default();
+                let from_dest = rest.get(at + 17..).unwrap_or_default();
+                let end = memchr::memchr(b' ', from_dest).unwrap_or(from_dest.len());
+                let dest = from_dest.get(..end).unwrap_or_default();
+                // The tokenizer keeps the last `--to-destination`.
+                if FIND_TO_DEST
+                    .find(from_dest.get(end..).unwrap_or_default())
+                    .is_some()
+                {
+                    return false;
+                }
                 let Some(sa) = crate::text::parse_socket_bytes(dest) else {
                     return false;
                 };
@@ -828,8 +905,6 @@ impl Parser {
                         // and is the rule's last `--comment`.
                         let before = body.get(..q1).unwrap_or_default();
                         if !before.ends_with(b" --comment ")
-                            || memchr::memchr(b'"', body.get(q2 + 1..).unwrap_or_default())
-                                .is_some()
                             || FIND_COMMENT
                                 .find(body.get(q2..).unwrap_or_default())
                                 .is_some()
@@ -1249,7 +1324,7 @@ impl LineSink for Parser {
 
 impl ByteLineSink for Parser {
     fn line_bytes(&mut self, no: usize, raw: &[u8]) {
-        if !self.fast_line(raw) {
+        if self.general_only() || !self.fast_line(raw) {
             self.line(no, &utf8(raw));
         }
     }
@@ -1363,6 +1438,56 @@ mod tests {
         assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
         assert!(pack_chain(b"KUBE-SEP-A").is_none());
         assert!(pack_chain(b"KUBE-SEP-AAAAAAAAAAAAAAA1").is_none());
+    }
+
+    fn general_path(input: &str) -> LbTable {
+        let mut p = Parser {
+            general_only: true,
+            ..Parser::default()
+        };
+        drive_raw(input.as_bytes(), &mut p);
+        into_table(p).unwrap()
+    }
+
+    /// One edit of a dump line: the shapes the byte paths test for (quotes, backslashes,
+    /// tabs, repeated or missing options, spaces around the line).
+    fn edit(line: &str, kind: u8, at: usize) -> String {
+        let toks: Vec<&str> = line.split(' ').collect();
+        let i = at % toks.len().max(1);
+        let mut t: Vec<String> = toks.iter().map(|s| (*s).to_string()).collect();
+        match kind % 9 {
+            0 => {
+                t.remove(i);
+            }
+            1 => t.insert(i, toks[i].to_string()),
+            2 => t[i].insert(0, '"'),
+            3 => t[i].push('\\'),
+            4 => t[i].push('\t'),
+            5 => return format!(" {line}"),
+            6 => return format!("{line} "),
+            7 => t.insert(i, "--comment \"a -> 10.9.9.9:99\"".to_string()),
+            _ => t.insert(i, "--to-destination 10.8.8.8:88".to_string()),
+        }
+        t.join(" ")
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+        /// The byte paths give exactly what the general path gives, on a generated dump
+        /// with random edits of its lines.
+        #[test]
+        fn fast_paths_agree_with_the_general_path(
+            edits in proptest::collection::vec((0usize..10_000, 0u8..9, 0usize..64), 0..12),
+        ) {
+            let dump = GenModel::generate(&GenSpec::new(8, 30)).iptables_save();
+            let mut lines: Vec<String> = dump.lines().map(str::to_string).collect();
+            for (line, kind, at) in edits {
+                let n = line % lines.len();
+                lines[n] = edit(&lines[n], kind, at);
+            }
+            let text = lines.join("\n");
+            proptest::prop_assert_eq!(parse_str(&text).unwrap(), general_path(&text));
+        }
     }
 
     proptest::proptest! {
