@@ -838,17 +838,23 @@ impl Parser {
     }
 
     fn fast_path(&mut self, class: Class, chain: &[u8], body: &[u8]) -> bool {
-        if memchr::memchr(b'\\', body).is_some() {
-            return false;
+        // One pass for backslashes (escapes: general path) and quotes: at most one quoted
+        // token, and the target not inside or after it.
+        let (mut q1, mut q2) = (None, None);
+        for i in memchr::memchr2_iter(b'\\', b'"', body) {
+            if body.get(i) == Some(&b'\\') || q2.is_some() {
+                return false;
+            }
+            if q1.is_none() {
+                q1 = Some(i);
+            } else {
+                q2 = Some(i);
+            }
         }
         let Some(idx) = rfind_jump(body) else {
             return false;
         };
-        // At most one quoted token, and the target not inside or after it.
-        let q1 = memchr::memchr(b'"', body);
-        let q2 = q1.and_then(|q| memchr::memchr(b'"', body.get(q + 1..)?).map(|i| q + 1 + i));
-        let q3 = q2.and_then(|q| memchr::memchr(b'"', body.get(q + 1..)?));
-        if q3.is_some() || q2.is_some_and(|q| q > idx) || (q1.is_some() && q2.is_none()) {
+        if q2.is_some_and(|q| q > idx) || (q1.is_some() && q2.is_none()) {
             return false;
         }
         // `-j` must not be the value of the option before it (the tokenizer would read it so).
@@ -927,7 +933,15 @@ impl Parser {
                     // No quote: an unquoted comment has no space, so it names no endpoint.
                     _ => None,
                 };
-                if FIND_RCHECK.find(body).is_some() {
+                // `--rcheck` outside the quoted comment (the tokenizer's view).
+                let (head, tail) = match (q1, q2) {
+                    (Some(a), Some(b)) => (
+                        body.get(..a).unwrap_or_default(),
+                        body.get(b..).unwrap_or_default(),
+                    ),
+                    _ => (body, &[][..]),
+                };
+                if FIND_RCHECK.find(head).is_some() || FIND_RCHECK.find(tail).is_some() {
                     self.affinity.push(from);
                 }
                 self.add_jump(from, to, hint);
