@@ -2,7 +2,8 @@
 //!
 //! See [`parse`] for the entry point, [`detect_format`] for `--format auto`, [`LbTable`]
 //! for the table every load-balancer parser produces and [`ConntrackTable`] for
-//! connection-tracking dumps. Nothing here does IO or spawns processes: inputs are `&str`,
+//! connection-tracking dumps; [`parse_reader_packed`] reads a stream into the compact
+//! [`PackedTable`] an audit needs, without building the `LbTable`. Nothing here does IO or spawns processes: inputs are `&str`,
 //! `&[u8]` or [`std::io::BufRead`] readers, read line by line where the format allows.
 //!
 //! | format | module | tool output |
