@@ -1,7 +1,10 @@
 //! Parses a dump file with `--format auto` detection and prints the table, the skip
 //! counts and the process's peak RSS (`VmHWM`), to check that memory stays flat.
 //!
-//! `cargo run --release -p ghostip-datapath --example parse_file -- DUMP [FORMAT] [--quiet] [--diff-gen SERVICES ENDPOINTS]`
+//! `cargo run --release -p ghostip-datapath --example parse_file -- DUMP [FORMAT] [--quiet] [--diff-gen SERVICES ENDPOINTS] [--packed]`
+//!
+//! With `--packed`, the dump is parsed as the agent's audit does it
+//! (`parse_reader_packed`: frontends straight into a `PackedTable`, no `LbTable`).
 //!
 //! With `--diff-gen`, the truth of the generated cluster of that size
 //! (`GenModel::truth`, built before the clock starts) is compared with the parsed table
@@ -16,7 +19,7 @@ use std::time::Instant;
 
 use ghostip_datapath::against_truth::NodeExpectations;
 use ghostip_datapath::generate::{GenModel, GenSpec, THIS_NODE};
-use ghostip_datapath::{Format, Parsed, detect_format, parse_reader};
+use ghostip_datapath::{Format, Parsed, detect_format, parse_reader, parse_reader_packed};
 
 fn vm_hwm_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -35,7 +38,9 @@ fn cpu_secs() -> f64 {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(path) = args.first() else {
-        eprintln!("usage: parse_file DUMP [FORMAT] [--quiet]");
+        eprintln!(
+            "usage: parse_file DUMP [FORMAT] [--quiet] [--diff-gen SERVICES ENDPOINTS] [--packed]"
+        );
         return ExitCode::from(2);
     };
     let quiet = args.iter().any(|a| a == "--quiet");
@@ -88,6 +93,36 @@ fn main() -> ExitCode {
     };
     let start = Instant::now();
     let cpu0 = cpu_secs();
+    if args.iter().any(|a| a == "--packed") {
+        // The agent's audit path: frontends straight into a packed table.
+        let packed = parse_reader_packed(format, BufReader::with_capacity(256 * 1024, file));
+        let elapsed = start.elapsed();
+        let parse_cpu = cpu_secs() - cpu0;
+        let after = vm_hwm_kib().unwrap_or(0);
+        match packed {
+            Ok(Some(t)) => println!(
+                "format={format} packed frontends={} backends={} ignored={} unknown={}",
+                t.frontends.len(),
+                t.backend_count(),
+                t.skipped.ignored,
+                t.skipped.unknown
+            ),
+            Ok(None) => println!("format={format}: not a load-balancer table"),
+            Err(e) => {
+                eprintln!("{path}: {e}");
+                return ExitCode::from(1);
+            }
+        }
+        println!(
+            "input={:.1} MB parse={:.3} s cpu={:.3} s VmHWM before={} KiB after={} KiB",
+            size as f64 / 1e6,
+            elapsed.as_secs_f64(),
+            parse_cpu,
+            before,
+            after
+        );
+        return ExitCode::SUCCESS;
+    }
     let parsed = parse_reader(format, BufReader::with_capacity(256 * 1024, file));
     let elapsed = start.elapsed();
     let parse_cpu = cpu_secs() - cpu0;

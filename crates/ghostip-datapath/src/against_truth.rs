@@ -25,7 +25,8 @@ use ghostip_core::truth::{ServiceRecord, TrafficPolicy, Truth};
 use ghostip_core::{HeldTarget, Observation, ObservationResult, PathIdx, ServiceKey, Target, Time};
 use serde::Serialize;
 
-use crate::model::{Backend, BackendState, Frontend, FrontendKind, LbTable, Protocol};
+use crate::model::{Backend, BackendState, Frontend, FrontendKind, LbTable, Protocol, ServiceRef};
+use crate::packed::PackedTable;
 use crate::text::FxMap;
 
 /// Most unknown frontends described in [`NodeDiff::unknown_samples`].
@@ -108,6 +109,21 @@ pub struct PortMatch<'a> {
     pub external: bool,
 }
 
+/// What [`ServiceIndex::lookup_parts`] needs of a frontend.
+#[derive(Clone, Copy, Debug)]
+pub struct FrontendParts<'f> {
+    /// Address.
+    pub ip: IpAddr,
+    /// Port.
+    pub port: u16,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Kind of service address.
+    pub kind: FrontendKind,
+    /// The Service port the dump names, if any.
+    pub service: Option<&'f ServiceRef>,
+}
+
 /// Frontend → Service port, built once from the truth's Services.
 #[derive(Debug, Default)]
 pub struct ServiceIndex<'a> {
@@ -148,6 +164,17 @@ impl<'a> ServiceIndex<'a> {
 
     /// The Service port `f` serves, if the truth knows it.
     pub fn lookup(&self, f: &Frontend) -> Option<PortMatch<'a>> {
+        self.lookup_parts(&FrontendParts {
+            ip: f.ip,
+            port: f.port,
+            protocol: f.protocol,
+            kind: f.kind,
+            service: f.service.as_ref(),
+        })
+    }
+
+    /// [`ServiceIndex::lookup`] of a frontend given by its parts.
+    pub fn lookup_parts(&self, f: &FrontendParts<'_>) -> Option<PortMatch<'a>> {
         let protocols: &[ghostip_core::Protocol] = match f.protocol.to_core() {
             Some(p) => &[p][..],
             None => &PROTOCOLS[..],
@@ -176,7 +203,7 @@ impl<'a> ServiceIndex<'a> {
             }
         }
         // External and load-balancer addresses (and anything else the dump names).
-        let r = f.service.as_ref()?;
+        let r = f.service?;
         let svc = *self.by_name.get(&(r.namespace.as_str(), r.name.as_str()))?;
         if svc.headless {
             return None;
@@ -303,6 +330,136 @@ pub fn observations(
         })
         .collect();
     out
+}
+
+/// What [`for_each_observation`] saw besides the observations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObservationCounts {
+    /// Observations made (one per Service).
+    pub services: usize,
+    /// Frontends that map to no Service of the truth.
+    pub unknown_frontends: usize,
+    /// Backends left out because the datapath only drains them.
+    pub draining: usize,
+}
+
+/// [`observations`] of a [`PackedTable`], handed to `emit` one at a time in Service
+/// order, so that only one Service's held set exists at once: the same observations
+/// as [`observations`] of the same dump.
+///
+/// Backends are grouped per Service through one 8-byte row each (Service number,
+/// backend number), not through a set per Service.
+pub fn for_each_observation(
+    table: &PackedTable,
+    truth: &Truth,
+    path: PathIdx,
+    family: Family,
+    at: Time,
+    mut emit: impl FnMut(Observation),
+) -> ObservationCounts {
+    let index = ServiceIndex::new(truth);
+    let mut keys: Vec<&ServiceKey> = truth
+        .services()
+        .filter(|svc| !svc.headless && svc.cluster_ips.iter().any(|ip| family.contains(*ip)))
+        .map(|svc| &svc.key)
+        .collect();
+    let mut ids: FxMap<&ServiceKey, u32> = FxMap::default();
+    ids.reserve(keys.len());
+    for (i, k) in keys.iter().enumerate() {
+        ids.insert(*k, u32::try_from(i).unwrap_or(u32::MAX));
+    }
+    let backends = table.all_backends();
+    let mut counts = ObservationCounts::default();
+    let mut rows: Vec<u64> = Vec::with_capacity(backends.len());
+    for f in &table.frontends {
+        let parts = FrontendParts {
+            ip: f.ip,
+            port: f.port,
+            protocol: f.protocol,
+            kind: f.kind,
+            service: f.service.as_ref(),
+        };
+        let Some(m) = index.lookup_parts(&parts) else {
+            counts.unknown_frontends += 1;
+            continue;
+        };
+        let key = &m.service.key;
+        let id = match ids.get(key) {
+            Some(id) => *id,
+            None => {
+                let id = u32::try_from(keys.len()).unwrap_or(u32::MAX);
+                keys.push(key);
+                ids.insert(key, id);
+                id
+            }
+        };
+        let range = table.backend_range(f);
+        for (i, b) in backends
+            .get(range.clone())
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            if !b.is_active() && truth.endpoint(key, table.ip(b)).is_some() {
+                counts.draining += 1;
+            } else {
+                rows.push((u64::from(id) << 32) | (range.start + i) as u64);
+            }
+        }
+    }
+    drop(ids);
+    drop(index);
+    rows.sort_unstable();
+    let mut order: Vec<u32> = (0..u32::try_from(keys.len()).unwrap_or(u32::MAX)).collect();
+    order.sort_unstable_by_key(|&i| keys.get(i as usize).copied());
+    // Where each Service's rows start.
+    let mut starts = vec![0usize; keys.len() + 1];
+    for r in &rows {
+        if let Some(s) = starts.get_mut((r >> 32) as usize + 1) {
+            *s += 1;
+        }
+    }
+    for i in 1..starts.len() {
+        let prev = starts.get(i - 1).copied().unwrap_or(0);
+        if let Some(s) = starts.get_mut(i) {
+            *s += prev;
+        }
+    }
+    let mut targets: Vec<Target> = Vec::new();
+    for i in order {
+        let Some(key) = keys.get(i as usize) else {
+            continue;
+        };
+        let lo = starts.get(i as usize).copied().unwrap_or(0);
+        let hi = starts.get(i as usize + 1).copied().unwrap_or(lo);
+        targets.clear();
+        targets.extend(
+            rows.get(lo..hi)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|r| backends.get((r & 0xffff_ffff) as usize))
+                .map(|b| table.target(b)),
+        );
+        targets.sort_unstable();
+        targets.dedup();
+        counts.services += 1;
+        emit(Observation {
+            path,
+            service: (*key).clone(),
+            at,
+            result: ObservationResult::Held(
+                targets
+                    .iter()
+                    .map(|t| HeldTarget {
+                        target: *t,
+                        ttl: None,
+                    })
+                    .collect(),
+            ),
+            latency: None,
+        });
+    }
+    counts
 }
 
 /// Options of [`diff_with`].

@@ -6,6 +6,14 @@
 //! rule (`KUBE-SERVICES`, `KUBE-NODEPORTS`, and the userspace-era `KUBE-PORTALS-*` /
 //! `KUBE-NODEPORT-*`) is followed through `KUBE-FW-*`, `KUBE-EXT-*`, `KUBE-XLB-*`,
 //! `KUBE-SVC-*`, `KUBE-SVL-*` and `KUBE-SEP-*` chains to the DNAT targets it can reach.
+//! [`parse_reader_into`] hands each frontend to a [`FrontendSink`] as it is resolved.
+//!
+//! The graph has no chain map: kube-proxy chain names are packed into sortable 83-bit
+//! keys, DNAT targets and jumps are appended to vectors as they come, and the end is a
+//! sort-merge (legacy `iptables-save` lists chains sorted, so the sorts are checks). The
+//! lines that make up nearly all of a large dump (chain declarations, masquerade marks,
+//! `KUBE-SEP` DNATs, `KUBE-SVC` jumps) are read as bytes without UTF-8 validation or
+//! tokenizing; every other line takes the general path with the same results.
 //!
 //! Layouts handled: kube-proxy ≥ 1.28 (comments unquoted when they have no space,
 //! `-d IP` without `/32`, `KUBE-SVL`/`KUBE-EXT`), 1.10–1.27 (`KUBE-XLB`, `KUBE-FW`,
@@ -20,18 +28,20 @@
 //! and counted in [`crate::SkipStats`].
 
 use std::io::BufRead;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::ops::Range;
 use std::sync::LazyLock;
 
-use memchr::memmem::Finder;
+use memchr::memmem::{Finder, FinderRev};
 
 use crate::error::ParseError;
 use crate::format::Format;
 use crate::model::{
-    Backend, Frontend, FrontendKind, LbTable, Location, Protocol, ServiceRef, any_addr,
+    Backend, Frontend, FrontendKind, LbTable, Location, Protocol, ServiceRef, SkipStats, any_addr,
 };
+use crate::packed::FrontendSink;
 use crate::text::{
-    FxMap, LineSink, Tokens, drive_bytes, drive_reader, drive_str, parse_host, unescape,
+    ByteLineSink, FxMap, LineSink, Tokens, drive_raw, drive_reader_raw, parse_host, unescape, utf8,
 };
 
 /// What the parser expected when a dump has no iptables-save line at all.
@@ -40,23 +50,40 @@ const EXPECTED: &str =
 
 /// Parses an `iptables-save` dump held in memory.
 pub fn parse_str(input: &str) -> Result<LbTable, ParseError> {
-    let mut p = Parser::default();
-    drive_str(input, &mut p);
-    p.finish()
+    parse_bytes(input.as_bytes())
 }
 
 /// Parses an `iptables-save` dump held in memory as bytes (invalid UTF-8 is tolerated).
 pub fn parse_bytes(input: &[u8]) -> Result<LbTable, ParseError> {
     let mut p = Parser::default();
-    drive_bytes(input, &mut p);
-    p.finish()
+    drive_raw(input, &mut p);
+    into_table(p)
 }
 
 /// Parses an `iptables-save` dump from a reader, line by line.
 pub fn parse_reader<R: BufRead>(reader: R) -> Result<LbTable, ParseError> {
     let mut p = Parser::default();
-    drive_reader(reader, Format::Iptables, &mut p)?;
-    p.finish()
+    drive_reader_raw(reader, Format::Iptables, &mut p)?;
+    into_table(p)
+}
+
+/// Parses an `iptables-save` dump from a reader and hands each frontend to `sink` as it
+/// is resolved, without building an [`LbTable`]; returns what was skipped. Frontends
+/// are not merged or sorted (see [`crate::PackedTable`]).
+pub fn parse_reader_into<R: BufRead>(
+    reader: R,
+    sink: &mut impl FrontendSink,
+) -> Result<SkipStats, ParseError> {
+    let mut p = Parser::default();
+    drive_reader_raw(reader, Format::Iptables, &mut p)?;
+    p.finish_into(sink)
+}
+
+fn into_table(p: Parser) -> Result<LbTable, ParseError> {
+    let mut out = LbTable::new(Format::Iptables);
+    out.skipped = p.finish_into(&mut out)?;
+    out.normalize();
+    Ok(out)
 }
 
 /// Strips the `[packets:bytes] ` prefix of `iptables-save -c`.
@@ -99,36 +126,36 @@ enum Class {
     NonKube,
 }
 
-fn classify(chain: &str) -> Class {
-    let Some(rest) = chain.strip_prefix("KUBE-") else {
+fn classify(chain: &[u8]) -> Class {
+    let Some(rest) = chain.strip_prefix(b"KUBE-".as_slice()) else {
         return Class::NonKube;
     };
     match rest {
-        "SERVICES" => Class::Services,
-        "NODEPORTS" => Class::NodePorts,
-        "EXTERNAL-SERVICES" => Class::ExternalServices,
-        "PORTALS-CONTAINER" | "PORTALS-HOST" => Class::Portals,
-        "NODEPORT-CONTAINER" | "NODEPORT-HOST" => Class::UserspaceNodePorts,
-        "MARK-MASQ"
-        | "MARK-DROP"
-        | "POSTROUTING"
-        | "FORWARD"
-        | "FIREWALL"
-        | "PROXY-FIREWALL"
-        | "KUBELET-CANARY"
-        | "PROXY-CANARY"
-        | "LOAD-BALANCER"
-        | "NODE-PORT"
-        | "IPVS-FILTER"
-        | "IPVS-OUT-FILTER"
-        | "SOURCE-RANGES-FIREWALL"
-        | "EXTERNAL-SERVICES-FIREWALL" => Class::Helper,
-        _ if rest.starts_with("SVC-") => Class::Svc,
-        _ if rest.starts_with("SVL-") => Class::Svl,
-        _ if rest.starts_with("EXT-") => Class::Ext,
-        _ if rest.starts_with("FW-") => Class::Fw,
-        _ if rest.starts_with("XLB-") => Class::Xlb,
-        _ if rest.starts_with("SEP-") => Class::Sep,
+        b"SERVICES" => Class::Services,
+        b"NODEPORTS" => Class::NodePorts,
+        b"EXTERNAL-SERVICES" => Class::ExternalServices,
+        b"PORTALS-CONTAINER" | b"PORTALS-HOST" => Class::Portals,
+        b"NODEPORT-CONTAINER" | b"NODEPORT-HOST" => Class::UserspaceNodePorts,
+        b"MARK-MASQ"
+        | b"MARK-DROP"
+        | b"POSTROUTING"
+        | b"FORWARD"
+        | b"FIREWALL"
+        | b"PROXY-FIREWALL"
+        | b"KUBELET-CANARY"
+        | b"PROXY-CANARY"
+        | b"LOAD-BALANCER"
+        | b"NODE-PORT"
+        | b"IPVS-FILTER"
+        | b"IPVS-OUT-FILTER"
+        | b"SOURCE-RANGES-FIREWALL"
+        | b"EXTERNAL-SERVICES-FIREWALL" => Class::Helper,
+        _ if rest.starts_with(b"SVC-") => Class::Svc,
+        _ if rest.starts_with(b"SVL-") => Class::Svl,
+        _ if rest.starts_with(b"EXT-") => Class::Ext,
+        _ if rest.starts_with(b"FW-") => Class::Fw,
+        _ if rest.starts_with(b"XLB-") => Class::Xlb,
+        _ if rest.starts_with(b"SEP-") => Class::Sep,
         _ => Class::OtherKube,
     }
 }
@@ -160,15 +187,16 @@ fn is_mark_target(t: &str) -> bool {
             | "CONNMARK"
     )
 }
-
 /// One rule of an entry chain: a frontend and the chain it jumps to.
 struct Entry {
     ip: Option<IpAddr>,
     port: u16,
     proto: Protocol,
     kind: FrontendKind,
-    service: Option<ServiceRef>,
-    target: u32,
+    /// The comment's `ns/svc:port`, checked by [`ServiceRef::parse_kube_proxy`] (one
+    /// allocation instead of three until the frontend is built).
+    service: Option<Box<str>>,
+    target: ChainKey,
     line: usize,
 }
 
@@ -185,33 +213,54 @@ struct NoEndpoints {
 static FIND_TO_DEST: LazyLock<Finder<'static>> =
     LazyLock::new(|| Finder::new(b"--to-destination "));
 static FIND_RCHECK: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b" --rcheck"));
+static FIND_COMMENT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b" --comment "));
+static FIND_ARROW: LazyLock<FinderRev<'static>> = LazyLock::new(|| FinderRev::new(b" -> "));
 
-/// A DNAT target, compact (`SocketAddr` is 32 bytes; this is 20).
-type Addr = (IpAddr, u16);
+/// A chain name as an 83-bit key that sorts like the name: a 3-bit tag for the chain
+/// kind (`KUBE-EXT` < `KUBE-FW` < `KUBE-SEP` < `KUBE-SVC` < `KUBE-SVL` < `KUBE-XLB`)
+/// then the 16 base32 characters of kube-proxy's hash, 5 bits each (see
+/// [`pack_chain`]). Names of another shape get tag 7 and an interned number.
+/// Three `u32`s, so rows holding a key stay 4-byte aligned.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+struct ChainKey {
+    hi: u32,
+    mid: u32,
+    lo: u32,
+}
 
-/// A kube-proxy chain name packed into 83 bits (see [`pack_chain`]), stored as three
-/// `u32`s so that a map entry with its id is 16 bytes (a `(u64, u32)` key made it 24).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-struct ChainKey([u32; 3]);
+impl ChainKey {
+    /// Tag for names that do not pack (interned).
+    const NAMED: u32 = 7;
 
-impl std::hash::Hash for ChainKey {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        let [lo, mid, hi] = self.0;
-        state.write_u64(u64::from(lo) | (u64::from(mid) << 32));
-        state.write_u32(hi);
+    fn named(id: u32) -> Self {
+        Self {
+            hi: Self::NAMED << 16,
+            mid: 0,
+            lo: id,
+        }
+    }
+
+    fn tag(self) -> usize {
+        (self.hi >> 16) as usize & 7
+    }
+
+    /// The 64 bits below the tag: uniformly spread for kube-proxy's hashed names, so a
+    /// position in a sorted array can be interpolated from them.
+    fn body(self) -> u64 {
+        (u64::from(self.hi & 0xffff) << 48) | (u64::from(self.mid) << 16) | u64::from(self.lo >> 16)
     }
 }
 
-/// kube-proxy chain names are `KUBE-XXX-` plus 16 base32 characters: 83 bits, packed
-/// into a [`ChainKey`], so chains are interned without a heap allocation each.
-fn pack_chain(name: &str) -> Option<ChainKey> {
-    let rest = name.as_bytes().strip_prefix(b"KUBE-")?;
+/// kube-proxy chain names are `KUBE-XXX-` plus 16 base32 characters: packed into a
+/// [`ChainKey`] without a heap allocation, in the order of the names.
+fn pack_chain(name: &[u8]) -> Option<ChainKey> {
+    let rest = name.strip_prefix(b"KUBE-")?;
     let (tag, suffix): (u32, &[u8]) = match rest {
-        [b'S', b'V', b'C', b'-', s @ ..] => (1, s),
-        [b'S', b'V', b'L', b'-', s @ ..] => (2, s),
-        [b'E', b'X', b'T', b'-', s @ ..] => (3, s),
-        [b'S', b'E', b'P', b'-', s @ ..] => (4, s),
-        [b'F', b'W', b'-', s @ ..] => (5, s),
+        [b'E', b'X', b'T', b'-', s @ ..] => (1, s),
+        [b'F', b'W', b'-', s @ ..] => (2, s),
+        [b'S', b'E', b'P', b'-', s @ ..] => (3, s),
+        [b'S', b'V', b'C', b'-', s @ ..] => (4, s),
+        [b'S', b'V', b'L', b'-', s @ ..] => (5, s),
         [b'X', b'L', b'B', b'-', s @ ..] => (6, s),
         _ => return None,
     };
@@ -219,25 +268,26 @@ fn pack_chain(name: &str) -> Option<ChainKey> {
     let (a, b) = suffix.split_at(8);
     let a = base32_40(a)?;
     let b = base32_40(b)?;
-    // 40 + 40 bits of hash and a 3-bit tag, in three words.
-    Some(ChainKey([
-        a as u32,
-        ((a >> 32) | (b << 8)) as u32,
-        ((b >> 24) as u32) | (tag << 16),
-    ]))
+    // tag << 80 | a << 40 | b, in three words.
+    Some(ChainKey {
+        hi: (tag << 16) | (a >> 24) as u32,
+        mid: (((a & 0xff_ffff) << 8) | (b >> 32)) as u32,
+        lo: b as u32,
+    })
 }
 
-/// Base32 digit values (RFC 4648 alphabet, `A`–`Z`, `2`–`7`); 0x80 marks other bytes.
+/// Base32 digit values in ASCII order (`2`–`7` are 0–5, `A`–`Z` 6–31, so packed keys
+/// sort like the names); 0x80 marks other bytes.
 static BASE32: [u8; 256] = {
     let mut t = [0x80u8; 256];
     let mut i = 0;
-    while i < 26 {
-        t[b'A' as usize + i] = i as u8;
+    while i < 6 {
+        t[b'2' as usize + i] = i as u8;
         i += 1;
     }
     let mut i = 0;
-    while i < 6 {
-        t[b'2' as usize + i] = 26 + i as u8;
+    while i < 26 {
+        t[b'A' as usize + i] = 6 + i as u8;
         i += 1;
     }
     t
@@ -269,32 +319,157 @@ fn rfind_jump(b: &[u8]) -> Option<usize> {
     None
 }
 
+/// A jump run: source chain and the index of its first row in the jump rows.
+type Run = (ChainKey, u32);
+/// A jump row: target chain and the endpoint named by the jump's comment.
+type JumpRow = (ChainKey, PAddr);
+
+/// A backend address in 8 bytes: IPv4 inline, IPv6 as an index into the parser's list.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct PAddr {
+    ip: u32,
+    port: u16,
+    /// 0: none, 4: IPv4, 6: IPv6 (index).
+    family: u16,
+}
+
+impl PAddr {
+    const NONE: PAddr = PAddr {
+        ip: 0,
+        port: 0,
+        family: 0,
+    };
+
+    /// Flag on a jump row's address: the target chain's one DNAT (see [`resolve_direct`]),
+    /// not the endpoint named by the comment.
+    const RESOLVED: u16 = 0x100;
+}
+
+/// Where the rows of one chain key are in a sorted array: each tag's band is found
+/// once, then a key's position inside its band is interpolated from the key (hashed
+/// names are spread evenly) and corrected by a galloping search, so a lookup touches a
+/// cache line or two instead of the twenty a binary search would.
+struct Bands {
+    start: [usize; 9],
+}
+
+impl Bands {
+    fn new<T>(v: &[T], k: impl Fn(&T) -> ChainKey) -> Self {
+        let mut start = [0usize; 9];
+        for (t, s) in start.iter_mut().enumerate() {
+            *s = v.partition_point(|x| k(x).tag() < t);
+        }
+        start[8] = v.len();
+        Self { start }
+    }
+
+    /// The band of `key`'s tag in `v` (its start) and the interpolated position of
+    /// `key` in it.
+    fn guess<'v, T>(
+        &self,
+        v: &'v [T],
+        key: ChainKey,
+        k: impl Fn(&T) -> ChainKey,
+    ) -> (usize, &'v [T], usize) {
+        let t = key.tag();
+        let s = self.start.get(t).copied().unwrap_or(0);
+        let e = self.start.get(t + 1).copied().unwrap_or(s);
+        let band = v.get(s..e).unwrap_or_default();
+        let n = band.len();
+        let (Some(first), Some(last)) = (band.first(), band.last()) else {
+            return (s, band, 0);
+        };
+        let (lo, hi, x) = (k(first).body(), k(last).body(), key.body());
+        let g = if x <= lo {
+            0
+        } else if x >= hi {
+            n - 1
+        } else {
+            let g = u128::from(x - lo) * (n as u128 - 1) / u128::from(hi - lo);
+            usize::try_from(g).unwrap_or(n - 1).min(n - 1)
+        };
+        (s, band, g)
+    }
+
+    /// The rows of `key` in `v` (sorted by key).
+    fn range<T>(&self, v: &[T], key: ChainKey, k: impl Fn(&T) -> ChainKey) -> Range<usize> {
+        let (s, band, g) = self.guess(v, key, &k);
+        let n = band.len();
+        if n == 0 {
+            return s..s;
+        }
+        let lower = |a: usize, b: usize| {
+            a + band
+                .get(a..b)
+                .unwrap_or_default()
+                .partition_point(|y| k(y) < key)
+        };
+        let below = |i: usize| band.get(i).is_some_and(|y| k(y) < key);
+        let lb = if below(g) {
+            let mut from = g + 1;
+            let mut step = 1;
+            loop {
+                let i = g + step;
+                if i >= n {
+                    break lower(from, n);
+                }
+                if !below(i) {
+                    break lower(from, i);
+                }
+                from = i + 1;
+                step *= 2;
+            }
+        } else {
+            let mut to = g;
+            let mut step = 1;
+            loop {
+                if step > g {
+                    break lower(0, to);
+                }
+                let i = g - step;
+                if below(i) {
+                    break lower(i + 1, to);
+                }
+                to = i;
+                step *= 2;
+            }
+        };
+        let mut ub = lb;
+        while band.get(ub).is_some_and(|y| k(y) == key) {
+            ub += 1;
+        }
+        s + lb..s + ub
+    }
+}
+
 #[derive(Default)]
 struct Parser {
     table: Option<Table>,
     saw_iptables: bool,
     first_foreign: Option<(usize, String)>,
     v6: bool,
-    packed: FxMap<ChainKey, u32>,
-    /// The chain of the previous rule: rules of one chain are consecutive in a dump, so
-    /// most rules find their own chain here without a hash lookup.
-    last_from: Option<(ChainKey, u32)>,
+    /// Chain names that do not pack, interned (tag 7 keys).
     names: FxMap<Box<str>, u32>,
-    next_id: u32,
-    /// Chain-to-chain jumps (from, to).
-    jumps: Vec<(u32, u32)>,
-    /// DNAT targets (from, target).
-    dnats: Vec<(u32, Addr)>,
-    /// Chains with a DNAT rule seen so far.
-    has_dnat: Vec<bool>,
-    /// Endpoints named by jump comments, kept only while the target chain has no DNAT.
-    hints: FxMap<u32, Addr>,
+    /// IPv6 addresses of DNAT targets and hints ([`PAddr`] indexes).
+    v6_addrs: Vec<Ipv6Addr>,
+    /// DNAT targets (from chain, address), in dump order.
+    dnats: Vec<(ChainKey, PAddr)>,
+    /// Chain-to-chain jumps, grouped in runs of one source chain: `runs[i]` is the source
+    /// chain and the index of its first row in `jumps` (rules of a chain are consecutive
+    /// in a dump, so the source is stored once per chain).
+    runs: Vec<Run>,
+    /// (target chain, endpoint named by the jump's comment).
+    jumps: Vec<JumpRow>,
     /// `:KUBE-…` chain declarations seen since the last rule.
     declared: usize,
-    affinity: Vec<u32>,
+    affinity: Vec<ChainKey>,
     entries: Vec<Entry>,
     no_endpoints: Vec<NoEndpoints>,
-    table_out: LbTable,
+    skipped: SkipStats,
+    /// Tests: read every line through the general path (the fast paths must not change
+    /// any result).
+    #[cfg(test)]
+    general_only: bool,
 }
 
 /// The fields of one `-A` rule that matter here.
@@ -364,6 +539,51 @@ fn parse_rule<'a>(toks: &mut Tokens<'a>) -> Rule<'a> {
     r
 }
 
+/// Options whose next token [`parse_rule`] reads as their value.
+fn takes_value(tok: &[u8]) -> bool {
+    matches!(
+        tok,
+        b"-d"
+            | b"--destination"
+            | b"--dst"
+            | b"-p"
+            | b"--protocol"
+            | b"--dport"
+            | b"--destination-port"
+            | b"--comment"
+            | b"--dst-type"
+            | b"-j"
+            | b"--jump"
+            | b"-g"
+            | b"--goto"
+            | b"--to-destination"
+            | b"--match-set"
+            | b"-m"
+            | b"--match"
+            | b"-s"
+            | b"--source"
+            | b"--src"
+            | b"-i"
+            | b"-o"
+            | b"--src-type"
+            | b"--mode"
+            | b"--probability"
+            | b"--name"
+            | b"--seconds"
+            | b"--mask"
+            | b"--sport"
+            | b"--source-port"
+            | b"--mark"
+            | b"--ctstate"
+            | b"--state"
+            | b"--set-xmark"
+            | b"--or-mark"
+            | b"--xor-mark"
+            | b"--reject-with"
+            | b"--nfacct-name"
+    )
+}
+
 /// Kind named by the suffix of an entry comment (`ns/svc:port cluster IP`).
 fn kind_from_comment(comment: &str) -> Option<FrontendKind> {
     if comment.ends_with("cluster IP") {
@@ -379,9 +599,14 @@ fn kind_from_comment(comment: &str) -> Option<FrontendKind> {
 
 /// `ns/svc:port` from a comment, skipping the userspace-era `portal for ` prefix.
 fn service_from_comment(comment: &str) -> Option<ServiceRef> {
+    ServiceRef::parse_kube_proxy(service_token(comment)?)
+}
+
+/// The `ns/svc:port` token of a comment, when it is one.
+fn service_token(comment: &str) -> Option<&str> {
     let c = comment.strip_prefix("portal for ").unwrap_or(comment);
     let first = c.split(' ').next()?;
-    ServiceRef::parse_kube_proxy(first)
+    ServiceRef::parse_kube_proxy(first).map(|_| first)
 }
 
 /// The endpoint named by `… -> 10.0.0.1:80` in a jump's comment.
@@ -391,70 +616,84 @@ fn hint_from_comment(comment: &str) -> Option<SocketAddr> {
 }
 
 impl Parser {
-    fn intern(&mut self, name: &str) -> u32 {
-        let next = self.next_id;
-        let id = match pack_chain(name) {
-            Some(key) => *self.packed.entry(key).or_insert(next),
-            None => match self.names.get(name) {
-                Some(&id) => id,
-                None => {
-                    self.names.insert(name.into(), next);
-                    next
-                }
+    #[cfg(test)]
+    fn general_only(&self) -> bool {
+        self.general_only
+    }
+
+    #[cfg(not(test))]
+    fn general_only(&self) -> bool {
+        false
+    }
+
+    /// The key of a chain name: packed, or interned when it has another shape.
+    fn key_of(&mut self, name: &str) -> ChainKey {
+        if let Some(k) = pack_chain(name.as_bytes()) {
+            return k;
+        }
+        let next = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
+        match self.names.get(name) {
+            Some(&id) => ChainKey::named(id),
+            None => {
+                self.names.insert(name.into(), next);
+                ChainKey::named(next)
+            }
+        }
+    }
+
+    fn paddr(&mut self, sa: SocketAddr) -> PAddr {
+        match sa.ip() {
+            IpAddr::V4(ip) => PAddr {
+                ip: u32::from(ip),
+                port: sa.port(),
+                family: 4,
             },
+            IpAddr::V6(ip) => {
+                let idx = u32::try_from(self.v6_addrs.len()).unwrap_or(u32::MAX);
+                self.v6_addrs.push(ip);
+                PAddr {
+                    ip: idx,
+                    port: sa.port(),
+                    family: 6,
+                }
+            }
+        }
+    }
+
+    fn add_dnat(&mut self, from: ChainKey, sa: SocketAddr) {
+        let a = self.paddr(sa);
+        self.dnats.push((from, a));
+    }
+
+    fn add_jump(&mut self, from: ChainKey, to: ChainKey, hint: Option<SocketAddr>) {
+        let hint = match hint {
+            Some(sa) => self.paddr(sa),
+            None => PAddr::NONE,
         };
-        if id == next {
-            self.next_id = self.next_id.saturating_add(1);
+        if self.runs.last().is_none_or(|r| r.0 != from) {
+            let at = u32::try_from(self.jumps.len()).unwrap_or(u32::MAX);
+            self.runs.push((from, at));
         }
-        id
-    }
-
-    /// [`Parser::intern`] for the chain a rule belongs to, remembering the last one.
-    fn intern_from(&mut self, chain: &str) -> u32 {
-        let Some(key) = pack_chain(chain) else {
-            return self.intern(chain);
-        };
-        if let Some((k, id)) = self.last_from
-            && k == key
-        {
-            return id;
-        }
-        let next = self.next_id;
-        let id = *self.packed.entry(key).or_insert(next);
-        if id == next {
-            self.next_id = self.next_id.saturating_add(1);
-        }
-        self.last_from = Some((key, id));
-        id
-    }
-
-    fn chain_has_dnat(&self, c: u32) -> bool {
-        self.has_dnat.get(c as usize).copied().unwrap_or(false)
-    }
-
-    fn add_dnat(&mut self, from: u32, addr: Addr) {
-        let i = from as usize;
-        if self.has_dnat.len() <= i {
-            let len = (i + 1).max(self.has_dnat.len() * 2);
-            self.has_dnat.resize(len, false);
-        }
-        if let Some(h) = self.has_dnat.get_mut(i) {
-            *h = true;
-        }
-        if !self.hints.is_empty() {
-            self.hints.remove(&from);
-        }
-        self.dnats.push((from, addr));
+        self.jumps.push((to, hint));
     }
 
     fn unknown(&mut self, no: usize, reason: &'static str, line: &str) {
-        self.table_out
-            .skipped
-            .unknown(Location::Line(no), reason, line);
+        self.skipped.unknown(Location::Line(no), reason, line);
     }
 
     fn ignore(&mut self, reason: &'static str) {
-        self.table_out.skipped.ignore(reason);
+        self.skipped.ignore(reason);
+    }
+
+    /// A rule line: iptables-save declares a table's chains before its rules, so the row
+    /// vectors are sized once from the declarations instead of grown.
+    fn rule_seen(&mut self) {
+        self.saw_iptables = true;
+        if self.declared > 0 {
+            let n = std::mem::take(&mut self.declared);
+            self.dnats.reserve(n);
+            self.jumps.reserve(n);
+        }
     }
 
     fn rule(&mut self, no: usize, full_line: &str, body: &str) {
@@ -471,7 +710,7 @@ impl Parser {
             return;
         }
         let mut toks = Tokens::new(rest);
-        let class = classify(chain);
+        let class = classify(chain.as_bytes());
         if body.as_bytes().ends_with(b" -j KUBE-MARK-MASQ") && class != Class::OtherKube {
             // Masquerade marks: a third of a large dump; no need to tokenize them.
             return self.ignore("masquerade/mark/return rule");
@@ -486,7 +725,11 @@ impl Parser {
             }
             _ => {}
         }
-        if table != Table::Filter && self.fast_path(class, chain, body) {
+        // Lines the byte path did not take (e.g. with `iptables-save -c` counters).
+        if table != Table::Filter
+            && !self.general_only()
+            && self.fast_path(class, chain.as_bytes(), body.as_bytes())
+        {
             return;
         }
         let mut r = parse_rule(&mut toks);
@@ -524,25 +767,20 @@ impl Parser {
                 self.entry(no, full_line, class, &r, target, comment);
             }
             Class::Svc | Class::Svl | Class::Ext | Class::Fw | Class::Xlb | Class::Sep => {
-                let from = self.intern_from(chain);
+                let from = self.key_of(chain);
                 if r.affinity {
                     self.affinity.push(from);
                 }
                 if target == "DNAT" {
                     match r.to_dest.and_then(|d| parse_dnat(d, self.v6)) {
-                        Some(sa) => self.add_dnat(from, (sa.ip(), sa.port())),
+                        Some(sa) => self.add_dnat(from, sa),
                         None => {
                             self.unknown(no, "DNAT without a valid --to-destination", full_line)
                         }
                     }
-                } else if is_lb_chain(classify(target)) {
-                    let to = self.intern(target);
-                    if !self.chain_has_dnat(to)
-                        && let Some(sa) = hint_from_comment(comment)
-                    {
-                        self.hints.insert(to, (sa.ip(), sa.port()));
-                    }
-                    self.jumps.push((from, to));
+                } else if is_lb_chain(classify(target.as_bytes())) {
+                    let to = self.key_of(target);
+                    self.add_jump(from, to, hint_from_comment(comment));
                 } else {
                     self.unknown(no, "jump to an unknown target", full_line);
                 }
@@ -551,53 +789,162 @@ impl Parser {
         }
     }
 
-    /// Reads the two rule shapes that make up most of a large dump without tokenizing
-    /// them: `KUBE-SEP-… -j DNAT --to-destination ADDR` and `KUBE-SVC-… -j KUBE-SEP-…`.
-    /// Returns `false` (nothing recorded) when the rule needs the general path.
-    fn fast_path(&mut self, class: Class, chain: &str, body: &str) -> bool {
-        let bytes = body.as_bytes();
-        if memchr::memchr(b'\\', bytes).is_some() {
+    /// Reads the lines that make up nearly all of a large dump as bytes, without UTF-8
+    /// validation or tokenizing: chain declarations, masquerade marks,
+    /// `KUBE-SEP-… -j DNAT --to-destination ADDR` and `KUBE-SVC-… -j KUBE-SEP-…`.
+    /// Returns `false` (nothing recorded) when the line needs the general path, which
+    /// then reads it exactly as if this one did not exist.
+    fn fast_line(&mut self, raw: &[u8]) -> bool {
+        match raw.first() {
+            Some(b':') => {
+                self.saw_iptables = true;
+                if raw.starts_with(b":KUBE-") {
+                    self.declared += 1;
+                }
+                return true;
+            }
+            Some(b'-') => {}
+            _ => return false,
+        }
+        // No leading or trailing space to trim (the general path trims Unicode space).
+        if !raw.starts_with(b"-A KUBE-") || !raw.last().is_some_and(u8::is_ascii_graphic) {
             return false;
         }
-        let Some(idx) = rfind_jump(bytes) else {
+        let body = raw.get(3..).unwrap_or_default();
+        let Some(i) = memchr::memchr(b' ', body) else {
             return false;
         };
+        let chain = body.get(..i).unwrap_or_default();
+        let class = classify(chain);
+        self.rule_seen();
+        if body.ends_with(b" -j KUBE-MARK-MASQ") && class != Class::OtherKube {
+            self.ignore("masquerade/mark/return rule");
+            return true;
+        }
+        let table = self.table.unwrap_or(Table::Unknown);
+        match (table, class) {
+            (Table::Other, _) => {
+                self.ignore("rule in a table other than nat/filter");
+                return true;
+            }
+            (_, Class::Helper) => {
+                self.ignore("rule in a kube-proxy helper chain");
+                return true;
+            }
+            (Table::Filter, _) | (_, Class::OtherKube | Class::NonKube) => return false,
+            _ => {}
+        }
+        self.fast_path(class, chain, body)
+    }
+
+    fn fast_path(&mut self, class: Class, chain: &[u8], body: &[u8]) -> bool {
+        // One pass for backslashes (escapes: general path) and quotes: at most one quoted
+        // token, and the target not inside or after it.
+        let (mut q1, mut q2) = (None, None);
+        for i in memchr::memchr2_iter(b'\\', b'"', body) {
+            if body.get(i) == Some(&b'\\') || q2.is_some() {
+                return false;
+            }
+            if q1.is_none() {
+                q1 = Some(i);
+            } else {
+                q2 = Some(i);
+            }
+        }
+        let Some(idx) = rfind_jump(body) else {
+            return false;
+        };
+        if q2.is_some_and(|q| q > idx) || (q1.is_some() && q2.is_none()) {
+            return false;
+        }
+        // `-j` must not be the value of the option before it (the tokenizer would read it so).
+        let before = body.get(..idx).unwrap_or_default();
+        let prev = before
+            .get(memchr::memrchr(b' ', before).map_or(0, |i| i + 1)..)
+            .unwrap_or_default();
+        if takes_value(prev) {
+            return false;
+        }
         let after = body.get(idx + 4..).unwrap_or_default();
-        let target = after.split(' ').next().unwrap_or_default();
-        let rest = after.get(target.len()..).unwrap_or_default();
+        let tlen = memchr::memchr(b' ', after).unwrap_or(after.len());
+        let target = after.get(..tlen).unwrap_or_default();
+        let rest = after.get(tlen..).unwrap_or_default();
         match class {
-            Class::Sep if target == "DNAT" => {
+            Class::Sep if target == b"DNAT" => {
                 // kube-proxy writes `--to-destination` right after `-j DNAT`.
-                let at = if rest.starts_with(" --to-destination ") {
+                let at = if rest.starts_with(b" --to-destination ") {
                     1
                 } else {
-                    match FIND_TO_DEST.find(rest.as_bytes()) {
+                    match FIND_TO_DEST.find(rest) {
                         Some(at) => at,
                         None => return false,
                     }
                 };
-                let dest = rest.get(at + 17..).unwrap_or_default();
-                let dest = dest.split(' ').next().unwrap_or_default();
-                let Some(sa) = crate::text::parse_socket(dest) else {
+                let from_dest = rest.get(at + 17..).unwrap_or_default();
+                let end = memchr::memchr(b' ', from_dest).unwrap_or(from_dest.len());
+                let dest = from_dest.get(..end).unwrap_or_default();
+                // The tokenizer keeps the last `--to-destination`.
+                if FIND_TO_DEST
+                    .find(from_dest.get(end..).unwrap_or_default())
+                    .is_some()
+                {
+                    return false;
+                }
+                let Some(sa) = crate::text::parse_socket_bytes(dest) else {
                     return false;
                 };
-                let from = self.intern_from(chain);
-                self.add_dnat(from, (sa.ip(), sa.port()));
+                let Some(from) = pack_chain(chain) else {
+                    return false;
+                };
+                self.add_dnat(from, sa);
                 true
             }
             Class::Svc | Class::Svl | Class::Ext | Class::Fw | Class::Xlb
-                if rest.trim().is_empty() && is_lb_chain(classify(target)) =>
+                if rest.is_empty() && is_lb_chain(classify(target)) =>
             {
-                let to = self.intern(target);
-                if !self.chain_has_dnat(to) {
-                    // The comment may name the endpoint: the general path keeps it.
+                let (Some(from), Some(to)) = (pack_chain(chain), pack_chain(target)) else {
                     return false;
-                }
-                let from = self.intern_from(chain);
-                if FIND_RCHECK.find(bytes).is_some() {
+                };
+                let hint = match (q1, q2) {
+                    (Some(q1), Some(q2)) => {
+                        // One quoted token: the comment, if `--comment` is right before it
+                        // and is the rule's last `--comment`.
+                        let before = body.get(..q1).unwrap_or_default();
+                        if !before.ends_with(b" --comment ")
+                            || FIND_COMMENT
+                                .find(body.get(q2..).unwrap_or_default())
+                                .is_some()
+                        {
+                            return false;
+                        }
+                        let inner = body.get(q1 + 1..q2).unwrap_or_default();
+                        match FIND_ARROW.rfind(inner) {
+                            Some(p) => {
+                                let Ok(addr) =
+                                    std::str::from_utf8(inner.get(p + 4..).unwrap_or_default())
+                                else {
+                                    return false;
+                                };
+                                crate::text::parse_socket(addr.trim())
+                            }
+                            None => None,
+                        }
+                    }
+                    // No quote: an unquoted comment has no space, so it names no endpoint.
+                    _ => None,
+                };
+                // `--rcheck` outside the quoted comment (the tokenizer's view).
+                let (head, tail) = match (q1, q2) {
+                    (Some(a), Some(b)) => (
+                        body.get(..a).unwrap_or_default(),
+                        body.get(b..).unwrap_or_default(),
+                    ),
+                    _ => (body, &[][..]),
+                };
+                if FIND_RCHECK.find(head).is_some() || FIND_RCHECK.find(tail).is_some() {
                     self.affinity.push(from);
                 }
-                self.jumps.push((from, to));
+                self.add_jump(from, to, hint);
                 true
             }
             _ => false,
@@ -613,7 +960,7 @@ impl Parser {
         target: &str,
         comment: &str,
     ) {
-        let tclass = classify(target);
+        let tclass = classify(target.as_bytes());
         if !is_lb_chain(tclass) {
             return self.unknown(no, "entry rule jumps to an unknown target", full_line);
         }
@@ -653,13 +1000,13 @@ impl Parser {
                 _ => FrontendKind::ClusterIp,
             }
         };
-        let target = self.intern(target);
+        let target = self.key_of(target);
         self.entries.push(Entry {
             ip,
             port,
             proto,
             kind,
-            service: service_from_comment(comment),
+            service: service_token(comment).map(Box::from),
             target,
             line: no,
         });
@@ -694,7 +1041,8 @@ impl Parser {
         });
     }
 
-    fn finish(mut self) -> Result<LbTable, ParseError> {
+    /// Resolves every entry rule to its backends and hands each frontend to `sink`.
+    fn finish_into(mut self, sink: &mut impl FrontendSink) -> Result<SkipStats, ParseError> {
         if !self.saw_iptables
             && let Some((no, line)) = self.first_foreign.take()
         {
@@ -705,40 +1053,60 @@ impl Parser {
                 &line,
             ));
         }
-        let mut out = std::mem::take(&mut self.table_out);
-        out.format = Some(Format::Iptables);
-        let n = self.next_id as usize;
         drop(std::mem::take(&mut self.names));
-        drop(std::mem::take(&mut self.packed));
-        drop(std::mem::take(&mut self.has_dnat));
-        let (jumps, jump_starts) = csr(std::mem::take(&mut self.jumps), n);
-        let (dnats, dnat_starts) = csr(std::mem::take(&mut self.dnats), n);
-        let slice = |v: &'_ [(u32, u32)], starts: &[u32], c: u32| -> std::ops::Range<usize> {
-            let lo = starts.get(c as usize).copied().unwrap_or(0) as usize;
-            let hi = starts.get(c as usize + 1).copied().unwrap_or(0) as usize;
-            lo.min(v.len())..hi.min(v.len())
-        };
-        let out_jumps = |c: u32| -> &[(u32, u32)] {
-            jumps
-                .get(slice(&jumps, &jump_starts, c))
+        let mut out = std::mem::take(&mut self.skipped);
+        // Sort-merge instead of a chain map: DNAT rows sorted by chain (legacy
+        // iptables-save lists chains sorted, so this is one pass over sorted input), jump
+        // runs sorted by source chain; lookups interpolate into them.
+        let mut dnats = std::mem::take(&mut self.dnats);
+        if !dnats.is_sorted_by_key(|d| d.0) {
+            dnats.sort_by_key(|d| d.0);
+        }
+        let (runs, mut jumps) = sorted_runs(
+            std::mem::take(&mut self.runs),
+            std::mem::take(&mut self.jumps),
+        );
+        resolve_direct(&mut jumps, &dnats);
+        let mut affinity = std::mem::take(&mut self.affinity);
+        affinity.sort_unstable();
+        affinity.dedup();
+        let dnat_bands = Bands::new(&dnats, |d| d.0);
+        let run_bands = Bands::new(&runs, |r| r.0);
+        let dnats_of = |c: ChainKey| -> &[(ChainKey, PAddr)] {
+            dnats
+                .get(dnat_bands.range(&dnats, c, |d| d.0))
                 .unwrap_or_default()
         };
-        let out_dnats = |c: u32| -> &[(u32, Addr)] {
-            let lo = dnat_starts.get(c as usize).copied().unwrap_or(0) as usize;
-            let hi = dnat_starts.get(c as usize + 1).copied().unwrap_or(0) as usize;
-            dnats.get(lo..hi).unwrap_or_default()
+        let run_of = |c: ChainKey| -> Option<usize> {
+            let r = run_bands.range(&runs, c, |r| r.0);
+            (!r.is_empty()).then_some(r.start)
         };
-        let has_rules = |c: u32| !out_jumps(c).is_empty() || !out_dnats(c).is_empty();
-        let mut affinity = vec![false; n];
-        for c in &self.affinity {
-            if let Some(a) = affinity.get_mut(*c as usize) {
-                *a = true;
+        let jumps_of = |run: usize| -> &[(ChainKey, PAddr)] {
+            let lo = runs.get(run).map_or(0, |r| r.1 as usize);
+            let hi = runs.get(run + 1).map_or(jumps.len(), |r| r.1 as usize);
+            jumps.get(lo..hi).unwrap_or_default()
+        };
+        let v6_addrs = std::mem::take(&mut self.v6_addrs);
+        let addr = |a: PAddr| -> Option<(IpAddr, u16)> {
+            match a.family {
+                4 => Some((IpAddr::V4(Ipv4Addr::from(a.ip)), a.port)),
+                6 => v6_addrs
+                    .get(a.ip as usize)
+                    .map(|ip| (IpAddr::V6(*ip), a.port)),
+                _ => None,
             }
-        }
-        let mut seen = vec![0u32; n];
+        };
+        let has_affinity = |c: ChainKey| !affinity.is_empty() && affinity.binary_search(&c).is_ok();
+        // Each DNAT is usually reached from one frontend, some from a NodePort or an
+        // external address too.
+        sink.expect(
+            self.entries.len() + self.no_endpoints.len(),
+            dnats.len() + dnats.len() / 4,
+        );
+        let mut seen = vec![0u32; runs.len()];
         let mut stamp = 0u32;
-        let mut stack = Vec::new();
-        for e in &self.entries {
+        let mut stack: Vec<(ChainKey, Option<usize>)> = Vec::new();
+        for e in std::mem::take(&mut self.entries) {
             stamp = stamp.wrapping_add(1);
             let mut fe = Frontend::new(
                 e.ip.unwrap_or_else(|| any_addr(self.v6)),
@@ -746,54 +1114,88 @@ impl Parser {
                 e.proto,
                 e.kind,
             );
-            fe.service = e.service.clone();
-            stack.clear();
-            stack.push(e.target);
-            if let Some(s) = seen.get_mut(e.target as usize) {
-                *s = stamp;
-            }
-            if !has_rules(e.target) {
-                out.skipped.unknown(
+            fe.service = e.service.as_deref().and_then(ServiceRef::parse_kube_proxy);
+            let root = run_of(e.target);
+            if root.is_none() && dnats_of(e.target).is_empty() {
+                out.unknown(
                     Location::Line(e.line),
                     "entry rule jumps to a chain absent from the dump",
                     "",
                 );
             }
-            while let Some(c) = stack.pop() {
-                if affinity.get(c as usize).copied().unwrap_or(false) {
+            if let Some(s) = root.and_then(|r| seen.get_mut(r)) {
+                *s = stamp;
+            }
+            stack.clear();
+            stack.push((e.target, root));
+            while let Some((c, run)) = stack.pop() {
+                if has_affinity(c) {
                     fe.add_flag("session-affinity");
                 }
-                for (_, (ip, port)) in out_dnats(c) {
-                    fe.backends.push(Backend::active(*ip, *port));
+                for (_, a) in dnats_of(c) {
+                    if let Some((ip, port)) = addr(*a) {
+                        fe.backends.push(Backend::active(ip, port));
+                    }
                 }
-                for &(_, to) in out_jumps(c) {
-                    if !has_rules(to) {
-                        match self.hints.get(&to) {
-                            Some(&(ip, port)) => {
-                                fe.backends.push(Backend::active(ip, port));
-                                out.skipped.unknown(
-                                    Location::Line(e.line),
-                                    "endpoint taken from a jump comment (KUBE-SEP chain absent from the dump)",
-                                    "",
-                                );
-                            }
-                            None => out.skipped.unknown(
-                                Location::Line(e.line),
-                                "jump to a chain absent from the dump",
-                                "",
-                            ),
-                        }
-                    } else if let Some(s) = seen.get_mut(to as usize)
-                        && *s != stamp
+                let Some(run) = run else { continue };
+                for &(to, hint) in jumps_of(run) {
+                    let to_run = run_of(to);
+                    if to_run.is_none()
+                        && hint.family & PAddr::RESOLVED != 0
+                        && let Some((ip, port)) = addr(PAddr {
+                            family: hint.family & !PAddr::RESOLVED,
+                            ..hint
+                        })
                     {
-                        *s = stamp;
-                        stack.push(to);
+                        // A KUBE-SEP with one DNAT, resolved by the merge.
+                        if has_affinity(to) {
+                            fe.add_flag("session-affinity");
+                        }
+                        fe.backends.push(Backend::active(ip, port));
+                        continue;
+                    }
+                    if let Some(r) = to_run {
+                        if let Some(s) = seen.get_mut(r)
+                            && *s != stamp
+                        {
+                            *s = stamp;
+                            stack.push((to, Some(r)));
+                        }
+                        continue;
+                    }
+                    let to_dnats = dnats_of(to);
+                    if !to_dnats.is_empty() {
+                        // A chain of DNATs only (a KUBE-SEP): read in place.
+                        if has_affinity(to) {
+                            fe.add_flag("session-affinity");
+                        }
+                        for (_, a) in to_dnats {
+                            if let Some((ip, port)) = addr(*a) {
+                                fe.backends.push(Backend::active(ip, port));
+                            }
+                        }
+                        continue;
+                    }
+                    match addr(hint) {
+                        Some((ip, port)) => {
+                            fe.backends.push(Backend::active(ip, port));
+                            out.unknown(
+                                Location::Line(e.line),
+                                "endpoint taken from a jump comment (KUBE-SEP chain absent from the dump)",
+                                "",
+                            );
+                        }
+                        None => out.unknown(
+                            Location::Line(e.line),
+                            "jump to a chain absent from the dump",
+                            "",
+                        ),
                     }
                 }
             }
-            out.frontends.push(fe);
+            sink.frontend(fe);
         }
-        for ne in self.no_endpoints.drain(..) {
+        for ne in std::mem::take(&mut self.no_endpoints) {
             let mut fe = Frontend::new(
                 ne.ip.unwrap_or_else(|| any_addr(self.v6)),
                 ne.port,
@@ -802,30 +1204,70 @@ impl Parser {
             );
             fe.service = ne.service;
             fe.add_flag(ne.flag);
-            out.frontends.push(fe);
+            sink.frontend(fe);
         }
-        out.normalize();
         Ok(out)
     }
 }
 
-/// Sorts `(from, …)` pairs by `from` and returns them with `starts`, so that the pairs of
-/// chain `c` are `v[starts[c]..starts[c + 1]]` (compressed sparse rows).
-fn csr<T>(mut v: Vec<(u32, T)>, n: usize) -> (Vec<(u32, T)>, Vec<u32>) {
-    v.sort_unstable_by_key(|e| e.0);
-    let mut starts = vec![0u32; n + 1];
-    for (from, _) in &v {
-        if let Some(s) = starts.get_mut(*from as usize + 1) {
-            *s += 1;
+/// Replaces the address of each jump row whose target is a chain with exactly one DNAT
+/// row by that DNAT's address, flagged [`PAddr::RESOLVED`] (the comment's endpoint is only
+/// used for targets without rules, so it is not needed there). The targets are sorted and
+/// merged with the sorted DNAT rows: one sequential pass instead of a lookup (a cache
+/// miss) per jump.
+fn resolve_direct(jumps: &mut [JumpRow], dnats: &[(ChainKey, PAddr)]) {
+    let wide =
+        |k: ChainKey| (u128::from(k.hi) << 64) | (u128::from(k.mid) << 32) | u128::from(k.lo);
+    let mut order: Vec<u128> = jumps
+        .iter()
+        .enumerate()
+        .map(|(i, (to, _))| (wide(*to) << 32) | i as u128)
+        .collect();
+    order.sort_unstable();
+    let mut d = 0usize;
+    for o in order {
+        let key = o >> 32;
+        while dnats.get(d).is_some_and(|r| wide(r.0) < key) {
+            d += 1;
+        }
+        let one = dnats.get(d).filter(|r| wide(r.0) == key).map(|r| r.1);
+        let more = dnats.get(d + 1).is_some_and(|r| wide(r.0) == key);
+        if let (Some(a), false) = (one, more)
+            && let Some(row) = jumps.get_mut((o & 0xffff_ffff) as usize)
+        {
+            row.1 = PAddr {
+                family: a.family | PAddr::RESOLVED,
+                ..a
+            };
         }
     }
-    for i in 1..starts.len() {
-        let prev = starts.get(i - 1).copied().unwrap_or(0);
-        if let Some(s) = starts.get_mut(i) {
-            *s += prev;
+}
+
+/// Jump runs sorted by source chain with one run per chain. Dumps list a chain's rules
+/// together and legacy iptables-save sorts chains, so this is usually a check; otherwise
+/// the rows are regrouped (keeping each chain's rule order).
+fn sorted_runs(runs: Vec<Run>, jumps: Vec<JumpRow>) -> (Vec<Run>, Vec<JumpRow>) {
+    if runs.windows(2).all(|w| matches!(w, [a, b] if a.0 < b.0)) {
+        return (runs, jumps);
+    }
+    let mut rows: Vec<(ChainKey, ChainKey, PAddr)> = Vec::with_capacity(jumps.len());
+    for (i, &(from, lo)) in runs.iter().enumerate() {
+        let hi = runs.get(i + 1).map_or(jumps.len(), |r| r.1 as usize);
+        for &(to, hint) in jumps.get(lo as usize..hi).unwrap_or_default() {
+            rows.push((from, to, hint));
         }
     }
-    (v, starts)
+    drop(jumps);
+    rows.sort_by_key(|r| r.0);
+    let mut runs = Vec::new();
+    let mut jumps = Vec::with_capacity(rows.len());
+    for (from, to, hint) in rows {
+        if runs.last().is_none_or(|r: &Run| r.0 != from) {
+            runs.push((from, u32::try_from(jumps.len()).unwrap_or(u32::MAX)));
+        }
+        jumps.push((to, hint));
+    }
+    (runs, jumps)
 }
 
 fn kind_from_words(comment: &str) -> Option<FrontendKind> {
@@ -838,6 +1280,7 @@ fn kind_from_words(comment: &str) -> Option<FrontendKind> {
     }
 }
 
+/// `10.0.0.1:80`, `[fd00::1]:80`, or (rare) a bare address with the service port unknown.
 /// `10.0.0.1:80`, `[fd00::1]:80`, or (rare) a bare address with the service port unknown.
 fn parse_dnat(d: &str, _v6: bool) -> Option<SocketAddr> {
     crate::text::parse_socket(d)
@@ -880,22 +1323,216 @@ impl LineSink for Parser {
                     .strip_prefix("-A ")
                     .or_else(|| body.strip_prefix("-I "))
                 {
-                    self.saw_iptables = true;
-                    if self.declared > 0 {
-                        // iptables-save declares a table's chains before its rules: size the
-                        // chain index once instead of growing it.
-                        let n = std::mem::take(&mut self.declared);
-                        self.packed.reserve(n);
-                        self.has_dnat.reserve(n);
-                        self.dnats.reserve(n);
-                        self.jumps.reserve(n);
-                    }
+                    self.rule_seen();
                     self.rule(no, line, rest);
                 } else {
                     if self.first_foreign.is_none() {
                         self.first_foreign = Some((no, crate::model::excerpt(line)));
                     }
                     self.unknown(no, "not an iptables-save line", line);
+                }
+            }
+        }
+    }
+}
+
+impl ByteLineSink for Parser {
+    fn line_bytes(&mut self, no: usize, raw: &[u8]) {
+        if self.general_only() || !self.fast_line(raw) {
+            self.line(no, &utf8(raw));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::generate::{GenModel, GenSpec};
+
+    /// The nat table's rule lines of a generated dump reordered: the two halves
+    /// interleaved, so chains are out of order and split into several runs.
+    fn interleaved(dump: &str) -> String {
+        let lines: Vec<&str> = dump.lines().collect();
+        let nat = lines.iter().position(|l| *l == "*nat").unwrap();
+        let commit = nat + lines[nat..].iter().position(|l| *l == "COMMIT").unwrap();
+        let first_rule = nat
+            + lines[nat..]
+                .iter()
+                .position(|l| l.starts_with("-A"))
+                .unwrap();
+        let rules = &lines[first_rule..commit];
+        let (a, b) = rules.split_at(rules.len() / 2);
+        let mut mixed: Vec<&str> = Vec::new();
+        for i in 0..a.len().max(b.len()) {
+            mixed.extend(b.get(i).copied());
+            mixed.extend(a.get(i).copied());
+        }
+        let mut out: Vec<&str> = lines[..first_rule].to_vec();
+        out.extend(mixed);
+        out.extend(&lines[commit..]);
+        out.join("\n")
+    }
+
+    #[test]
+    fn unsorted_and_split_chains_give_the_same_table() {
+        let dump = GenModel::generate(&GenSpec::new(60, 400)).iptables_save();
+        let sorted = parse_str(&dump).unwrap();
+        assert!(sorted.backend_count() >= 400, "{}", sorted.backend_count());
+        let mixed = parse_str(&interleaved(&dump)).unwrap();
+        assert_eq!(sorted.frontends, mixed.frontends);
+        assert_eq!(sorted.skipped.unknown, mixed.skipped.unknown);
+    }
+
+    #[test]
+    fn jump_comments_stand_in_for_absent_sep_chains() {
+        // `iptables-save | grep KUBE-SVC`: the KUBE-SEP chains are not in the dump.
+        let dump = "\
+-A KUBE-SERVICES -d 10.96.0.10/32 -p udp -m comment --comment \"kube-system/kube-dns:dns cluster IP\" -m udp --dport 53 -j KUBE-SVC-TCOU7JCQXEZGVUNU
+-A KUBE-SVC-TCOU7JCQXEZGVUNU -m comment --comment \"kube-system/kube-dns:dns -> 10.244.1.5:53\" -m statistic --mode random --probability 0.5 -j KUBE-SEP-AAAAAAAAAAAAAAAA
+-A KUBE-SVC-TCOU7JCQXEZGVUNU -m comment --comment \"kube-system/kube-dns:dns -> 10.244.2.7:53\" -j KUBE-SEP-BBBBBBBBBBBBBBBB
+-A KUBE-SVC-TCOU7JCQXEZGVUNU -m comment --comment kube-system/kube-dns:dns -j KUBE-SEP-CCCCCCCCCCCCCCCC
+";
+        let t = parse_str(dump).unwrap();
+        assert_eq!(t.frontends.len(), 1);
+        let backends: Vec<String> = t.frontends[0]
+            .backends
+            .iter()
+            .map(|b| format!("{}:{}", b.ip, b.port))
+            .collect();
+        assert_eq!(backends, ["10.244.1.5:53", "10.244.2.7:53"]);
+        let reasons = &t.skipped.unknown_by_reason;
+        assert_eq!(
+            reasons.get("endpoint taken from a jump comment (KUBE-SEP chain absent from the dump)"),
+            Some(&2)
+        );
+        assert_eq!(
+            reasons.get("jump to a chain absent from the dump"),
+            Some(&1)
+        );
+        // Once the chains are there, their DNATs win over the comments.
+        let full = format!(
+            "{dump}-A KUBE-SEP-AAAAAAAAAAAAAAAA -p udp -m udp -j DNAT --to-destination 10.244.1.6:53\n\
+-A KUBE-SEP-BBBBBBBBBBBBBBBB -p udp -m udp -j DNAT --to-destination 10.244.2.7:53\n\
+-A KUBE-SEP-CCCCCCCCCCCCCCCC -p udp -m udp -j DNAT --to-destination 10.244.3.8:53\n"
+        );
+        let t = parse_str(&full).unwrap();
+        let backends: Vec<String> = t.frontends[0]
+            .backends
+            .iter()
+            .map(|b| format!("{}:{}", b.ip, b.port))
+            .collect();
+        assert_eq!(
+            backends,
+            ["10.244.1.6:53", "10.244.2.7:53", "10.244.3.8:53"]
+        );
+        assert_eq!(t.skipped.unknown, 0, "{:?}", t.skipped);
+    }
+
+    #[test]
+    fn packed_keys_sort_like_the_names() {
+        let names = [
+            "KUBE-EXT-22FAKWHLDKLP34RB",
+            "KUBE-EXT-Z2FAKWHLDKLP34RB",
+            "KUBE-FW-2222222222222222",
+            "KUBE-SEP-2224LCQFH75Z3J6X",
+            "KUBE-SEP-222ALCQFH75Z3J6X",
+            "KUBE-SEP-ZZZZZZZZZZZZZZZ7",
+            "KUBE-SEP-ZZZZZZZZZZZZZZZA",
+            "KUBE-SVC-2232J6IWSDDVYEVN",
+            "KUBE-SVL-AAAAAAAAAAAAAAAA",
+            "KUBE-XLB-AAAAAAAAAAAAAAAA",
+        ];
+        let mut sorted = names;
+        sorted.sort_unstable();
+        let keys: Vec<ChainKey> = sorted
+            .iter()
+            .map(|n| pack_chain(n.as_bytes()).unwrap())
+            .collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
+        assert!(pack_chain(b"KUBE-SEP-A").is_none());
+        assert!(pack_chain(b"KUBE-SEP-AAAAAAAAAAAAAAA1").is_none());
+    }
+
+    fn general_path(input: &str) -> LbTable {
+        let mut p = Parser {
+            general_only: true,
+            ..Parser::default()
+        };
+        drive_raw(input.as_bytes(), &mut p);
+        into_table(p).unwrap()
+    }
+
+    /// One edit of a dump line: the shapes the byte paths test for (quotes, backslashes,
+    /// tabs, repeated or missing options, spaces around the line).
+    fn edit(line: &str, kind: u8, at: usize) -> String {
+        let toks: Vec<&str> = line.split(' ').collect();
+        let i = at % toks.len().max(1);
+        let mut t: Vec<String> = toks.iter().map(|s| (*s).to_string()).collect();
+        match kind % 9 {
+            0 => {
+                t.remove(i);
+            }
+            1 => t.insert(i, toks[i].to_string()),
+            2 => t[i].insert(0, '"'),
+            3 => t[i].push('\\'),
+            4 => t[i].push('\t'),
+            5 => return format!(" {line}"),
+            6 => return format!("{line} "),
+            7 => t.insert(i, "--comment \"a -> 10.9.9.9:99\"".to_string()),
+            _ => t.insert(i, "--to-destination 10.8.8.8:88".to_string()),
+        }
+        t.join(" ")
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+        /// The byte paths give exactly what the general path gives, on a generated dump
+        /// with random edits of its lines.
+        #[test]
+        fn fast_paths_agree_with_the_general_path(
+            edits in proptest::collection::vec((0usize..10_000, 0u8..9, 0usize..64), 0..12),
+        ) {
+            let dump = GenModel::generate(&GenSpec::new(8, 30)).iptables_save();
+            let mut lines: Vec<String> = dump.lines().map(str::to_string).collect();
+            for (line, kind, at) in edits {
+                let n = line % lines.len();
+                lines[n] = edit(&lines[n], kind, at);
+            }
+            let text = lines.join("\n");
+            proptest::prop_assert_eq!(parse_str(&text).unwrap(), general_path(&text));
+        }
+    }
+
+    proptest::proptest! {
+        /// The interpolated lookup finds exactly the rows a linear scan finds.
+        #[test]
+        fn band_lookup_agrees_with_a_scan(
+            raw in proptest::collection::vec((1u32..8, proptest::prelude::any::<u64>(), 0u32..3), 0..300),
+            probes in proptest::collection::vec((1u32..8, proptest::prelude::any::<u64>()), 1..50),
+        ) {
+            let key = |tag: u32, v: u64| ChainKey { hi: (tag << 16) | (v >> 48) as u32 & 0xffff, mid: (v >> 16) as u32, lo: (v as u32) & 0xffff };
+            let mut rows: Vec<(ChainKey, u32)> = Vec::new();
+            for (tag, v, dup) in &raw {
+                for d in 0..=*dup {
+                    rows.push((key(*tag, *v), d));
+                }
+            }
+            rows.sort_by_key(|r| r.0);
+            let bands = Bands::new(&rows, |r| r.0);
+            let existing: Vec<ChainKey> = rows.iter().map(|r| r.0).collect();
+            for (i, (tag, v)) in probes.iter().enumerate() {
+                // Half the probes hit a present key.
+                let k = match existing.get(i * 7 % existing.len().max(1)) {
+                    Some(k) if i % 2 == 0 => *k,
+                    _ => key(*tag, *v),
+                };
+                let got = bands.range(&rows, k, |r| r.0);
+                let lo = rows.iter().position(|r| r.0 == k);
+                let n = rows.iter().filter(|r| r.0 == k).count();
+                match lo {
+                    Some(lo) => proptest::prop_assert_eq!(got, lo..lo + n),
+                    None => proptest::prop_assert!(got.is_empty()),
                 }
             }
         }

@@ -2,7 +2,8 @@
 //!
 //! See [`parse`] for the entry point, [`detect_format`] for `--format auto`, [`LbTable`]
 //! for the table every load-balancer parser produces and [`ConntrackTable`] for
-//! connection-tracking dumps. Nothing here does IO or spawns processes: inputs are `&str`,
+//! connection-tracking dumps; [`parse_reader_packed`] reads a stream into the compact
+//! [`PackedTable`] an audit needs, without building the `LbTable`. Nothing here does IO or spawns processes: inputs are `&str`,
 //! `&[u8]` or [`std::io::BufRead`] readers, read line by line where the format allows.
 //!
 //! | format | module | tool output |
@@ -33,6 +34,7 @@ pub mod iptables;
 pub mod ipvs;
 mod model;
 pub mod nft;
+mod packed;
 mod secs;
 mod text;
 
@@ -42,6 +44,7 @@ pub use conntrack::{ConntrackTable, CtEntry, CtTuple};
 pub use error::ParseError;
 pub use format::{Format, UnknownFormat, detect_format};
 pub use model::*;
+pub use packed::{FrontendSink, PackedBackend, PackedFrontend, PackedTable};
 
 /// What a parser produced: a load-balancer table or a connection table.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -92,6 +95,34 @@ pub fn parse_reader<R: BufRead>(format: Format, mut reader: R) -> Result<Parsed,
             })?;
             parse(format, &buf)
         }
+    }
+}
+
+/// Parses a stream of a load-balancer `format` into a [`PackedTable`], for audits:
+/// `iptables` and `nft-json` hand each frontend to the table as it is resolved, so the whole
+/// [`LbTable`] never exists; other formats are parsed into one and packed. `None` for
+/// `conntrack`, which is not a load-balancer table.
+pub fn parse_reader_packed<R: BufRead>(
+    format: Format,
+    reader: R,
+) -> Result<Option<PackedTable>, ParseError> {
+    match format {
+        Format::Iptables => {
+            let mut t = PackedTable::new(format);
+            t.skipped = iptables::parse_reader_into(reader, &mut t)?;
+            t.shrink_to_fit();
+            Ok(Some(t))
+        }
+        Format::NftJson => {
+            let mut t = PackedTable::new(format);
+            t.skipped = nft::parse_reader_into(reader, &mut t)?;
+            t.shrink_to_fit();
+            Ok(Some(t))
+        }
+        _ => match parse_reader(format, reader)? {
+            Parsed::Lb(t) => Ok(Some(PackedTable::from(t))),
+            Parsed::Conntrack(_) => Ok(None),
+        },
     }
 }
 

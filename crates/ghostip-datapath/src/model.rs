@@ -57,19 +57,20 @@ impl LbTable {
     /// Every parser calls this before returning, so tables compare equal when they
     /// describe the same datapath whatever order the dump listed it in.
     pub fn normalize(&mut self) {
-        let mut merged: BTreeMap<(IpAddr, u16, Protocol), Frontend> = BTreeMap::new();
-        for f in self.frontends.drain(..) {
-            match merged.get_mut(&f.key()) {
-                Some(existing) => existing.absorb(f),
-                None => {
-                    merged.insert(f.key(), f);
-                }
+        // A stable sort keeps duplicates in input order: the first absorbs the others.
+        let mut sorted = std::mem::take(&mut self.frontends);
+        sorted.sort_by_key(Frontend::key);
+        let mut merged: Vec<Frontend> = Vec::with_capacity(sorted.len());
+        for f in sorted {
+            match merged.last_mut() {
+                Some(last) if last.key() == f.key() => last.absorb(f),
+                _ => merged.push(f),
             }
         }
-        self.frontends = merged.into_values().collect();
-        for f in &mut self.frontends {
+        for f in &mut merged {
             f.normalize();
         }
+        self.frontends = merged;
     }
 }
 

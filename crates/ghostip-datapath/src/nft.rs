@@ -34,8 +34,9 @@ use serde_json::Value;
 use crate::error::ParseError;
 use crate::format::Format;
 use crate::model::{
-    Backend, Frontend, FrontendKind, LbTable, Location, Protocol, ServiceRef, any_addr,
+    Backend, Frontend, FrontendKind, LbTable, Location, Protocol, ServiceRef, SkipStats, any_addr,
 };
+use crate::packed::FrontendSink;
 use crate::text::{FxHasher, FxMap};
 
 const EXPECTED: &str = "`nft -j` output: an object with an `nftables` array";
@@ -59,6 +60,18 @@ pub fn parse_reader<R: BufRead>(reader: R) -> Result<LbTable, ParseError> {
     let mut de = serde_json::Deserializer::from_reader(reader);
     run(&mut st, &mut de)?;
     st.finish()
+}
+
+/// Parses `nft -j` output from a reader and hands each frontend to `sink` instead of
+/// building an [`LbTable`]; returns what was skipped (see [`crate::PackedTable`]).
+pub fn parse_reader_into<R: BufRead>(
+    reader: R,
+    sink: &mut impl FrontendSink,
+) -> Result<SkipStats, ParseError> {
+    let mut st = State::default();
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    run(&mut st, &mut de)?;
+    st.finish_into(sink)
 }
 
 fn run<'de, R: serde_json::de::Read<'de>>(
@@ -472,7 +485,15 @@ impl State {
         c.affinity |= affinity;
     }
 
-    fn finish(mut self) -> Result<LbTable, ParseError> {
+    fn finish(self) -> Result<LbTable, ParseError> {
+        let mut out = LbTable::new(Format::NftJson);
+        out.skipped = self.finish_into(&mut out)?;
+        out.normalize();
+        Ok(out)
+    }
+
+    /// Resolves every frontend and hands it to `sink`; returns what was skipped.
+    fn finish_into(mut self, sink: &mut impl FrontendSink) -> Result<SkipStats, ParseError> {
         if !self.saw_nftables {
             return Err(ParseError::unexpected(
                 Format::NftJson,
@@ -481,8 +502,7 @@ impl State {
                 "a JSON document without an `nftables` array",
             ));
         }
-        let mut out = std::mem::take(&mut self.out);
-        out.format = Some(Format::NftJson);
+        let mut skipped = std::mem::take(&mut self.out.skipped);
         for e in std::mem::take(&mut self.entries) {
             let ip = e.ip.unwrap_or_else(|| any_addr(e.v6));
             let kind = if e.ip.is_none() {
@@ -503,8 +523,8 @@ impl State {
             if self.firewall_ips.contains(&ip) {
                 fe.add_flag("source-ranges");
             }
-            self.resolve(&mut fe, e.v6, &e.target, &e.path, &mut out);
-            out.frontends.push(fe);
+            self.resolve(&mut fe, e.v6, &e.target, &e.path, &mut skipped);
+            sink.frontend(fe);
         }
         for ne in std::mem::take(&mut self.no_endpoints) {
             let ip = ne.ip.unwrap_or_else(|| any_addr(ne.v6));
@@ -516,20 +536,26 @@ impl State {
             let mut fe = Frontend::new(ip, ne.port, ne.proto, kind);
             fe.service = ne.service;
             fe.add_flag(ne.flag);
-            out.frontends.push(fe);
+            sink.frontend(fe);
         }
-        out.normalize();
-        Ok(out)
+        Ok(skipped)
     }
 
     /// Follows jumps from `target` to every reachable dnat.
-    fn resolve(&self, fe: &mut Frontend, v6: bool, target: &str, path: &str, out: &mut LbTable) {
+    fn resolve(
+        &self,
+        fe: &mut Frontend,
+        v6: bool,
+        target: &str,
+        path: &str,
+        skipped: &mut SkipStats,
+    ) {
         let mut seen: HashSet<&str, BuildHasherDefault<FxHasher>> = HashSet::default();
         let mut stack = vec![target];
         seen.insert(target);
         while let Some(name) = stack.pop() {
             let Some(c) = self.chains[usize::from(v6)].get(name) else {
-                out.skipped.unknown(
+                skipped.unknown(
                     Location::JsonPath(path.to_string()),
                     "jump to a chain without rules in the dump",
                     name,

@@ -142,6 +142,78 @@ pub(crate) fn drive_reader<R: BufRead>(
     }
 }
 
+/// A consumer of raw lines (1-based numbers, without the line terminator), for parsers
+/// that read most lines as bytes and validate UTF-8 only where they need text.
+pub(crate) trait ByteLineSink {
+    fn line_bytes(&mut self, no: usize, line: &[u8]);
+}
+
+/// Feeds every line of `input` to `sink` as bytes (split on `\n`, a trailing `\r` removed).
+pub(crate) fn drive_raw(input: &[u8], sink: &mut impl ByteLineSink) {
+    let mut no = 0;
+    let mut start = 0;
+    loop {
+        let rest = input.get(start..).unwrap_or_default();
+        let end = memchr::memchr(b'\n', rest).map_or(input.len(), |i| start + i);
+        no += 1;
+        let raw = input.get(start..end).unwrap_or_default();
+        sink.line_bytes(no, raw.strip_suffix(b"\r").unwrap_or(raw));
+        if end >= input.len() {
+            return;
+        }
+        start = end + 1;
+    }
+}
+
+/// Feeds every line of `reader` to `sink` as bytes, reusing one buffer: no UTF-8
+/// validation here (the sink validates the lines it reads as text).
+pub(crate) fn drive_reader_raw<R: BufRead>(
+    mut reader: R,
+    format: Format,
+    sink: &mut impl ByteLineSink,
+) -> Result<(), ParseError> {
+    let mut carry: Vec<u8> = Vec::new();
+    let mut no = 0;
+    loop {
+        let buf = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return Err(ParseError::Read {
+                    format,
+                    line: no,
+                    message: e.to_string(),
+                });
+            }
+        };
+        if buf.is_empty() {
+            if !carry.is_empty() {
+                no += 1;
+                sink.line_bytes(no, carry.strip_suffix(b"\r").unwrap_or(&carry));
+            }
+            return Ok(());
+        }
+        let consumed = buf.len();
+        let mut start = 0;
+        for end in memchr::memchr_iter(b'\n', buf) {
+            no += 1;
+            let part = buf.get(start..end).unwrap_or_default();
+            if carry.is_empty() {
+                sink.line_bytes(no, part.strip_suffix(b"\r").unwrap_or(part));
+            } else {
+                carry.extend_from_slice(part);
+                sink.line_bytes(no, carry.strip_suffix(b"\r").unwrap_or(&carry));
+                carry.clear();
+            }
+            start = end + 1;
+        }
+        if start < buf.len() {
+            carry.extend_from_slice(buf.get(start..).unwrap_or_default());
+        }
+        reader.consume(consumed);
+    }
+}
+
 fn emit(raw: &[u8], no: usize, sink: &mut impl LineSink) {
     let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
     sink.line(no, &utf8(raw));
@@ -149,7 +221,7 @@ fn emit(raw: &[u8], no: usize, sink: &mut impl LineSink) {
 
 /// The line as text: borrowed when it is valid UTF-8 (the common case, checked with the
 /// fast validator), with U+FFFD replacements otherwise.
-fn utf8(raw: &[u8]) -> Cow<'_, str> {
+pub(crate) fn utf8(raw: &[u8]) -> Cow<'_, str> {
     match std::str::from_utf8(raw) {
         Ok(s) => Cow::Borrowed(s),
         Err(_) => String::from_utf8_lossy(raw),
@@ -232,6 +304,14 @@ pub(crate) fn parse_socket(s: &str) -> Option<SocketAddr> {
         return Some(sa);
     }
     None
+}
+
+/// [`parse_socket`] of bytes (not UTF-8: `None`).
+pub(crate) fn parse_socket_bytes(b: &[u8]) -> Option<SocketAddr> {
+    if let Some(sa) = parse_socket_v4_plain(b) {
+        return Some(sa);
+    }
+    std::str::from_utf8(b).ok()?.parse().ok()
 }
 
 /// The common shape of a DNAT target, `1.2.3.4:80` with no leading zeros, read without

@@ -229,6 +229,11 @@ fn main() {
         &cancel,
     )
     .unwrap_or_else(|e| panic!("reading {program}: {e}"));
+    println!(
+        "after read (parse done, packed table held): VmHWM {:.1} MiB, VmRSS {:.1} MiB",
+        mib(status_kib("VmHWM:")),
+        mib(status_kib("VmRSS:"))
+    );
     let diff_cpu_before = thread_cpu();
     let out = tracker.on_read(&s.truth, &mut s.engine, &read.table, Time::now());
     let diff_cpu = thread_cpu().saturating_sub(diff_cpu_before);

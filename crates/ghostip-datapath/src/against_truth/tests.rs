@@ -521,3 +521,69 @@ proptest! {
         prop_assert_eq!(d.unknown_frontends, 0);
     }
 }
+
+/// `for_each_observation` over the packed table gives the observations `observations`
+/// gives over the full table: stale backends, draining ones and unknown frontends included.
+#[test]
+fn packed_observations_are_the_observations_of_the_full_table() {
+    let model = GenModel::generate(&spec());
+    let dump = model.iptables_save();
+    let mut truth = model.truth(t(0));
+    // The truth drops service 0's first endpoint; the dump still routes to it.
+    let rest: Vec<(Ipv4Addr, &str)> = model.services[0]
+        .endpoints
+        .iter()
+        .skip(1)
+        .map(|e| (*e.ip(), OTHER_NODE))
+        .collect();
+    set_endpoints(&mut truth, &model, 0, &rest, t(10), None);
+    let table = iptables::parse_str(&dump).unwrap();
+    // A variant with a draining backend (an endpoint's IP, not active) and a frontend of
+    // no Service.
+    let mut odd = table.clone();
+    let f = odd
+        .frontends
+        .iter_mut()
+        .find(|f| f.backends.len() > 1)
+        .unwrap();
+    f.backends[1].state = BackendState::Terminating;
+    odd.frontends.push(Frontend::new(
+        "10.1.2.3".parse().unwrap(),
+        81,
+        Protocol::Tcp,
+        FrontendKind::ClusterIp,
+    ));
+    for full in [&table, &odd] {
+        let want = observations(full, &truth, PathIdx(3), Family::V4, t(20));
+        let packed = PackedTable::from(full.clone());
+        let mut got = Vec::new();
+        let counts = for_each_observation(&packed, &truth, PathIdx(3), Family::V4, t(20), |o| {
+            got.push(o)
+        });
+        assert_eq!(got, want.observations);
+        assert_eq!(counts.services, want.observations.len());
+        assert_eq!(counts.unknown_frontends, want.unknown_frontends);
+        assert_eq!(counts.draining, want.draining);
+    }
+    let want = observations(&odd, &truth, PathIdx(3), Family::V4, t(20));
+    assert_eq!((want.unknown_frontends, want.draining), (1, 1));
+    // The streaming parse straight into a packed table observes the same.
+    let streamed = crate::parse_reader_packed(Format::Iptables, dump.as_bytes())
+        .unwrap()
+        .unwrap();
+    assert_eq!(streamed.backend_count(), table.backend_count());
+    let mut got = Vec::new();
+    for_each_observation(&streamed, &truth, PathIdx(3), Family::V4, t(20), |o| {
+        got.push(o)
+    });
+    let want = observations(&table, &truth, PathIdx(3), Family::V4, t(20));
+    assert_eq!(got, want.observations);
+    let stale = &got
+        .iter()
+        .find(|o| o.service.name == model.services[0].service.name)
+        .unwrap()
+        .result;
+    assert!(
+        matches!(stale, ObservationResult::Held(h) if h.len() == model.services[0].endpoints.len())
+    );
+}

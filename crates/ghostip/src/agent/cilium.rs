@@ -81,7 +81,7 @@ pub async fn read_cilium(
         })?;
     let wall = started.elapsed();
     Ok(ReadOutcome {
-        table,
+        table: table.into(),
         child_cpu: wall,
         parse_cpu: Duration::ZERO,
         wall,

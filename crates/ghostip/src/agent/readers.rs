@@ -2,8 +2,8 @@
 //!
 //! See [`read_datapath`]. Each read spawns one program (`iptables-save -t nat`,
 //! `nft -j list table ip kube-proxy`, `ipvsadm-save -n`), feeds its stdout line by line to
-//! `ghostip_datapath::parse_reader` on a blocking thread (the dump is never held whole in
-//! memory), waits for it and measures the CPU of the child (`cutime + cstime` of
+//! `ghostip_datapath::parse_reader_packed` on a blocking thread (the dump is never held
+//! whole in memory, nor the table as an `LbTable`), waits for it and measures the CPU of the child (`cutime + cstime` of
 //! `/proc/self/stat`) and of the parsing thread (`/proc/thread-self/stat`). Reads are run
 //! one at a time by the agent, so the children's CPU is the read's.
 //!
@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ghostip_core::PathKind;
-use ghostip_datapath::{Format, LbTable, ParseError, Parsed};
+use ghostip_datapath::{Format, PackedTable, ParseError};
 
 use super::cost::CpuTimes;
 
@@ -222,8 +222,8 @@ pub fn classify_failure(program: &str, code: Option<i32>, stderr: &str) -> Reade
 /// One read: the table and what it cost.
 #[derive(Clone, Debug)]
 pub struct ReadOutcome {
-    /// The normalized table.
-    pub table: LbTable,
+    /// The table, packed: the audit needs addresses and states, not a full `LbTable`.
+    pub table: PackedTable,
     /// CPU of the dumping program.
     pub child_cpu: Duration,
     /// CPU of parsing its output.
@@ -326,7 +326,7 @@ pub fn run_and_parse(
     let (parsed, bytes) = match stdout {
         Some(out) => {
             let mut counting = Counting { inner: out, n: 0 };
-            let parsed = ghostip_datapath::parse_reader(
+            let parsed = ghostip_datapath::parse_reader_packed(
                 format,
                 BufReader::with_capacity(256 * 1024, &mut counting),
             );
@@ -355,8 +355,8 @@ pub fn run_and_parse(
         return Err(classify_failure(program, status.code(), &stderr));
     }
     let table = match parsed {
-        Some(Ok(Parsed::Lb(t))) => t,
-        Some(Ok(Parsed::Conntrack(_))) | None => {
+        Some(Ok(Some(t))) => t,
+        Some(Ok(None)) | None => {
             return Err(ReaderError::Other(format!(
                 "{program} gave no load-balancer table"
             )));
@@ -611,7 +611,7 @@ mod tests {
     #[test]
     fn choose_keeps_the_first_datapath_with_frontends() {
         let empty = ReadOutcome {
-            table: LbTable::new(Format::NftJson),
+            table: PackedTable::new(Format::NftJson),
             child_cpu: Duration::ZERO,
             parse_cpu: Duration::ZERO,
             wall: Duration::ZERO,
@@ -621,7 +621,8 @@ mod tests {
         full.table = ghostip_datapath::iptables::parse_str(
             "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-A - [0:0]\n-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m comment --comment \"default/kubernetes:https cluster IP\" -m tcp --dport 443 -j KUBE-SVC-A\nCOMMIT\n",
         )
-        .unwrap();
+        .unwrap()
+        .into();
         let Detection { chosen, rejected } = choose(vec![
             (Datapath::Nftables, Ok(empty)),
             (Datapath::Iptables, Ok(full)),

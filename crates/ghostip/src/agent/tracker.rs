@@ -5,14 +5,14 @@
 //! every touched Service on the datapath path (`iptables/node-2`) with
 //! [`Engine::set_desired_on_path`] and says whether the datapath should be re-read soon.
 //! [`DatapathTracker::on_read`] feeds one read's table to the engine through
-//! `ghostip_datapath::against_truth::observations`.
+//! `ghostip_datapath::against_truth::for_each_observation`.
 
 use std::collections::{BTreeSet, HashMap};
 
 use ghostip_core::engine::{Discrepancy, Engine, EngineEvent};
 use ghostip_core::truth::Truth;
 use ghostip_core::{ChangeTime, Observation, PathIdx, ServiceKey, Time};
-use ghostip_datapath::LbTable;
+use ghostip_datapath::PackedTable;
 use ghostip_datapath::against_truth::{self, Family};
 
 use crate::kube::TruthEvent;
@@ -142,30 +142,30 @@ impl DatapathTracker {
             .extend(engine.set_desired_on_path(self.path, key, set, change));
     }
 
-    /// Feeds one read of the datapath.
+    /// Feeds one read of the datapath: one observation per Service, made and fed to the
+    /// engine one at a time (`against_truth::for_each_observation`).
     pub fn on_read(
         &mut self,
         truth: &Truth,
         engine: &mut Engine,
-        table: &LbTable,
+        table: &PackedTable,
         at: Time,
     ) -> ReadOutcome {
-        let obs = against_truth::observations(table, truth, self.path, self.family, at);
-        let mut out = ReadOutcome {
-            services: obs.observations.len(),
-            unknown_frontends: obs.unknown_frontends,
-            ..ReadOutcome::default()
-        };
-        for o in obs.observations {
-            let events = engine.observe(&o);
-            let open = engine
-                .open_trackings()
-                .any(|t| t.path == self.path && t.service == o.service);
-            if open || !events.is_empty() {
-                out.recorded.push(o);
-            }
-            out.events.extend(events);
-        }
+        let mut out = ReadOutcome::default();
+        let path = self.path;
+        let counts =
+            against_truth::for_each_observation(table, truth, path, self.family, at, |o| {
+                let events = engine.observe(&o);
+                let open = engine
+                    .open_trackings()
+                    .any(|t| t.path == path && t.service == o.service);
+                if open || !events.is_empty() {
+                    out.recorded.push(o);
+                }
+                out.events.extend(events);
+            });
+        out.services = counts.services;
+        out.unknown_frontends = counts.unknown_frontends;
         out
     }
 
@@ -184,5 +184,81 @@ impl DatapathTracker {
         engine
             .open_trackings()
             .any(|t| t.path == self.path && t.converged_by.is_none())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use std::time::Duration;
+
+    use ghostip_core::engine::EngineConfig;
+    use ghostip_core::{PathInfo, PathKind};
+    use ghostip_datapath::generate::{GenModel, GenSpec, THIS_NODE};
+    use ghostip_datapath::{Format, PackedTable};
+
+    use super::*;
+
+    fn t(s: i64) -> Time {
+        Time::from_second(1_800_000_000 + s).unwrap()
+    }
+
+    fn packed(model: &GenModel) -> PackedTable {
+        let dump = model.iptables_save();
+        ghostip_datapath::parse_reader_packed(Format::Iptables, dump.as_bytes())
+            .unwrap()
+            .unwrap()
+    }
+
+    /// A read of the real parser's packed table: an agreeing dump changes nothing; a dump
+    /// missing one endpoint opens one tracking and records that Service's observation.
+    #[test]
+    fn packed_reads_are_judged_service_by_service() {
+        let model = GenModel::generate(&GenSpec::new(20, 90));
+        let truth = model.truth(t(0));
+        let mut engine = Engine::new(EngineConfig::default());
+        let path = engine.add_path(
+            PathInfo {
+                id: format!("iptables/{THIS_NODE}"),
+                kind: PathKind::Iptables,
+                description: "datapath".into(),
+                node: Some(THIS_NODE.into()),
+            },
+            Duration::from_secs(2),
+        );
+        let mut tracker = DatapathTracker::new(THIS_NODE, path);
+        let (services, _) = model.truth_records();
+        for svc in services {
+            tracker.on_truth(&truth, &mut engine, &TruthEvent::ServiceApplied(svc), t(0));
+        }
+        engine.truth_synced(t(0));
+        let clean = tracker.on_read(&truth, &mut engine, &packed(&model), t(1));
+        assert_eq!(clean.services, truth.services().count());
+        assert_eq!(clean.unknown_frontends, 0);
+        assert!(clean.events.is_empty(), "{:?}", clean.events);
+        assert!(clean.recorded.is_empty());
+        let mut lagging = model.clone();
+        let gone = lagging.services[0].endpoints.remove(0);
+        let out = tracker.on_read(&truth, &mut engine, &packed(&lagging), t(2));
+        let opened: Vec<_> = out
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                ghostip_core::engine::EngineEvent::Opened(tr) => Some(tr),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(opened.len(), 1, "{:?}", out.events);
+        assert_eq!(opened[0].kind, Discrepancy::Missing);
+        assert_eq!(
+            opened[0].target,
+            ghostip_core::Target::socket(std::net::IpAddr::V4(*gone.ip()), gone.port())
+        );
+        assert_eq!(out.recorded.len(), 1);
+        assert_eq!(
+            out.recorded[0].service.name,
+            lagging.services[0].service.name
+        );
+        assert!(tracker.unconverged(&engine));
     }
 }
