@@ -41,6 +41,7 @@ mod aggregate;
 mod classify;
 mod extract;
 mod lines;
+mod lit;
 pub mod loggen;
 mod model;
 mod parallel;
