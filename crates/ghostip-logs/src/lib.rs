@@ -9,8 +9,12 @@
 //! class by error kind; [`classify_with_owner`] applies the ledger's facts about who owned the IP;
 //! [`Aggregator`] groups them per target, class, Service and rollout window and renders a table.
 //!
-//! The crate does no IO besides reading the caller's reader and has no clock: years and zones
-//! missing from log timestamps come from [`ScanOptions`].
+//! A regular file can also be scanned on several threads with [`Scanner::scan_parallel`]
+//! (positional reads through [`ReadAt`], segments merged in file order: the same failures and
+//! counts as the sequential scan).
+//!
+//! The crate does no IO besides reading the caller's reader or [`ReadAt`] source and has no
+//! clock: years and zones missing from log timestamps come from [`ScanOptions`].
 //!
 //! ```
 //! use ghostip_logs::{Aggregator, Kind, ScanOptions, Scanner, classify};
