@@ -10,12 +10,13 @@
 //! same literal work as the scanner's first stage. With `EXPLAIN_BENCH_NO_RG=1` only the
 //! scanner runs (for instruction counts under callgrind); with `EXPLAIN_BENCH_SLICE=1` the file is
 //! also read into memory and scanned with `Scanner::scan_slice` (no copy), after the peak RSS was
-//! taken.
+//! taken. With `EXPLAIN_BENCH_THREADS=N` (N ≥ 2) each round also runs `Scanner::scan_parallel` on
+//! N threads over the file (positional reads), and its best run is reported beside the others.
 
 use std::process::Command;
 use std::time::Instant;
 
-use ghostip_logs::{ScanOptions, Scanner, open_reader, prefilter_needles};
+use ghostip_logs::{ParallelOptions, ScanOptions, Scanner, open_reader, prefilter_needles};
 
 fn vm_hwm_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -49,7 +50,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut failures = 0;
     let mut rg_counts = (String::new(), String::new());
     let with_rg = std::env::var_os("EXPLAIN_BENCH_NO_RG").is_none();
+    let threads = std::env::var("EXPLAIN_BENCH_THREADS")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .and_then(std::num::NonZeroUsize::new)
+        .filter(|n| n.get() >= 2);
+    let mut best_par = f64::MAX;
     for _ in 0..runs {
+        if let Some(n) = threads {
+            let t = Instant::now();
+            let mut scanner = Scanner::new(ScanOptions {
+                year: Some(2024),
+                ..ScanOptions::default()
+            })?;
+            let file = std::fs::File::open(path)?;
+            let len = file.metadata()?.len();
+            let mut k = 0u64;
+            scanner.scan_parallel(&file, len, ParallelOptions::new(n), &mut |_| k += 1)?;
+            best_par = best_par.min(t.elapsed().as_secs_f64());
+        }
         let t = Instant::now();
         let mut scanner = Scanner::new(ScanOptions {
             year: Some(2024),
@@ -101,14 +120,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         hwm / 1024,
         hwm_before / 1024
     );
+    if let Some(n) = threads {
+        println!(
+            "explain scanner, {n} threads: {best_par:.3} s = {:.2} GB/s",
+            gb / best_par
+        );
+    }
     if !with_rg {
         return Ok(());
     }
     println!(
-        "rg -c -F 10.244.3.70:8080: {best_lit:.3} s = {:.2} GB/s ({} matching lines); explain/rg = {:.2}x",
+        "rg -c -F 10.244.3.70:8080: {best_lit:.3} s = {:.2} GB/s ({} matching lines); explain/rg = {:.2}x{}",
         gb / best_lit,
         rg_counts.0,
-        best_lit / best_scan
+        best_lit / best_scan,
+        if threads.is_some() {
+            format!(", {:.2}x with threads", best_lit / best_par)
+        } else {
+            String::new()
+        }
     );
     println!(
         "rg -c IP:port regex:       {best_re:.3} s = {:.2} GB/s ({} matching lines); explain/rg = {:.2}x",

@@ -6,6 +6,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
+use crate::lit::{Lit, lit};
+
 /// Parses a decimal port (1–5 digits, ≤ 65535) at the start of `b`; the next byte must not be
 /// alphanumeric (so the redacted `3xxxxx` is rejected).
 pub(crate) fn parse_port(b: &[u8]) -> Option<(u16, usize)> {
@@ -195,9 +197,9 @@ pub(crate) fn last_socket(line: &[u8]) -> Option<SocketAddr> {
 }
 
 /// The first socket address right after any occurrence of `marker` in `line`.
-pub(crate) fn socket_after(line: &[u8], marker: &[u8]) -> Option<SocketAddr> {
-    for p in memchr::memmem::find_iter(line, marker) {
-        if let Some((sa, _)) = parse_socket(&line[p + marker.len()..]) {
+pub(crate) fn socket_after(line: &[u8], marker: &Lit) -> Option<SocketAddr> {
+    for p in marker.find_iter(line) {
+        if let Some((sa, _)) = parse_socket(&line[p + marker.needle().len()..]) {
             return Some(sa);
         }
     }
@@ -269,7 +271,7 @@ pub(crate) fn parse_host_port(b: &[u8]) -> Option<(HostPort, usize)> {
 /// The first `http://` / `https://` / `grpc://` URL in `line`, as host and port (the scheme's
 /// default port when none is written).
 pub(crate) fn first_url(line: &[u8]) -> Option<HostPort> {
-    for p in memchr::memmem::find_iter(line, b"://") {
+    for p in lit!(b"://").find_iter(line) {
         let scheme_start = line[..p]
             .iter()
             .rposition(|c| !c.is_ascii_alphabetic())

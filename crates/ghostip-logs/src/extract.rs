@@ -5,6 +5,8 @@
 //! literals, its kind comes from the failure phrases and its target from the format's own way of
 //! printing the peer (`dial tcp IP:PORT`, `Connect to h:p [/IP]`, `host/IP:port`,
 //! `connect ECONNREFUSED IP:PORT`, `HTTPConnectionPool(host=…, port=…)`, `upstream: "…"`).
+//! Phrases and markers are found in one pass over the line; the literals the target parsers look
+//! for are searched with finders built once ([`crate::lit`]).
 
 use std::net::SocketAddr;
 
@@ -14,8 +16,9 @@ use crate::addr::{
     HostPort, first_url, last_socket, parse_host_port, parse_java_socket, parse_socket,
     socket_after,
 };
+use crate::lit::{Lit, lit};
 use crate::model::{Format, Kind};
-use crate::prefilter::Phrases;
+use crate::prefilter::{PHRASES, Phrases, Says};
 
 /// What one candidate line says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,35 +177,117 @@ const MARKERS: &[(&str, u8)] = &[
     ("connect: ", M_GO),
 ];
 
-/// The automata the extractors need, built once per scanner.
+/// The automaton the extractors need, built once per process: the failure phrases (matched
+/// ASCII case-insensitively) and the format markers (case-sensitive) in one automaton, searched
+/// once per candidate line.
 #[derive(Debug, Clone)]
 pub(crate) struct Extractors {
-    phrases: AhoCorasick,
-    markers: AhoCorasick,
+    words: AhoCorasick,
+    /// What each pattern of `words` means.
+    meanings: Vec<Meaning>,
 }
+
+/// A pattern of the combined automaton: a phrase, format markers with that text (up to case),
+/// or both ("i/o timeout", "ECONNREFUSED", "lookup ").
+#[derive(Debug, Clone, Default)]
+struct Meaning {
+    phrase: Option<Says>,
+    /// Marker ids with their exact text: a marker counts only when the case matches.
+    markers: Vec<(u8, &'static [u8])>,
+}
+
+/// A match of one set of patterns: start, end, what it says.
+type Hit<T> = (usize, usize, T);
 
 impl Extractors {
     pub fn new() -> Option<Extractors> {
-        Some(Extractors {
-            phrases: crate::prefilter::build_phrases()?,
-            // Leftmost-longest and non-overlapping (fast): "HttpHostConnectException" wins over
-            // its suffix "Exception"; "createTransport failed" implies grpc-go.
-            markers: AhoCorasickBuilder::new()
-                .match_kind(MatchKind::LeftmostLongest)
-                .kind(Some(aho_corasick::AhoCorasickKind::DFA))
-                .build(MARKERS.iter().map(|(m, _)| m))
-                .ok()?,
-        })
+        let mut texts: Vec<String> = Vec::new();
+        let mut meanings: Vec<Meaning> = Vec::new();
+        let mut slot = |text: &str| {
+            let lower = text.to_ascii_lowercase();
+            match texts.iter().position(|t| *t == lower) {
+                Some(i) => i,
+                None => {
+                    texts.push(lower);
+                    meanings.push(Meaning::default());
+                    texts.len() - 1
+                }
+            }
+        };
+        let mut slots = Vec::new();
+        for (phrase, says) in PHRASES {
+            slots.push((slot(phrase), Some(*says), None));
+        }
+        for (marker, id) in MARKERS {
+            slots.push((slot(marker), None, Some((*id, marker.as_bytes()))));
+        }
+        for (i, says, marker) in slots {
+            let m = meanings.get_mut(i)?;
+            if says.is_some() {
+                m.phrase = says;
+            }
+            m.markers.extend(marker);
+        }
+        // Standard semantics, so the search can report overlapping matches of both sets;
+        // `words` then picks each set's leftmost-longest matches.
+        let words = AhoCorasickBuilder::new()
+            .ascii_case_insensitive(true)
+            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+            .match_kind(MatchKind::Standard)
+            .build(&texts)
+            .ok()?;
+        Some(Extractors { words, meanings })
     }
 
-    fn markers(&self, msg: &[u8]) -> u32 {
-        let mut set = 0u32;
-        for m in self.markers.find_iter(msg) {
-            if let Some((_, id)) = MARKERS.get(m.pattern().as_usize()) {
-                set |= 1 << id;
+    /// The phrases and the format markers in `msg`: exactly what two leftmost-longest,
+    /// non-overlapping searches (one ASCII case-insensitive over the phrases, one case-sensitive
+    /// over the markers) would report, from one overlapping pass over the bytes. Leftmost-longest
+    /// matters: "HttpHostConnectException" hides the marker "Exception" and "Client.Timeout
+    /// exceeded" hides the phrase "timeout exceeded" from neither set, but the marker
+    /// "context deadline exceeded" would hide the phrase "deadline exceeded" in a single
+    /// leftmost-longest search over both sets.
+    fn words(&self, msg: &[u8]) -> (Phrases, u32) {
+        let mut phrases: Vec<Hit<Says>> = Vec::new();
+        let mut markers: Vec<Hit<u8>> = Vec::new();
+        if let Ok(it) = self.words.try_find_overlapping_iter(msg) {
+            for m in it {
+                let Some(meaning) = self.meanings.get(m.pattern().as_usize()) else {
+                    continue;
+                };
+                if let Some(says) = meaning.phrase {
+                    phrases.push((m.start(), m.end(), says));
+                }
+                for &(id, exact) in &meaning.markers {
+                    if msg.get(m.range()) == Some(exact) {
+                        markers.push((m.start(), m.end(), id));
+                    }
+                }
             }
         }
-        set
+        let mut set = 0u32;
+        leftmost_longest(&mut markers, |id| set |= 1 << id);
+        let mut said = Phrases::default();
+        leftmost_longest(&mut phrases, |s| said.add(s));
+        (said, set)
+    }
+
+    /// The phrases in `msg` (leftmost-longest, as [`Extractors::words`]).
+    pub(crate) fn phrases(&self, msg: &[u8]) -> Phrases {
+        self.words(msg).0
+    }
+}
+
+/// Calls `f` with the matches a leftmost-longest, non-overlapping search would report, given
+/// all (overlapping) matches: from left to right, the longest match at the leftmost start at
+/// or after the end of the previous one.
+fn leftmost_longest<T: Copy>(hits: &mut [Hit<T>], mut f: impl FnMut(T)) {
+    hits.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    let mut at = 0;
+    for &(start, end, x) in hits.iter() {
+        if start >= at {
+            f(x);
+            at = end;
+        }
     }
 }
 
@@ -210,11 +295,11 @@ fn has(set: u32, id: u8) -> bool {
     set & (1 << id) != 0
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    memchr::memmem::find(hay, needle)
+fn find(hay: &[u8], needle: &Lit) -> Option<usize> {
+    needle.find(hay)
 }
 
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
+fn contains(hay: &[u8], needle: &Lit) -> bool {
     find(hay, needle).is_some()
 }
 
@@ -244,9 +329,9 @@ fn name_at(b: &[u8]) -> Option<String> {
 }
 
 /// A JSON string (or `null` → `None`, other scalars as written) after `key` in `line`.
-fn json_value<'a>(line: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
+fn json_value<'a>(line: &'a [u8], key: &Lit) -> Option<&'a [u8]> {
     let p = find(line, key)?;
-    let mut i = skip_ws(line, p + key.len());
+    let mut i = skip_ws(line, p + key.needle().len());
     if line.get(i) != Some(&b':') {
         return None;
     }
@@ -307,7 +392,7 @@ fn envoy_target(value: &[u8], e: &mut Extracted) {
 
 /// Envoy JSON access log line.
 fn envoy_json(line: &[u8], ex: &Extractors) -> Outcome {
-    let Some(flags) = json_value(line, b"\"response_flags\"") else {
+    let Some(flags) = json_value(line, lit!(b"\"response_flags\"")) else {
         return Outcome::Dismissed;
     };
     if !flags_fail(flags) {
@@ -317,16 +402,16 @@ fn envoy_json(line: &[u8], ex: &Extractors) -> Outcome {
     // would match the phrases by their names.
     let mut phrases = Phrases::default();
     for key in [
-        &b"\"response_code_details\""[..],
-        b"\"upstream_transport_failure_reason\"",
+        lit!(b"\"response_code_details\""),
+        lit!(b"\"upstream_transport_failure_reason\""),
     ] {
         if let Some(v) = json_value(line, key) {
-            phrases = phrases.union(Phrases::find(&ex.phrases, v));
+            phrases = phrases.union(ex.phrases(v));
         }
     }
     let mut e = Extracted::new(envoy_kind(flags, &phrases), Format::EnvoyJson);
     e.response_flags = to_string(flags);
-    if let Some(up) = json_value(line, b"\"upstream_host\"") {
+    if let Some(up) = json_value(line, lit!(b"\"upstream_host\"")) {
         envoy_target(up, &mut e);
     }
     Outcome::Failure(e)
@@ -364,7 +449,7 @@ fn envoy_text(msg: &[u8], ex: &Extractors) -> Option<Outcome> {
     let detail_end = memchr::memchr(b'"', rest)
         .and_then(|o| memchr::memchr(b'"', &rest[o + 1..]).map(|c| o + 1 + c))
         .unwrap_or(rest.len().min(256));
-    let phrases = Phrases::find(&ex.phrases, &rest[..detail_end]);
+    let phrases = ex.phrases(&rest[..detail_end]);
     let mut e = Extracted::new(envoy_kind(flags, &phrases), Format::EnvoyText);
     e.response_flags = to_string(flags);
     // UPSTREAM_HOST is the last quoted field in every default format since Istio 1.5.
@@ -387,14 +472,14 @@ fn envoy_text(msg: &[u8], ex: &Extractors) -> Option<Outcome> {
 /// True when the message carries something that looks like Envoy failure flags.
 fn envoy_flag_like(msg: &[u8]) -> bool {
     [
-        &b" UF"[..],
-        b",UF",
-        b"\"UF",
-        b" UH",
-        b"\"UH",
-        b" UC",
-        b"\"UC",
-        b"URX",
+        lit!(b" UF"),
+        lit!(b",UF"),
+        lit!(b"\"UF"),
+        lit!(b" UH"),
+        lit!(b"\"UH"),
+        lit!(b" UC"),
+        lit!(b"\"UC"),
+        lit!(b"URX"),
     ]
     .iter()
     .any(|n| contains(msg, n))
@@ -430,13 +515,13 @@ fn detect_format(set: u32) -> Format {
 /// Go: `dial tcp IP:PORT`, `read tcp A->B`, grpc's `Addr: "IP:PORT"`.
 fn go_target(msg: &[u8]) -> Option<SocketAddr> {
     for m in [
-        &b"dial tcp "[..],
-        b"dial tcp4 ",
-        b"dial tcp6 ",
-        b"dial udp ",
-        b"->",
-        b"Addr: \\\"",
-        b"Addr: \"",
+        lit!(b"dial tcp "),
+        lit!(b"dial tcp4 "),
+        lit!(b"dial tcp6 "),
+        lit!(b"dial udp "),
+        lit!(b"->"),
+        lit!(b"Addr: \\\""),
+        lit!(b"Addr: \""),
     ] {
         if let Some(sa) = socket_after(msg, m) {
             return Some(sa);
@@ -447,7 +532,7 @@ fn go_target(msg: &[u8]) -> Option<SocketAddr> {
 
 /// Go `lookup NAME on SERVER: …` or `lookup NAME: …`.
 fn go_lookup(msg: &[u8], e: &mut Extracted) -> bool {
-    for p in memchr::memmem::find_iter(msg, b"lookup ") {
+    for p in lit!(b"lookup ").find_iter(msg) {
         let rest = &msg[p + 7..];
         let Some(name) = name_at(rest) else { continue };
         let after = &rest[name.len().min(rest.len())..];
@@ -467,16 +552,16 @@ fn go_lookup(msg: &[u8], e: &mut Extracted) -> bool {
 
 /// CoreDNS `plugin/errors: 2 NAME. TYPE: … read udp A->B:53: i/o timeout`.
 fn coredns(msg: &[u8], e: &mut Extracted) {
-    if let Some(p) = find(msg, b"plugin/errors: ") {
+    if let Some(p) = find(msg, lit!(b"plugin/errors: ")) {
         let rest = &msg[p + 15..];
         let n = rest.iter().take_while(|c| c.is_ascii_digit()).count();
         if let Some(r) = rest.get(n..).and_then(|r| r.strip_prefix(b" ")) {
             e.dns_name = name_at(r);
         }
     }
-    e.dns_server = socket_after(msg, b"->").or_else(|| socket_after(msg, b"dial udp "));
+    e.dns_server = socket_after(msg, lit!(b"->")).or_else(|| socket_after(msg, lit!(b"dial udp ")));
     if e.dns_server.is_none() {
-        e.dns_server = socket_after(msg, b"dial tcp ");
+        e.dns_server = socket_after(msg, lit!(b"dial tcp "));
     }
     if matches!(e.kind, Kind::Timeout | Kind::Refused | Kind::NoRoute) {
         e.kind = Kind::DnsTimeout;
@@ -505,7 +590,7 @@ fn java_slash_target(msg: &[u8], e: &mut Extracted) -> bool {
 
 /// Apache HttpClient: `Connect to HOST:PORT [HOST/IP, …] failed`.
 fn apache_target(msg: &[u8], e: &mut Extracted) -> bool {
-    let Some(p) = find(msg, b"Connect to ") else {
+    let Some(p) = find(msg, lit!(b"Connect to ")) else {
         return false;
     };
     let rest = &msg[p + 11..];
@@ -539,11 +624,11 @@ fn host_port_into(hp: &HostPort, e: &mut Extracted) {
 
 /// Python: `HTTPConnectionPool(host='X', port=N)`, redis-py `connecting to HOST:PORT.`.
 fn python_target(msg: &[u8], e: &mut Extracted) -> bool {
-    if let Some(p) = find(msg, b"host='") {
+    if let Some(p) = find(msg, lit!(b"host='")) {
         let rest = &msg[p + 6..];
         let end = memchr::memchr(b'\'', &rest[..rest.len().min(256)]).unwrap_or(0);
         let host = &rest[..end];
-        let port = find(rest, b"port=").and_then(|q| crate::addr::parse_port(&rest[q + 5..]));
+        let port = find(rest, lit!(b"port=")).and_then(|q| crate::addr::parse_port(&rest[q + 5..]));
         let ip = crate::addr::parse_ip(host)
             .filter(|(_, n)| *n == host.len())
             .map(|x| x.0);
@@ -554,7 +639,7 @@ fn python_target(msg: &[u8], e: &mut Extracted) -> bool {
         }
         return e.target.is_some() || e.host.is_some();
     }
-    if let Some(p) = find(msg, b" connecting to ")
+    if let Some(p) = find(msg, lit!(b" connecting to "))
         && let Some((hp, _)) = parse_host_port(&msg[p + 15..])
     {
         host_port_into(&hp, e);
@@ -566,20 +651,20 @@ fn python_target(msg: &[u8], e: &mut Extracted) -> bool {
 /// Node.js: `connect ECONNREFUSED IP:PORT`, `getaddrinfo ENOTFOUND name`.
 fn node_target(msg: &[u8], e: &mut Extracted) -> bool {
     for m in [
-        &b"ECONNREFUSED "[..],
-        b"ETIMEDOUT ",
-        b"EHOSTUNREACH ",
-        b"ENETUNREACH ",
-        b"ECONNRESET ",
+        lit!(b"ECONNREFUSED "),
+        lit!(b"ETIMEDOUT "),
+        lit!(b"EHOSTUNREACH "),
+        lit!(b"ENETUNREACH "),
+        lit!(b"ECONNRESET "),
     ] {
         if let Some(sa) = socket_after(msg, m) {
             e.target = Some(sa);
             return true;
         }
     }
-    for m in [&b"ENOTFOUND "[..], b"EAI_AGAIN "] {
+    for m in [lit!(b"ENOTFOUND "), lit!(b"EAI_AGAIN ")] {
         if let Some(p) = find(msg, m) {
-            e.dns_name = name_at(&msg[p + m.len()..]);
+            e.dns_name = name_at(&msg[p + m.needle().len()..]);
             return e.dns_name.is_some();
         }
     }
@@ -590,16 +675,16 @@ fn node_target(msg: &[u8], e: &mut Extracted) -> bool {
 /// `dst=`, or a plain `addr=` that is not the client's.
 fn linkerd_target(msg: &[u8]) -> Option<SocketAddr> {
     for m in [
-        &b"endpoint{addr="[..],
-        b"endpoint ",
-        b"server.addr=",
-        b"dst=",
+        lit!(b"endpoint{addr="),
+        lit!(b"endpoint "),
+        lit!(b"server.addr="),
+        lit!(b"dst="),
     ] {
         if let Some(sa) = socket_after(msg, m) {
             return Some(sa);
         }
     }
-    for p in memchr::memmem::find_iter(msg, b"addr=") {
+    for p in lit!(b"addr=").find_iter(msg) {
         let before = &msg[p.saturating_sub(7)..p];
         if before.ends_with(b"client.") || before.ends_with(b"local.") {
             continue;
@@ -613,7 +698,7 @@ fn linkerd_target(msg: &[u8]) -> Option<SocketAddr> {
 
 /// curl: `Failed to connect to HOST port PORT`, `Immediate connect fail for IP:`.
 fn curl_target(msg: &[u8], e: &mut Extracted) -> bool {
-    if let Some(p) = find(msg, b"connect to ") {
+    if let Some(p) = find(msg, lit!(b"connect to ")) {
         let rest = &msg[p + 11..];
         if let Some((hp, n)) = parse_host_port(rest) {
             let port = rest[n..]
@@ -630,7 +715,7 @@ fn curl_target(msg: &[u8], e: &mut Extracted) -> bool {
     }
     // `* Immediate connect fail for 10.15.1.8: Operation not permitted`: the IP, no port yet
     // (the summary line that follows has it and is merged).
-    if let Some(p) = find(msg, b"connect fail for ")
+    if let Some(p) = find(msg, lit!(b"connect fail for "))
         && let Some((ip, _)) = crate::addr::parse_ip(&msg[p + 17..])
     {
         e.host = Some(ip.to_string());
@@ -640,7 +725,7 @@ fn curl_target(msg: &[u8], e: &mut Extracted) -> bool {
 
 /// nginx: `upstream: "http://IP:PORT/…"` or `upstream: "IP:PORT"`.
 fn nginx_target(msg: &[u8], e: &mut Extracted) {
-    if let Some(p) = find(msg, b"upstream: \"") {
+    if let Some(p) = find(msg, lit!(b"upstream: \"")) {
         let rest = &msg[p + 11..];
         let hp = first_url(&rest[..rest.len().min(300)])
             .filter(|_| rest.starts_with(b"http") || rest.starts_with(b"grpc"))
@@ -653,10 +738,10 @@ fn nginx_target(msg: &[u8], e: &mut Extracted) {
 
 /// Java DNS names: `Failed to resolve 'NAME'`, `UnknownHostException: NAME`.
 fn java_dns_name(msg: &[u8]) -> Option<String> {
-    if let Some(p) = find(msg, b"resolve '") {
+    if let Some(p) = find(msg, lit!(b"resolve '")) {
         return name_at(&msg[p + 9..]);
     }
-    if let Some(p) = find(msg, b"UnknownHostException: ") {
+    if let Some(p) = find(msg, lit!(b"UnknownHostException: ")) {
         return name_at(&msg[p + 22..]);
     }
     None
@@ -696,7 +781,7 @@ pub(crate) fn shape_key(kind: Option<Kind>, msg: &[u8]) -> String {
 /// time / syslog / klog prefixes.
 pub(crate) fn extract(line: &[u8], msg_start: usize, ex: &Extractors) -> Outcome {
     let msg = &line[msg_start.min(line.len())..];
-    if contains(line, b"\"response_flags\"") {
+    if contains(line, lit!(b"\"response_flags\"")) {
         return envoy_json(line, ex);
     }
     if msg.first() == Some(&b'"')
@@ -704,7 +789,7 @@ pub(crate) fn extract(line: &[u8], msg_start: usize, ex: &Extractors) -> Outcome
     {
         return o;
     }
-    let phrases = Phrases::find(&ex.phrases, msg);
+    let (phrases, set) = ex.words(msg);
     let Some(kind) = phrases.kind() else {
         return if envoy_flag_like(msg) {
             Outcome::Unknown {
@@ -715,7 +800,6 @@ pub(crate) fn extract(line: &[u8], msg_start: usize, ex: &Extractors) -> Outcome
             Outcome::Dismissed
         };
     };
-    let set = ex.markers(msg);
     let format = detect_format(set);
     let mut e = Extracted::new(kind, format);
     e.grpc_creating = has(set, M_GRPC_CREATING);
@@ -786,7 +870,7 @@ pub(crate) fn extract(line: &[u8], msg_start: usize, ex: &Extractors) -> Outcome
         e.target = None;
     } else if e.kind == Kind::Timeout
         && e.target.is_some_and(|t| t.port() == 53)
-        && contains(msg, b"udp ")
+        && contains(msg, lit!(b"udp "))
     {
         // `read udp A->B:53: i/o timeout`: a DNS exchange.
         e.kind = Kind::DnsTimeout;
@@ -892,6 +976,83 @@ mod tests {
         let ex = Extractors::new().unwrap();
         let p = crate::time::parse_prefix(line.as_bytes());
         extract(line.as_bytes(), p.msg_start, &ex)
+    }
+
+    /// The two searches `Extractors::words` replaces: leftmost-longest over the phrases (ASCII
+    /// case-insensitive) and over the markers (case-sensitive).
+    fn two_searches(msg: &[u8]) -> (Phrases, u32) {
+        static BOTH: std::sync::LazyLock<(AhoCorasick, AhoCorasick)> =
+            std::sync::LazyLock::new(|| {
+                let phrases = AhoCorasickBuilder::new()
+                    .ascii_case_insensitive(true)
+                    .match_kind(MatchKind::LeftmostLongest)
+                    .build(PHRASES.iter().map(|(p, _)| p))
+                    .unwrap();
+                let markers = AhoCorasickBuilder::new()
+                    .match_kind(MatchKind::LeftmostLongest)
+                    .build(MARKERS.iter().map(|(m, _)| m))
+                    .unwrap();
+                (phrases, markers)
+            });
+        let (phrases, markers) = &*BOTH;
+        let mut said = Phrases::default();
+        for m in phrases.find_iter(msg) {
+            said.add(PHRASES[m.pattern().as_usize()].1);
+        }
+        let mut set = 0u32;
+        for m in markers.find_iter(msg) {
+            set |= 1 << MARKERS[m.pattern().as_usize()].1;
+        }
+        (said, set)
+    }
+
+    #[test]
+    fn one_pass_finds_what_two_searches_find() {
+        let ex = Extractors::new().unwrap();
+        for line in [
+            "Get \"http://x/\": net/http: request canceled (Client.Timeout exceeded while awaiting headers)",
+            "rpc error: code = Unavailable desc = context deadline exceeded",
+            "Creating new client transport to {Addr: \"1.2.3.4:5\"}: Exception: connection refused",
+            "org.apache.http.conn.HttpHostConnectException: Connect to a:1 [a/1.2.3.4] failed: Connection refused",
+            "* Failed to connect to 10.0.0.1 port 80: Connection refused",
+            "while connecting to upstream, upstream: \"http://1.2.3.4:80/\"",
+            "io.grpc.netty.shaded.io.netty.channel.AbstractChannel$AnnotatedConnectException: finishConnect(..) failed: Connection refused",
+            "DnsNameResolverTimeoutException: ECONNREFUSED econnrefused Econnreset lookup x on 1.2.3.4:53: i/o timeout",
+        ] {
+            assert_eq!(
+                ex.words(line.as_bytes()),
+                two_searches(line.as_bytes()),
+                "{line}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// Phrases and markers run together, cut, overlapped and case-flipped.
+        #[test]
+        fn one_pass_agrees_on_glued_words(
+            parts in proptest::collection::vec(
+                (0..PHRASES.len() + MARKERS.len(), 0usize..40, 0usize..40, proptest::bool::ANY, "[ a-zA-Z:./]{0,3}"),
+                0..8,
+            ),
+        ) {
+            static EX: std::sync::LazyLock<Extractors> =
+                std::sync::LazyLock::new(|| Extractors::new().unwrap());
+            let ex = &*EX;
+            let mut line = String::new();
+            for (i, from, len, upper, glue) in parts {
+                let word = if i < PHRASES.len() { PHRASES[i].0 } else { MARKERS[i - PHRASES.len()].0 };
+                let from = from.min(word.len());
+                let to = (from + len.max(3)).min(word.len());
+                let piece = if upper { word.to_ascii_uppercase() } else { word.to_owned() };
+                // Whole words mostly, pieces sometimes.
+                if len < 30 { line.push_str(&piece) } else { line.push_str(&piece[from..to]) }
+                line.push_str(&glue);
+            }
+            proptest::prop_assert_eq!(ex.words(line.as_bytes()), two_searches(line.as_bytes()), "{}", line);
+        }
     }
 
     fn failure(line: &str) -> Extracted {

@@ -9,8 +9,12 @@
 //! class by error kind; [`classify_with_owner`] applies the ledger's facts about who owned the IP;
 //! [`Aggregator`] groups them per target, class, Service and rollout window and renders a table.
 //!
-//! The crate does no IO besides reading the caller's reader and has no clock: years and zones
-//! missing from log timestamps come from [`ScanOptions`].
+//! A regular file can also be scanned on several threads with [`Scanner::scan_parallel`]
+//! (positional reads through [`ReadAt`], segments merged in file order: the same failures and
+//! counts as the sequential scan).
+//!
+//! The crate does no IO besides reading the caller's reader or [`ReadAt`] source and has no
+//! clock: years and zones missing from log timestamps come from [`ScanOptions`].
 //!
 //! ```
 //! use ghostip_logs::{Aggregator, Kind, ScanOptions, Scanner, classify};
@@ -40,8 +44,11 @@ mod addr;
 mod aggregate;
 mod classify;
 mod extract;
+mod lines;
+mod lit;
 pub mod loggen;
 mod model;
+mod parallel;
 mod prefilter;
 mod reader;
 mod scanner;
@@ -50,6 +57,7 @@ mod time;
 pub use aggregate::{Aggregator, Group, Report};
 pub use classify::{Class, OwnerFacts, class_of_kind, classify, classify_with_owner};
 pub use model::{ConnFailure, Format, Kind, RAW_EXCERPT_MAX, ScanOptions, ScanStats, UnknownShape};
+pub use parallel::{ParallelOptions, ReadAt};
 pub use prefilter::prefilter_needles;
 pub use reader::{is_gzip, open_reader};
 pub use scanner::{ScanError, Scanner, scan_bytes, scan_reader};

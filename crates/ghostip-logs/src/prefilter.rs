@@ -2,8 +2,8 @@
 //!
 //! The prefilter runs over whole buffers (not line by line) with one Aho-Corasick automaton of
 //! case-sensitive needles, so lines without any needle cost only the automaton's scan and
-//! allocate nothing. The phrase automaton (ASCII case-insensitive) then runs on candidate lines
-//! only.
+//! allocate nothing. The phrases (ASCII case-insensitive) are then looked for on candidate lines
+//! only, in one pass together with the format markers (`Extractors::words` in `extract.rs`).
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
 
@@ -174,19 +174,6 @@ pub(crate) const PHRASES: &[(&str, Says)] = &[
     ("lookup ", Says::Lookup),
 ];
 
-/// Builds the phrase automaton.
-pub(crate) fn build_phrases() -> Option<AhoCorasick> {
-    // Leftmost-longest, non-overlapping: lets the automaton use its prefilter (an overlapping
-    // search walks every byte), and no two phrases need to overlap ("sockettimeoutexception"
-    // and "dnsnameresolvertimeoutexception" start apart).
-    AhoCorasickBuilder::new()
-        .ascii_case_insensitive(true)
-        .kind(Some(AhoCorasickKind::DFA))
-        .match_kind(MatchKind::LeftmostLongest)
-        .build(PHRASES.iter().map(|(p, _)| p))
-        .ok()
-}
-
 /// The kinds a line's phrases mention, as a bit set, plus the lookup marker.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Phrases {
@@ -195,22 +182,14 @@ pub(crate) struct Phrases {
 }
 
 impl Phrases {
-    /// Scans `line` for phrases.
-    pub fn find(ac: &AhoCorasick, line: &[u8]) -> Phrases {
-        let mut out = Phrases::default();
-        let mut stream_refused = false;
-        for m in ac.find_iter(line) {
-            match PHRASES.get(m.pattern().as_usize()).map(|p| p.1) {
-                Some(Says::Kind(k)) => out.kinds |= 1 << (k as u16),
-                Some(Says::Lookup) => out.lookup = true,
-                Some(Says::StreamRefused) => stream_refused = true,
-                None => {}
-            }
+    /// Adds what one phrase says.
+    pub fn add(&mut self, says: Says) {
+        match says {
+            Says::Kind(k) => self.kinds |= 1 << (k as u16),
+            Says::Lookup => self.lookup = true,
+            // A stream refusal (HTTP/2 REFUSED_STREAM) is unavailable, not a TCP refusal.
+            Says::StreamRefused => self.kinds |= 1 << (Kind::Unavailable as u16),
         }
-        if stream_refused {
-            out.kinds |= 1 << (Kind::Unavailable as u16);
-        }
-        out
     }
 
     /// Both sets.
@@ -258,8 +237,8 @@ mod tests {
     use super::*;
 
     fn kind(line: &str) -> Option<Kind> {
-        let ac = build_phrases().unwrap();
-        Phrases::find(&ac, line.as_bytes()).kind()
+        let ex = crate::extract::Extractors::new().unwrap();
+        ex.phrases(line.as_bytes()).kind()
     }
 
     #[test]

@@ -5,6 +5,13 @@
 //! look-back), lines longer than that are examined on their first MiB only, and lines without a
 //! needle are never copied, parsed or allocated for.
 //!
+//! A scan has two stages: the line stage ([`crate::lines`]) finds candidate lines and extracts
+//! what each says, with no state across lines; the merge stage (here) applies, in input order,
+//! what does cross lines. Regular files can be scanned in parallel
+//! ([`Scanner::scan_parallel`]): ranges of the file go through the line stage on several threads
+//! and their candidates through the one merge stage in file order, with the same result as the
+//! sequential scan.
+//!
 //! # Multi-line events
 //! A failure on a line that has no timestamp of its own and looks like a continuation (a
 //! `Caused by:`, a stack frame, a Node.js `code: 'ECONNRESET'` property, or a bare exception line
@@ -12,26 +19,22 @@
 //! no timestamped line in between, is merged into it when the two agree (same target or one
 //! unknown, same kind or one generic): the merged event keeps the first line and the most specific
 //! kind, target and format. A failure without its own time takes the time of the
-//! closest preceding line that has one, at most 32 lines back.
+//! closest preceding line that has one, at most 32 lines back. These look-backs (stack frames,
+//! timestamps) see at most the 16 KiB of whole lines before the line, however the input was
+//! read.
 
-use std::io::{ErrorKind, Read};
+use std::io::Read;
 use std::sync::OnceLock;
 
-use crate::extract::{
-    Continuation, Extracted, Extractors, Outcome, continuation, extract, is_frame, shape_key,
-};
-use crate::model::{ConnFailure, Kind, ScanOptions, ScanStats, UnknownShape, excerpt};
+use crate::extract::{Continuation, Extracted, Extractors};
+use crate::lines::{Candidate, Found, INITIAL_BUF, LineScan, MERGE_WINDOW, UnknownLine};
+use crate::model::{ConnFailure, ScanOptions, ScanStats, UnknownShape};
 use crate::prefilter::Prefilter;
-use crate::time::{Prefix, Resolved, parse_prefix};
+use crate::time::{RawTime, Resolved};
 
 /// At most this many distinct unknown shapes keep an example.
 pub(crate) const MAX_UNKNOWN_SHAPES: usize = 32;
-const READ_CHUNK: usize = 1 << 20;
-const INITIAL_BUF: usize = 64 << 10;
-const MAX_LINE: usize = 1 << 20;
-const HISTORY: usize = 16 << 10;
-const MERGE_WINDOW: u64 = 40;
-const LOOKBACK_LINES: usize = 32;
+const LOOKBACK_LINES: u64 = 32;
 
 /// Errors of a scan.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +47,9 @@ pub enum ScanError {
     /// The literal matchers could not be built (a bug: they are constants).
     #[error("building the literal matchers failed")]
     Build,
+    /// A scanning thread stopped without a result (a bug).
+    #[error("a scanning thread stopped early")]
+    Worker,
 }
 
 /// The automata are immutable and built from constants: build them once per process.
@@ -63,19 +69,22 @@ struct Pending {
 /// One scanner reads one input ([`Scanner::scan`]); line numbers start at 1 for each call. Its
 /// [`ScanStats`] accumulate over calls.
 pub struct Scanner {
-    opts: ScanOptions,
-    prefilter: &'static Prefilter,
-    ex: &'static Extractors,
-    stats: ScanStats,
+    pub(crate) lines: LineScan,
+    pub(crate) merge: Merge,
+    pub(crate) stats: ScanStats,
+}
+
+/// The merge stage: the state that crosses lines.
+pub(crate) struct Merge {
+    pub(crate) opts: ScanOptions,
     pending: Option<Pending>,
     inferred_year: Option<i16>,
-    scratch: Vec<usize>,
 }
 
 impl std::fmt::Debug for Scanner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scanner")
-            .field("opts", &self.opts)
+            .field("opts", &self.merge.opts)
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
@@ -86,16 +95,21 @@ impl std::fmt::Debug for Scanner {
 impl Scanner {
     /// A scanner with the caller's year / zone defaults.
     pub fn new(opts: ScanOptions) -> Result<Scanner, ScanError> {
-        let (prefilter, ex) = automata().ok_or(ScanError::Build)?;
         Ok(Scanner {
-            opts,
-            prefilter,
-            ex,
+            lines: Scanner::line_stage(&opts)?,
+            merge: Merge {
+                opts,
+                pending: None,
+                inferred_year: None,
+            },
             stats: ScanStats::default(),
-            pending: None,
-            inferred_year: None,
-            scratch: Vec::new(),
         })
+    }
+
+    /// A fresh line stage with these options.
+    pub(crate) fn line_stage(opts: &ScanOptions) -> Result<LineScan, ScanError> {
+        let (prefilter, ex) = automata().ok_or(ScanError::Build)?;
+        Ok(LineScan::new(prefilter, ex, opts.skip_binary_check))
     }
 
     /// What was counted so far.
@@ -113,100 +127,18 @@ impl Scanner {
     /// Wrap gzip input with [`crate::open_reader`] first.
     pub fn scan<R: Read>(
         &mut self,
-        mut reader: R,
+        reader: R,
         sink: &mut dyn FnMut(ConnFailure),
     ) -> Result<(), ScanError> {
-        let cap = HISTORY + MAX_LINE + READ_CHUNK;
-        // Start small (cheap for small inputs) and grow to `cap` at most.
         let mut buf = vec![0u8; INITIAL_BUF];
-        let mut filled = 0usize;
-        let mut pos = 0usize; // first unprocessed byte, a line start
-        let mut hist = 0usize; // first byte kept for the look-back, a line start
-        let mut eof = false;
-        let mut skipping = false; // inside the rest of an overlong line
-        let mut newlines: u64 = 0; // newlines before `pos`
-        let mut open_line = false; // bytes after the last newline were processed
-        loop {
-            // Drop what is older than the history window.
-            let keep_from = if pos - hist > HISTORY {
-                let from = pos - HISTORY;
-                memchr::memchr(b'\n', &buf[from..pos]).map_or(pos, |i| from + i + 1)
-            } else {
-                hist
-            };
-            if keep_from > 0 {
-                buf.copy_within(keep_from..filled, 0);
-                filled -= keep_from;
-                pos -= keep_from;
-                hist = keep_from.max(hist) - keep_from;
-            }
-            while !eof {
-                if filled == buf.len() {
-                    if buf.len() >= cap {
-                        break;
-                    }
-                    let grown = (buf.len() * 2).min(cap);
-                    buf.resize(grown, 0);
-                }
-                match reader.read(&mut buf[filled..]) {
-                    Ok(0) => eof = true,
-                    Ok(n) => {
-                        filled += n;
-                        self.stats.bytes += n as u64;
-                        if filled - pos >= READ_CHUNK {
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        self.flush(sink);
-                        return Err(ScanError::Io(e));
-                    }
-                }
-            }
-            if skipping {
-                match memchr::memchr(b'\n', &buf[pos..filled]) {
-                    Some(i) => {
-                        pos += i + 1;
-                        newlines += 1;
-                        skipping = false;
-                        open_line = false;
-                        hist = pos;
-                    }
-                    None => {
-                        pos = filled;
-                        hist = pos;
-                        if eof {
-                            break;
-                        }
-                        continue;
-                    }
-                }
-            }
-            let end = if eof {
-                filled
-            } else {
-                memchr::memrchr(b'\n', &buf[pos..filled]).map_or(pos, |i| pos + i + 1)
-            };
-            if end > pos {
-                newlines += self.process(&buf[..end], hist, pos, newlines, sink);
-                open_line = buf[end - 1] != b'\n';
-                pos = end;
-            } else if !eof && filled - pos >= MAX_LINE {
-                self.stats.overlong_lines += 1;
-                self.process(&buf[..pos + MAX_LINE], hist, pos, newlines, sink);
-                pos = filled;
-                hist = pos;
-                skipping = true;
-                open_line = true;
-            }
-            if eof && pos >= filled {
-                break;
-            }
-        }
-        self.stats.lines += newlines + u64::from(open_line);
-        self.flush(sink);
-        Ok(())
+        let merge = &mut self.merge;
+        let stats = &mut self.stats;
+        let r = self.lines.scan_reader(reader, &mut buf, 0, &mut |c| {
+            merge.candidate(c, 0, stats, sink);
+        });
+        self.end_range();
+        self.merge.flush(&mut self.stats, sink);
+        r.map_err(ScanError::Io)
     }
 
     /// Scans bytes already in memory (a file the caller read or memory-mapped) without copying
@@ -214,166 +146,54 @@ impl Scanner {
     /// [`Scanner::scan`] over the same bytes, except that a line longer than 1 MiB is always cut
     /// at 1 MiB here (`scan` may keep up to about 2 MiB of a line that fits its buffer).
     pub fn scan_slice(&mut self, data: &[u8], sink: &mut dyn FnMut(ConnFailure)) {
-        self.stats.bytes += data.len() as u64;
-        let mut pos = 0usize;
-        let mut newlines: u64 = 0;
-        let mut open_line = false;
-        while pos < data.len() {
-            let hist = if pos > HISTORY {
-                let from = pos - HISTORY;
-                memchr::memchr(b'\n', &data[from..pos]).map_or(pos, |i| from + i + 1)
-            } else {
-                0
-            };
-            let want = (pos + READ_CHUNK).min(data.len());
-            let end = if want == data.len() {
-                want
-            } else {
-                memchr::memrchr(b'\n', &data[pos..want]).map_or(pos, |i| pos + i + 1)
-            };
-            if end > pos {
-                newlines += self.process(&data[..end], hist, pos, newlines, sink);
-                open_line = data[end - 1] != b'\n';
-                pos = end;
-            } else {
-                // No newline within the next MiB: an overlong line.
-                self.stats.overlong_lines += 1;
-                self.process(&data[..pos + MAX_LINE], hist, pos, newlines, sink);
-                match memchr::memchr(b'\n', &data[pos + MAX_LINE..]) {
-                    Some(i) => {
-                        pos += MAX_LINE + i + 1;
-                        newlines += 1;
-                        open_line = false;
-                    }
-                    None => {
-                        pos = data.len();
-                        open_line = true;
-                    }
-                }
-            }
-        }
-        self.stats.lines += newlines + u64::from(open_line);
-        self.flush(sink);
+        let merge = &mut self.merge;
+        let stats = &mut self.stats;
+        self.lines.scan_slice(data, &mut |c| {
+            merge.candidate(c, 0, stats, sink);
+        });
+        self.end_range();
+        self.merge.flush(&mut self.stats, sink);
     }
 
-    /// Scans the lines of `hay[a..]` (which ends at a newline or at the end of input); `hay[hist..a]`
-    /// is history for the look-back. Returns the number of newlines in `hay[a..]`.
-    fn process(
+    /// Takes the line stage's counts and year at the end of a range.
+    fn end_range(&mut self) {
+        let counts = std::mem::take(&mut self.lines.counts);
+        self.stats.merge(&counts);
+        self.merge.end_range(self.lines.year.take());
+    }
+}
+
+// === impl Merge ===
+
+impl Merge {
+    /// Applies one candidate of a range whose first line is line `base + 1` of the input.
+    pub(crate) fn candidate(
         &mut self,
-        hay: &[u8],
-        hist: usize,
-        a: usize,
-        newlines_before: u64,
-        sink: &mut dyn FnMut(ConnFailure),
-    ) -> u64 {
-        let b = hay.len();
-        if !self.opts.skip_binary_check {
-            self.count_garbled(hay, a, b);
-        }
-        let mut at = a;
-        let mut cursor = a;
-        let mut nl = 0u64;
-        while at < b {
-            let Some((ms, me)) = self.prefilter.find(hay, at..b) else {
-                break;
-            };
-            let ls = memchr::memrchr(b'\n', &hay[at..ms]).map_or(at, |i| at + i + 1);
-            let le = memchr::memchr(b'\n', &hay[me..b]).map_or(b, |i| me + i);
-            nl += memchr::memchr_iter(b'\n', &hay[cursor..ls]).count() as u64;
-            cursor = ls;
-            self.stats.candidate_lines += 1;
-            self.handle_line(hay, hist, ls, le, newlines_before + nl + 1, sink);
-            at = le + 1;
-        }
-        nl + memchr::memchr_iter(b'\n', &hay[cursor.min(b)..b]).count() as u64
-    }
-
-    /// Counts lines of `hay[a..b]` that hold a NUL byte or invalid UTF-8.
-    fn count_garbled(&mut self, hay: &[u8], a: usize, b: usize) {
-        let region = &hay[a..b];
-        let nul = memchr::memchr(0, region).is_some();
-        if !nul && (region.is_ascii() || std::str::from_utf8(region).is_ok()) {
-            return;
-        }
-        self.scratch.clear();
-        let line_start = |p: usize| memchr::memrchr(b'\n', &region[..p]).map_or(0, |i| i + 1);
-        let line_end =
-            |p: usize| memchr::memchr(b'\n', &region[p..]).map_or(region.len(), |i| p + i);
-        let mut s = 0;
-        while s < region.len() {
-            match std::str::from_utf8(&region[s..]) {
-                Ok(_) => break,
-                Err(e) => {
-                    let bad = s + e.valid_up_to();
-                    self.scratch.push(line_start(bad));
-                    s = line_end(bad) + 1;
-                }
-            }
-        }
-        for p in memchr::memchr_iter(0, region) {
-            self.scratch.push(line_start(p));
-        }
-        self.scratch.sort_unstable();
-        self.scratch.dedup();
-        self.stats.binary_lines += self.scratch.len() as u64;
-    }
-
-    fn handle_line(
-        &mut self,
-        hay: &[u8],
-        hist: usize,
-        ls: usize,
-        le: usize,
-        line_no: u64,
+        c: Candidate,
+        base: u64,
+        stats: &mut ScanStats,
         sink: &mut dyn FnMut(ConnFailure),
     ) {
-        let mut line = &hay[ls..le];
-        if let Some(l) = line.strip_suffix(b"\r") {
-            line = l;
-        }
-        if memchr::memchr(0, line).is_some() || std::str::from_utf8(line).is_err() {
-            if self.opts.skip_binary_check {
-                self.stats.binary_lines += 1;
-            }
-            return;
-        }
-        let prefix = parse_prefix(line);
-        if let Some(y) = prefix.time.and_then(|t| t.year) {
+        if let Some(y) = c.year {
             self.inferred_year = Some(y);
         }
-        match extract(line, prefix.msg_start, self.ex) {
-            Outcome::Dismissed => self.stats.dismissed_lines += 1,
-            Outcome::Unknown { kind, emit } => {
-                self.record_unknown(kind, line, &prefix, line_no);
-                if let Some(e) = emit {
-                    self.accept(e, line, &prefix, &hay[hist..ls], line_no, sink);
-                }
-            }
-            Outcome::Failure(e) => self.accept(e, line, &prefix, &hay[hist..ls], line_no, sink),
+        let line_no = base + c.line_no;
+        if let Some(u) = c.unknown {
+            record_unknown(stats, u, line_no);
+        }
+        if let Some(f) = c.found {
+            self.accept(f, line_no, stats, sink);
         }
     }
 
-    fn record_unknown(&mut self, kind: Option<Kind>, line: &[u8], prefix: &Prefix, line_no: u64) {
-        self.stats.unknown_lines += 1;
-        let key = shape_key(kind, &line[prefix.msg_start..]);
-        if let Some(s) = self
-            .stats
-            .unknown_shapes
-            .iter_mut()
-            .find(|s| s.shape == key)
-        {
-            s.count += 1;
-        } else if self.stats.unknown_shapes.len() < MAX_UNKNOWN_SHAPES {
-            self.stats.unknown_shapes.push(UnknownShape {
-                shape: key,
-                count: 1,
-                example_line_no: line_no,
-                example: excerpt(line),
-            });
+    /// The end of a range: `year` is the range's last year (dismissed lines count too).
+    pub(crate) fn end_range(&mut self, year: Option<i16>) {
+        if year.is_some() {
+            self.inferred_year = year;
         }
     }
 
-    fn resolve(&mut self, t: crate::time::RawTime) -> Option<Resolved> {
+    fn resolve(&self, t: RawTime) -> Option<Resolved> {
         t.resolve(
             self.opts.year,
             self.inferred_year,
@@ -382,60 +202,50 @@ impl Scanner {
         )
     }
 
-    /// The time of the closest preceding line that has one, at most 32 lines back in `before`.
-    fn lookback_time(&mut self, before: &[u8]) -> Option<Resolved> {
-        let mut end = before.len();
-        for _ in 0..LOOKBACK_LINES {
-            if end == 0 {
-                return None;
-            }
-            let body = &before[..end - 1]; // drop the newline that ends this line
-            let start = memchr::memrchr(b'\n', body).map_or(0, |i| i + 1);
-            if let Some(t) = parse_prefix(&body[start..]).time {
-                return self.resolve(t);
-            }
-            end = start;
-        }
-        None
-    }
-
     fn accept(
         &mut self,
-        e: Extracted,
-        line: &[u8],
-        prefix: &Prefix,
-        before: &[u8],
+        f: Found,
         line_no: u64,
+        stats: &mut ScanStats,
         sink: &mut dyn FnMut(ConnFailure),
     ) {
-        let msg = &line[prefix.msg_start..];
+        let e = f.e;
+        // Whether the closest such line is at most `lines` lines back.
+        let within = |back: Option<u64>, lines: u64| back.is_some_and(|b| b <= lines);
         if let Some(p) = &mut self.pending {
             let gap = line_no.saturating_sub(p.failure.end_line_no);
+            let between = gap.saturating_sub(1);
             let dup_grpc =
                 p.grpc_creating && e.grpc_create_failed && gap <= 3 && p.failure.target == e.target;
-            let shape_continues = match continuation(msg) {
+            let shape_continues = match f.continuation {
                 Continuation::No => false,
                 Continuation::Part => true,
-                Continuation::Exception => !frame_within(before, gap.saturating_sub(1)),
+                // A bare exception line after a complete stack trace is the next trace.
+                Continuation::Exception => !within(f.frame_back, between),
             };
+            // No new log record (a timestamped line) began after the pending event.
             let continues = gap <= MERGE_WINDOW
-                && prefix.time.is_none()
+                && f.time.is_none()
                 && shape_continues
-                && !record_started_within(before, gap.saturating_sub(1));
+                && !within(f.stamp_back.map(|s| s.0), between);
             if (dup_grpc || continues) && compatible(&p.failure, &e) {
                 merge(&mut p.failure, e, line_no);
                 p.grpc_creating = false;
                 return;
             }
         }
-        self.flush(sink);
-        let resolved = match prefix.time {
+        self.flush(stats, sink);
+        // Without its own time: the closest preceding line's, at most 32 lines back.
+        let resolved = match f.time {
             Some(t) => self.resolve(t),
-            None => self.lookback_time(before),
+            None => f
+                .stamp_back
+                .filter(|(back, _)| *back <= LOOKBACK_LINES)
+                .and_then(|(_, t)| self.resolve(t)),
         };
         if let Some(r) = resolved {
-            self.stats.assumed_year += u64::from(r.year_assumed);
-            self.stats.assumed_zone += u64::from(r.zone_assumed);
+            stats.assumed_year += u64::from(r.year_assumed);
+            stats.assumed_zone += u64::from(r.zone_assumed);
         }
         self.pending = Some(Pending {
             grpc_creating: e.grpc_creating,
@@ -451,56 +261,35 @@ impl Scanner {
                 kind: e.kind,
                 format: e.format,
                 response_flags: e.response_flags,
-                raw: excerpt(line),
+                raw: f.raw,
             },
         });
     }
 
-    fn flush(&mut self, sink: &mut dyn FnMut(ConnFailure)) {
+    pub(crate) fn flush(&mut self, stats: &mut ScanStats, sink: &mut dyn FnMut(ConnFailure)) {
         if let Some(p) = self.pending.take() {
             let f = p.failure;
-            self.stats.failures += 1;
-            self.stats.undated += u64::from(f.timestamp.is_none());
-            *self.stats.per_format.entry(f.format).or_default() += 1;
-            *self.stats.per_kind.entry(f.kind).or_default() += 1;
+            stats.failures += 1;
+            stats.undated += u64::from(f.timestamp.is_none());
+            *stats.per_format.entry(f.format).or_default() += 1;
+            *stats.per_kind.entry(f.kind).or_default() += 1;
             sink(f);
         }
     }
 }
 
-/// True when one of the last `lines` lines of `before` starts with a timestamp, i.e. a new log
-/// record began after the pending event.
-fn record_started_within(before: &[u8], lines: u64) -> bool {
-    let mut end = before.len();
-    for _ in 0..lines.min(MERGE_WINDOW) {
-        if end == 0 {
-            return false;
-        }
-        let body = &before[..end - 1];
-        let start = memchr::memrchr(b'\n', body).map_or(0, |i| i + 1);
-        if parse_prefix(&body[start..]).time.is_some() {
-            return true;
-        }
-        end = start;
+fn record_unknown(stats: &mut ScanStats, u: UnknownLine, line_no: u64) {
+    stats.unknown_lines += 1;
+    if let Some(s) = stats.unknown_shapes.iter_mut().find(|s| s.shape == u.shape) {
+        s.count += 1;
+    } else if stats.unknown_shapes.len() < MAX_UNKNOWN_SHAPES {
+        stats.unknown_shapes.push(UnknownShape {
+            shape: u.shape,
+            count: 1,
+            example_line_no: line_no,
+            example: u.example,
+        });
     }
-    false
-}
-
-/// True when one of the last `lines` lines of `before` is a stack frame.
-fn frame_within(before: &[u8], lines: u64) -> bool {
-    let mut end = before.len();
-    for _ in 0..lines.min(MERGE_WINDOW) {
-        if end == 0 {
-            return false;
-        }
-        let body = &before[..end - 1];
-        let start = memchr::memrchr(b'\n', body).map_or(0, |i| i + 1);
-        if is_frame(&body[start..]) {
-            return true;
-        }
-        end = start;
-    }
-    false
 }
 
 fn compatible(p: &ConnFailure, e: &Extracted) -> bool {

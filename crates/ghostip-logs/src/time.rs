@@ -13,6 +13,8 @@ use jiff::Timestamp;
 use jiff::civil::DateTime;
 use jiff::tz::{Offset, TimeZone};
 
+use crate::lit::lit;
+
 /// The zone a timestamp was written with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Zone {
@@ -400,19 +402,18 @@ fn klog_tail(b: &[u8], at: usize) -> usize {
     }
 }
 
-const JSON_TIME_KEYS: [&[u8]; 5] = [
-    b"\"time\"",
-    b"\"timestamp\"",
-    b"\"@timestamp\"",
-    b"\"ts\"",
-    b"\"start_time\"",
-];
-
 /// A time value after a JSON key: a string in one of the ISO shapes, or epoch seconds.
 fn json_time(b: &[u8]) -> Option<RawTime> {
-    for key in JSON_TIME_KEYS {
-        for p in memchr::memmem::find_iter(b, key) {
-            let mut i = skip_ws(b, p + key.len());
+    let keys = [
+        lit!(b"\"time\""),
+        lit!(b"\"timestamp\""),
+        lit!(b"\"@timestamp\""),
+        lit!(b"\"ts\""),
+        lit!(b"\"start_time\""),
+    ];
+    for key in keys {
+        for p in key.find_iter(b) {
+            let mut i = skip_ws(b, p + key.needle().len());
             if b.get(i) != Some(&b':') {
                 continue;
             }

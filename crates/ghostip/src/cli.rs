@@ -325,6 +325,11 @@ pub struct ExplainArgs {
     /// approximate.
     #[arg(long, value_name = "TZ")]
     pub tz: Option<String>,
+    /// Threads that scan each regular, uncompressed log file (ranges of the file at once; the
+    /// result is the same as with one). Gzip files and standard input are read by one thread.
+    /// Default: the available cores, at most 8.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: Option<u16>,
 }
 
 /// Parses `IP` or `IP:PORT` (port 53 by default), IPv6 as `[::1]:53` or bare.

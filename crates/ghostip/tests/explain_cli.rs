@@ -472,3 +472,77 @@ fn shared_corpus_through_the_cli() {
         x["stats"]["per_format"]
     );
 }
+
+/// A generated log of about 10 MiB (three 4 MiB segments for the parallel scan) with a
+/// multi-line Java event across the first segment cut and yearless lines after it.
+fn generated_log() -> Vec<u8> {
+    use ghostip_logs::loggen::{GenConfig, LogGenerator};
+    let mut g = LogGenerator::new(GenConfig {
+        seed: 77,
+        error_ratio: 0.02,
+        ..GenConfig::default()
+    });
+    let mut data = Vec::new();
+    g.fill(&mut data, (4 << 20) - 100);
+    // Its first line runs over the 4 MiB mark, so the lines that continue it start the next
+    // segment.
+    data.extend_from_slice(
+        b"2024-05-01 15:42:10.123 ERROR [http-nio-8080-exec-7] c.e.shop.InventoryClient - GET /inventory/items failed after retries; giving up and returning 503 to the caller\n\
+          java.net.SocketException: Connection reset\n\
+          \tat java.base/sun.nio.ch.NioSocketImpl.implRead(NioSocketImpl.java:323)\n\
+          Caused by: java.net.ConnectException: Failed to connect to inventory/10.244.3.71:8080\n\
+          Mar 19 08:02:43 node-1 app[42]: dial tcp 10.244.1.10:8080: connect: connection refused\n",
+    );
+    g.fill(&mut data, 6 << 20);
+    data.extend_from_slice(b"dial tcp 10.244.1.11:8080: connect: connection refused");
+    data
+}
+
+#[test]
+fn threads_gzip_and_stdin_give_the_one_thread_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = generated_log();
+    let plain = dir.path().join("app.log");
+    std::fs::write(&plain, &data).unwrap();
+    let gz = dir.path().join("app.log.gz");
+    let mut enc = flate2::write::GzEncoder::new(
+        std::fs::File::create(&gz).unwrap(),
+        flate2::Compression::fast(),
+    );
+    enc.write_all(&data).unwrap();
+    enc.finish().unwrap();
+
+    let run = |threads: &str, file: &Path, stdin: bool| {
+        let mut c = ghostip();
+        c.args(["explain", "--db", "/nonexistent/x.db", "--threads", threads]);
+        c.args(["-o", "json"]);
+        if stdin {
+            c.arg("-").pipe_stdin(file).unwrap();
+        } else {
+            c.arg(file);
+        }
+        let out = c.assert().code(1).get_output().clone();
+        let mut x = json(&out.stdout);
+        x["inputs"] = Value::Null;
+        x
+    };
+    let one = run("1", &plain, false);
+    assert!(
+        one["report"]["total"].as_u64().unwrap() > 500,
+        "{}",
+        one["report"]["total"]
+    );
+    assert_eq!(one["stats"]["bytes"].as_u64(), Some(data.len() as u64));
+    // The event across the cut is one failure: the reset's line, the target of its cause.
+    let joined = one["report"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|g| g["peer"] == "10.244.3.71" && g["by_kind"]["reset"].as_u64() >= Some(1));
+    assert!(joined, "{}", one["report"]);
+    for threads in ["2", "3", "8"] {
+        assert_eq!(run(threads, &plain, false), one, "--threads {threads}");
+    }
+    assert_eq!(run("3", &gz, false), one, "gzip");
+    assert_eq!(run("3", &plain, true), one, "stdin");
+}

@@ -2,12 +2,14 @@
 //! target IP at that instant (ledger or truth-history file) and explains them per rollout.
 
 use std::fs::File;
-use std::io::Read;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use ghostip_core::Time;
-use ghostip_logs::{ScanOptions, ScanStats, Scanner, open_reader};
+use ghostip_logs::{
+    ConnFailure, ParallelOptions, ReadAt, ScanOptions, ScanStats, Scanner, is_gzip, open_reader,
+};
 use jiff::tz::{Offset, TimeZone};
 
 use super::{Outcome, print_json};
@@ -39,6 +41,7 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
     } else {
         args.files.clone()
     };
+    let threads = scan_threads(args.threads);
     let mut stats = ScanStats::default();
     let mut names = Vec::new();
     for path in &inputs {
@@ -47,12 +50,6 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
         } else {
             path.display().to_string()
         };
-        let reader: Box<dyn Read> = if path == Path::new("-") {
-            Box::new(std::io::stdin())
-        } else {
-            Box::new(File::open(path).with_context(|| format!("opening {name}"))?)
-        };
-        let reader = open_reader(reader).with_context(|| format!("reading {name}"))?;
         // One scanner per input: line numbers and the inferred year are per file.
         let mut scanner = Scanner::new(ScanOptions {
             year: args.year,
@@ -61,9 +58,22 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
             skip_binary_check: false,
         })
         .context("starting the log scanner")?;
-        scanner
-            .scan(reader, &mut |f| explainer.add(&f))
-            .with_context(|| format!("reading {name}"))?;
+        let sink = &mut |f: ConnFailure| explainer.add(&f);
+        if path == Path::new("-") {
+            let reader =
+                open_reader(std::io::stdin()).with_context(|| format!("reading {name}"))?;
+            scanner.scan(reader, sink)
+        } else {
+            let file = File::open(path).with_context(|| format!("opening {name}"))?;
+            match parallel_len(&file, threads).with_context(|| format!("reading {name}"))? {
+                Some(len) => scanner.scan_parallel(&file, len, ParallelOptions::new(threads), sink),
+                None => {
+                    let reader = open_reader(file).with_context(|| format!("reading {name}"))?;
+                    scanner.scan(reader, sink)
+                }
+            }
+        }
+        .with_context(|| format!("reading {name}"))?;
         stats.merge(scanner.stats());
         names.push(name);
     }
@@ -83,6 +93,40 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
     } else {
         Outcome::Clean
     })
+}
+
+/// `--threads`, else the available cores, at most 8.
+fn scan_threads(flag: Option<u16>) -> NonZeroUsize {
+    let n = match flag {
+        Some(n) => usize::from(n),
+        None => std::thread::available_parallelism()
+            .map_or(1, NonZeroUsize::get)
+            .min(8),
+    };
+    NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN)
+}
+
+/// The length to scan `file` in parallel: `None` (read it as a stream) with one thread, for
+/// anything but a regular file (a pipe, a FIFO, a device) and for gzip.
+fn parallel_len(file: &File, threads: NonZeroUsize) -> std::io::Result<Option<u64>> {
+    if threads.get() == 1 {
+        return Ok(None);
+    }
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Ok(None);
+    }
+    let mut head = [0u8; 2];
+    let mut n = 0;
+    while n < head.len() {
+        match ReadAt::read_at(file, &mut head[n..], n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((!is_gzip(&head[..n])).then_some(meta.len()))
 }
 
 /// The history to join with: `--truth-history`, else the ledger at `--db` or the default path,
