@@ -104,7 +104,7 @@ async fn list_then_watch_of_endpointslices_yields_truth_events() {
         assert_eq!(req.method(), Method::GET);
         assert_eq!(req.uri().path(), "/apis/discovery.k8s.io/v1/endpointslices");
         let q = req.uri().query().unwrap_or_default().to_string();
-        assert!(q.contains("limit=500") && !q.contains("watch"), "{q}");
+        assert!(q.contains("limit=100") && !q.contains("watch"), "{q}");
         send.send_response(ok(&list(
             "EndpointSliceList",
             "10",
