@@ -923,16 +923,7 @@ impl Engine {
     /// Forgets dated departures and arrivals older than `change_memory`, once a minute, so
     /// a long-running watch does not grow with every change it ever saw.
     fn forget_old_changes(&mut self, now: Time) {
-        const EVERY: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
-        if self
-            .last_forget
-            .is_some_and(|t| now.duration_since(t) < EVERY)
-        {
-            return;
-        }
-        self.last_forget = Some(now);
-        let memory = jiff::SignedDuration::try_from(self.cfg.change_memory).unwrap_or_default();
-        let Ok(horizon) = now.checked_sub(memory) else {
+        let Some(horizon) = self.change_horizon_due(now) else {
             return;
         };
         for d in self
@@ -946,6 +937,29 @@ impl Engine {
             self.open.keys().map(|k| k.2.ip).collect();
         self.deaths
             .retain(|ip, d| d.since >= horizon || open_ips.contains(ip));
+    }
+
+    /// The oldest change time [`EngineConfig::change_memory`] keeps at `now`, or `None`
+    /// when forgetting is not due: at most once a minute per `last`, which the caller keeps.
+    ///
+    /// The engine forgets its own dated changes with it; a caller that keeps per-change
+    /// state of its own (the `watch` session) forgets with the same horizon.
+    pub fn change_horizon(&self, last: &mut Option<Time>, now: Time) -> Option<Time> {
+        const EVERY: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+        if last.is_some_and(|t| now.duration_since(t) < EVERY) {
+            return None;
+        }
+        *last = Some(now);
+        let memory = jiff::SignedDuration::try_from(self.cfg.change_memory)
+            .unwrap_or(jiff::SignedDuration::MAX);
+        now.checked_sub(memory).ok()
+    }
+
+    fn change_horizon_due(&mut self, now: Time) -> Option<Time> {
+        let mut last = self.last_forget;
+        let horizon = self.change_horizon(&mut last, now);
+        self.last_forget = last;
+        horizon
     }
 
     /// Closes every open tracking now (end of a rollout report); open ones keep `Pending` or `Stuck`.

@@ -76,69 +76,22 @@ pub(crate) fn drive_bytes(input: &[u8], sink: &mut impl LineSink) {
     }
 }
 
-/// Feeds every line of `reader` to `sink`, reusing one buffer.
+/// Feeds every line of `reader` to `sink` as text, reusing one buffer (lines that are
+/// not UTF-8 get U+FFFD replacements, see [`utf8`]).
 pub(crate) fn drive_reader<R: BufRead>(
-    mut reader: R,
+    reader: R,
     format: Format,
     sink: &mut impl LineSink,
 ) -> Result<(), ParseError> {
-    // Lines that lie whole inside the reader's buffer are handed over in place; only a
-    // line split across two fills is copied into `carry`.
-    let mut carry: Vec<u8> = Vec::new();
-    let mut no = 0;
-    loop {
-        let buf = match reader.fill_buf() {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                return Err(ParseError::Read {
-                    format,
-                    line: no,
-                    message: e.to_string(),
-                });
-            }
-        };
-        if buf.is_empty() {
-            if !carry.is_empty() {
-                no += 1;
-                emit(&carry, no, sink);
-            }
-            return Ok(());
-        }
-        let mut start = 0;
-        let consumed = buf.len();
-        // Validate the complete lines of this fill at once: one UTF-8 check per buffer,
-        // not per line.
-        if carry.is_empty()
-            && let Some(last) = memchr::memrchr(b'\n', buf)
-            && let Ok(text) = std::str::from_utf8(buf.get(..last).unwrap_or_default())
-        {
-            for line in text.split('\n') {
-                no += 1;
-                sink.line(no, line.strip_suffix('\r').unwrap_or(line));
-            }
-            start = last + 1;
-        }
-        while let Some(i) = memchr::memchr(b'\n', buf.get(start..).unwrap_or_default()) {
-            let end = start + i;
-            no += 1;
-            let part = buf.get(start..end).unwrap_or_default();
-            if carry.is_empty() {
-                emit(part, no, sink);
-            } else {
-                carry.extend_from_slice(part);
-                emit(&carry, no, sink);
-                carry.clear();
-            }
-            start = end + 1;
-            if start >= buf.len() {
-                break;
-            }
-        }
-        if start < buf.len() {
-            carry.extend_from_slice(buf.get(start..).unwrap_or_default());
-        }
-        reader.consume(consumed);
+    drive_reader_raw(reader, format, &mut AsText(sink))
+}
+
+/// Hands raw lines to a [`LineSink`] as text.
+struct AsText<'a, S>(&'a mut S);
+
+impl<S: LineSink> ByteLineSink for AsText<'_, S> {
+    fn line_bytes(&mut self, no: usize, line: &[u8]) {
+        self.0.line(no, &utf8(line));
     }
 }
 
@@ -212,11 +165,6 @@ pub(crate) fn drive_reader_raw<R: BufRead>(
         }
         reader.consume(consumed);
     }
-}
-
-fn emit(raw: &[u8], no: usize, sink: &mut impl LineSink) {
-    let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
-    sink.line(no, &utf8(raw));
 }
 
 /// The line as text: borrowed when it is valid UTF-8 (the common case, checked with the

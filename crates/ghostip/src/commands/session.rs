@@ -555,17 +555,7 @@ impl Session {
     /// `change_memory`, except for IPs a tracking is still open for: a long-running `watch`
     /// stays proportional to recent changes, not to every change it ever saw.
     fn forget_old_changes(&mut self, now: Time) {
-        const EVERY: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
-        if self
-            .last_forget
-            .is_some_and(|t| now.duration_since(t) < EVERY)
-        {
-            return;
-        }
-        self.last_forget = Some(now);
-        let memory = jiff::SignedDuration::try_from(self.engine.config().change_memory)
-            .unwrap_or(jiff::SignedDuration::MAX);
-        let Ok(horizon) = now.checked_sub(memory) else {
+        let Some(horizon) = self.engine.change_horizon(&mut self.last_forget, now) else {
             return;
         };
         let open: HashSet<IpAddr> = self.engine.open_trackings().map(|t| t.target.ip).collect();
