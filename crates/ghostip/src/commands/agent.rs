@@ -52,7 +52,7 @@ use crate::dns::budget::Budget;
 use crate::dns::paths::DnsPath;
 use crate::dns::query::{self, QueryConfig, QueryType};
 use crate::kube::{SyncState, SystemClock, WatchScope, watch_truth};
-use crate::ledger::{LedgerOp, LedgerWriter, WriterOptions};
+use crate::ledger::{LedgerOp, LedgerWriter, RetentionPruner, WriterOptions};
 use crate::metrics::{ErrorLabels, Metrics, QueryLabels};
 
 /// Labels of the agent's read counters.
@@ -466,7 +466,7 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     // The detection read counts as the first one once the truth is synced.
     let mut pending_first = first_read.map(|o| (Time::now(), o));
 
-    let mut last_prune = tokio::time::Instant::now();
+    let mut pruner = RetentionPruner::new(args.retention);
     let mut synced_sent = false;
     let mut paths_sent: Vec<String> = Vec::new();
     let mut open_before: BTreeMap<(PathIdx, ServiceKey, Target, Discrepancy), bool> =
@@ -508,15 +508,7 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
             }
             Step::Tick(now) => {
                 ready.store(p.session.judging(), Ordering::Relaxed);
-                if last_prune.elapsed() >= Duration::from_secs(3600) {
-                    last_prune = tokio::time::Instant::now();
-                    if let Ok(cutoff) = now.checked_sub(args.retention) {
-                        let _ = writer
-                            .sender()
-                            .send(LedgerOp::Prune { older_than: cutoff })
-                            .await;
-                    }
-                }
+                pruner.tick(now, &writer.sender()).await;
             }
             Step::Probe => {}
         }

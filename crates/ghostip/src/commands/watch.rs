@@ -17,7 +17,7 @@ use super::session::{ServiceFilter, Session};
 use super::{Outcome, kube_connect, open_ledger, probe_settings, session_config};
 use crate::cli::{GlobalArgs, WatchArgs};
 use crate::kube::{SyncState, SystemClock, WatchScope, watch_truth};
-use crate::ledger::{LedgerOp, LedgerWriter, WriterOptions};
+use crate::ledger::{LedgerWriter, RetentionPruner, WriterOptions};
 use crate::metrics::Metrics;
 
 pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outcome> {
@@ -79,7 +79,7 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
         signal_cancel.cancel();
     });
 
-    let mut last_prune = tokio::time::Instant::now();
+    let mut pruner = RetentionPruner::new(args.retention);
     loop {
         match p.next().await {
             Step::Stopped => break,
@@ -91,15 +91,7 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
             }
             Step::Tick(now) => {
                 ready.store(p.session.judging(), Ordering::Relaxed);
-                if last_prune.elapsed() >= Duration::from_secs(3600) {
-                    last_prune = tokio::time::Instant::now();
-                    if let Ok(cutoff) = now.checked_sub(args.retention) {
-                        let _ = writer
-                            .sender()
-                            .send(LedgerOp::Prune { older_than: cutoff })
-                            .await;
-                    }
-                }
+                pruner.tick(now, &writer.sender()).await;
             }
             Step::Probe => {}
         }

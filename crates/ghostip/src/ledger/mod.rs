@@ -54,7 +54,7 @@ pub use ownership::{EndReason, Ownership, Whois};
 pub use path::{ROOT_DB_PATH, default_db_path, default_db_path_from};
 pub use render::{render_whois_table, whois_json};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
-pub use writer::{LedgerSender, LedgerWriter, WriterOptions, WriterStats};
+pub use writer::{LedgerSender, LedgerWriter, RetentionPruner, WriterOptions, WriterStats};
 
 use error::{Inner, sql_error};
 use relist::{RelistKind, Relists};

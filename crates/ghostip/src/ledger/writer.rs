@@ -60,6 +60,38 @@ pub struct LedgerSender {
     tx: mpsc::Sender<Msg>,
 }
 
+/// Prunes rows older than the retention once an hour, for long-running commands
+/// (`watch`, `agent`) that call [`RetentionPruner::tick`] on every tick.
+#[derive(Debug)]
+pub struct RetentionPruner {
+    retention: std::time::Duration,
+    last: tokio::time::Instant,
+}
+
+impl RetentionPruner {
+    /// How often pruning runs.
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+    /// A pruner whose first run is an hour from now.
+    pub fn new(retention: std::time::Duration) -> Self {
+        Self {
+            retention,
+            last: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Queues a prune of rows older than `now - retention` when an hour has passed.
+    pub async fn tick(&mut self, now: ghostip_core::Time, sender: &LedgerSender) {
+        if self.last.elapsed() < Self::EVERY {
+            return;
+        }
+        self.last = tokio::time::Instant::now();
+        if let Ok(cutoff) = now.checked_sub(self.retention) {
+            let _ = sender.send(LedgerOp::Prune { older_than: cutoff }).await;
+        }
+    }
+}
+
 // === impl LedgerSender ===
 
 impl LedgerSender {
