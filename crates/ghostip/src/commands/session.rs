@@ -315,6 +315,10 @@ impl Session {
                 .filter(|(_, (svc, _))| svc == &c.service)
                 .map(|(ip, (_, p))| (ip, p))
             {
+                // Still listed by another slice of the Service: not removed.
+                if self.truth.endpoint(&c.service, *ip).is_some() {
+                    continue;
+                }
                 self.former
                     .entry(*ip)
                     .or_insert_with(|| (pod.clone(), r.at));
@@ -427,23 +431,28 @@ impl Session {
     }
 
     /// For a slice event, the pods that own its service's endpoints now.
+    /// Owners of the endpoints an event may remove from their Service, read before the truth
+    /// forgets them: those of the stored slice that its new version no longer lists (all of
+    /// them when the slice is deleted or moves to another Service). Nothing on the initial
+    /// list, where every slice is new.
     fn owners_before(&self, ev: &TruthEvent) -> Vec<(IpAddr, (ServiceKey, String))> {
-        let key = match ev {
-            TruthEvent::SliceApplied(s) => s.service_key(),
-            TruthEvent::SliceDeleted { namespace, name } => {
-                match self.truth.services().find(|svc| {
-                    svc.key.namespace == *namespace
-                        && self.truth.slices_of(&svc.key).any(|s| &s.name == name)
-                }) {
-                    Some(svc) => svc.key.clone(),
-                    None => return Vec::new(),
-                }
-            }
+        let (old, new) = match ev {
+            TruthEvent::SliceApplied(s) => match self.truth.slice(&s.namespace, &s.name) {
+                Some(old) if old.service == s.service => (old, Some(s)),
+                Some(old) => (old, None),
+                None => return Vec::new(),
+            },
+            TruthEvent::SliceDeleted { namespace, name } => match self.truth.slice(namespace, name)
+            {
+                Some(old) => (old, None),
+                None => return Vec::new(),
+            },
             _ => return Vec::new(),
         };
-        self.truth
-            .slices_of(&key)
-            .flat_map(|s| s.endpoints.iter())
+        let key = old.service_key();
+        old.endpoints
+            .iter()
+            .filter(|e| new.is_none_or(|n| !n.endpoints.iter().any(|ne| ne.ip == e.ip())))
             .filter_map(|e| e.pod().map(|p| (e.ip(), (key.clone(), p.to_string()))))
             .collect()
     }
@@ -867,5 +876,44 @@ cluster.local:53 {
         assert!(s.changes().is_empty());
         assert_eq!(s.former_pod(gone), None);
         assert!(s.removed_at.is_empty() && s.probed.is_empty());
+    }
+
+    #[test]
+    fn only_removed_endpoints_get_a_former_owner() {
+        let (mut s, t) = session();
+        let key = ServiceKey::new("prod", "web");
+        let applied = |slice: SliceRecord| Received {
+            at: t,
+            event: TruthEvent::SliceApplied(slice),
+        };
+        let named = |name: &str, ips: &[&str]| SliceRecord {
+            name: name.into(),
+            ..headless_slice(ips)
+        };
+        s.on_truth(&applied(named("web-abc", &["10.244.1.5", "10.244.2.6"])));
+        // A second slice of the same Service (the EndpointSlice controller's empty one next to
+        // a mirrored one, say) removes nothing.
+        s.on_truth(&applied(named("web-def", &[])));
+        assert!(s.former.is_empty(), "{:?}", s.former);
+        // An endpoint moving to the other slice is not removed either.
+        s.on_truth(&applied(named("web-def", &["10.244.2.6"])));
+        s.on_truth(&applied(named("web-abc", &["10.244.1.5"])));
+        assert!(s.former.is_empty(), "{:?}", s.former);
+        // Deleting a slice removes its endpoints.
+        s.on_truth(&Received {
+            at: t,
+            event: TruthEvent::SliceDeleted {
+                namespace: "prod".into(),
+                name: "web-abc".into(),
+            },
+        });
+        let gone: IpAddr = "10.244.1.5".parse().unwrap();
+        assert_eq!(s.former_pod(gone).as_deref(), Some("prod/web-0"));
+        assert_eq!(s.former.len(), 1);
+        assert!(
+            s.truth
+                .endpoint(&key, "10.244.2.6".parse().unwrap())
+                .is_some()
+        );
     }
 }
