@@ -417,12 +417,14 @@ pub struct ServiceChange {
 /// The truth store. Pure: times are passed in by the caller.
 #[derive(Debug, Default)]
 pub struct Truth {
-    services: BTreeMap<ServiceKey, ServiceRecord>,
-    /// Slices by (namespace, slice name).
-    slices: BTreeMap<(String, String), StoredSlice>,
+    /// Services, boxed: a B-tree node holds eleven entries and is mostly half full, so
+    /// small entries keep its empty room small.
+    services: BTreeMap<ServiceKey, Box<ServiceRecord>>,
+    /// Slices by namespace, then slice name (looked up by `&str`, no key built per lookup).
+    slices: BTreeMap<Box<str>, BTreeMap<Box<str>, Box<StoredSlice>>>,
     names: Names,
-    /// Slice names per service, to recompute projections quickly.
-    slices_by_service: BTreeMap<ServiceKey, BTreeSet<String>>,
+    /// Slice names per service (one or two for most), to recompute projections quickly.
+    slices_by_service: BTreeMap<ServiceKey, Vec<Box<str>>>,
     relist_slices: Option<HashSet<(String, String)>>,
     relist_services: Option<HashSet<ServiceKey>>,
 }
@@ -435,27 +437,49 @@ impl Truth {
 
     /// All known services.
     pub fn services(&self) -> impl Iterator<Item = &ServiceRecord> {
-        self.services.values()
+        self.services.values().map(|s| &**s)
     }
 
     /// One service.
     pub fn service(&self, key: &ServiceKey) -> Option<&ServiceRecord> {
-        self.services.get(key)
+        self.services.get(key).map(|s| &**s)
     }
 
     /// Slices of one service.
     pub fn slices_of<'a>(&'a self, key: &ServiceKey) -> impl Iterator<Item = &'a StoredSlice> + 'a {
-        let ns = key.namespace.clone();
+        let in_namespace = self.slices.get(key.namespace.as_str());
         self.slices_by_service
             .get(key)
             .into_iter()
             .flatten()
-            .filter_map(move |name| self.slices.get(&(ns.clone(), name.clone())))
+            .filter_map(move |name| in_namespace?.get(name).map(|s| &**s))
+    }
+
+    /// One slice by namespace and name.
+    pub fn slice(&self, namespace: &str, name: &str) -> Option<&StoredSlice> {
+        self.slices.get(namespace)?.get(name).map(|s| &**s)
     }
 
     /// Number of slices held.
     pub fn slice_count(&self) -> usize {
-        self.slices.len()
+        self.slices.values().map(BTreeMap::len).sum()
+    }
+
+    fn add_slice_name(&mut self, key: ServiceKey, name: &str) {
+        let names = self.slices_by_service.entry(key).or_default();
+        if let Err(at) = names.binary_search_by(|n| (**n).cmp(name)) {
+            names.insert(at, name.into());
+            names.shrink_to_fit();
+        }
+    }
+
+    fn remove_slice_name(&mut self, key: &ServiceKey, name: &str) {
+        if let Some(names) = self.slices_by_service.get_mut(key) {
+            names.retain(|n| &**n != name);
+            if names.is_empty() {
+                self.slices_by_service.remove(key);
+            }
+        }
     }
 
     /// Adds or replaces a Service. Returns the change when the answer set may differ.
@@ -469,7 +493,7 @@ impl Truth {
             .services
             .get(&key)
             .map(|s| (s.headless, s.publish_not_ready));
-        self.services.insert(key.clone(), svc);
+        self.services.insert(key.clone(), Box::new(svc));
         let after = self.dns_answers(&key);
         let after_policy = self
             .services
@@ -505,9 +529,8 @@ impl Truth {
             ports: slice.ports,
             trigger_time: slice.trigger_time,
         };
-        let id = (slice.namespace.clone(), slice.name.clone());
         if let Some(seen) = self.relist_slices.as_mut() {
-            seen.insert(id.clone());
+            seen.insert((slice.namespace.clone(), slice.name.clone()));
         }
         let key = slice.service_key();
         let at = ChangeTime {
@@ -516,18 +539,14 @@ impl Truth {
             from_trigger_annotation: slice.trigger_time.is_some(),
         };
         let mut changes = Vec::new();
-        let changed = match self.slices.get(&id) {
+        let changed = match self.slice(&slice.namespace, &slice.name) {
             None => true,
             Some(old) if old.service != slice.service => {
                 // Moved between services: it leaves the old one, which changes too.
                 let old_key = old.service_key();
-                if let Some(set) = self.slices_by_service.get_mut(&old_key) {
-                    set.remove(&slice.name);
-                    if set.is_empty() {
-                        self.slices_by_service.remove(&old_key);
-                    }
-                }
-                if !old.endpoints.is_empty() {
+                let had_endpoints = !old.endpoints.is_empty();
+                self.remove_slice_name(&old_key, &slice.name);
+                if had_endpoints {
                     changes.push(ServiceChange {
                         service: old_key,
                         at,
@@ -537,11 +556,11 @@ impl Truth {
             }
             Some(old) => old.endpoints != slice.endpoints || old.ports != slice.ports,
         };
-        self.slices_by_service
-            .entry(key.clone())
+        self.add_slice_name(key.clone(), &slice.name);
+        self.slices
+            .entry(slice.namespace.as_str().into())
             .or_default()
-            .insert(slice.name.clone());
-        self.slices.insert(id, slice);
+            .insert(slice.name.as_str().into(), Box::new(slice));
         if changed {
             changes.push(ServiceChange { service: key, at });
         }
@@ -555,16 +574,13 @@ impl Truth {
         name: &str,
         received: Time,
     ) -> Option<ServiceChange> {
-        let slice = self
-            .slices
-            .remove(&(namespace.to_string(), name.to_string()))?;
-        let key = slice.service_key();
-        if let Some(set) = self.slices_by_service.get_mut(&key) {
-            set.remove(name);
-            if set.is_empty() {
-                self.slices_by_service.remove(&key);
-            }
+        let in_namespace = self.slices.get_mut(namespace)?;
+        let slice = in_namespace.remove(name)?;
+        if in_namespace.is_empty() {
+            self.slices.remove(namespace);
         }
+        let key = slice.service_key();
+        self.remove_slice_name(&key, name);
         Some(ServiceChange {
             service: key,
             at: ChangeTime::received_at(received),
@@ -584,9 +600,13 @@ impl Truth {
         };
         let gone: Vec<(String, String)> = self
             .slices
-            .keys()
-            .filter(|k| !seen.contains(*k))
-            .cloned()
+            .iter()
+            .flat_map(|(ns, in_namespace)| {
+                in_namespace
+                    .keys()
+                    .map(|name| (ns.to_string(), name.to_string()))
+            })
+            .filter(|k| !seen.contains(k))
             .collect();
         gone.into_iter()
             .filter_map(|(ns, name)| self.delete_slice(&ns, &name, received))
