@@ -23,10 +23,15 @@ pub struct WriterOptions {
 }
 
 impl Default for WriterOptions {
+    /// A membership write carries a Service's endpoints (about 4 KiB at 15 endpoints), so
+    /// what may wait is bounded in writes: while the initial list of a large cluster outruns
+    /// SQLite, 8 192 queued plus 4 096 batched writes were tens of MiB of the process's peak.
+    /// Backpressure costs nothing there (the list waits for the writer), and 512-write
+    /// transactions keep the ingest rate (docs/BENCHMARKS.md, "Ledger").
     fn default() -> Self {
         Self {
-            capacity: 8192,
-            max_batch: 4096,
+            capacity: 256,
+            max_batch: 512,
         }
     }
 }
