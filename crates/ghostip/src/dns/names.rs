@@ -136,6 +136,8 @@ pub fn service_names(
             });
         }
     }
+    // The sweep keeps these for every headless Service: no spare room.
+    names.shrink_to_fit();
     Ok(names)
 }
 
