@@ -229,6 +229,11 @@ struct ChainKey {
 }
 
 impl ChainKey {
+    /// The key as one number, in the key's order.
+    fn wide(self) -> u128 {
+        (u128::from(self.hi) << 64) | (u128::from(self.mid) << 32) | u128::from(self.lo)
+    }
+
     /// Tag for names that do not pack (interned).
     const NAMED: u32 = 7;
 
@@ -873,7 +878,7 @@ impl Parser {
     /// `KUBE-SEP-… -j DNAT --to-destination ADDR` and `KUBE-SVC-… -j KUBE-SEP-…`.
     /// Returns `false` (nothing recorded) when the line needs the general path, which
     /// then reads it exactly as if this one did not exist.
-    fn fast_line(&mut self, raw: &[u8]) -> bool {
+    fn fast_line(&mut self, no: usize, raw: &[u8]) -> bool {
         match raw.first() {
             Some(b':') => {
                 self.saw_iptables = true;
@@ -911,9 +916,82 @@ impl Parser {
                 return true;
             }
             (Table::Filter, _) | (_, Class::OtherKube | Class::NonKube) => return false,
+            (_, Class::Services | Class::NodePorts) => {
+                return self.entry_layout(no, raw, class, chain, body);
+            }
             _ => {}
         }
         self.fast_path(class, chain, body)
+    }
+
+    /// The service rules kube-proxy writes in `KUBE-SERVICES` and `KUBE-NODEPORTS`
+    /// (`[-d IP[/32]] -p P -m comment --comment C -m P --dport N -j KUBE-…`), matched in
+    /// one pass like [`Parser::kube_layout`] and handed to [`Parser::entry`] exactly as
+    /// the tokenizer would. Returns `false` (nothing recorded) for any other shape.
+    fn entry_layout(
+        &mut self,
+        no: usize,
+        raw: &[u8],
+        class: Class,
+        chain: &[u8],
+        body: &[u8],
+    ) -> bool {
+        let Ok(full_line) = std::str::from_utf8(raw) else {
+            return false;
+        };
+        fn text(b: &[u8]) -> Option<&str> {
+            std::str::from_utf8(b).ok()
+        }
+        let mut c = Cursor(body.get(chain.len()..).unwrap_or_default());
+        let dst = if c.lit(b" -d ") {
+            match c.word().and_then(text) {
+                Some(d) => Some(d),
+                None => return false,
+            }
+        } else {
+            None
+        };
+        let matched = (|| {
+            if !c.lit(b" -p ") {
+                return None;
+            }
+            let proto = c.word().and_then(text)?;
+            if !c.lit(b" -m comment --comment ") {
+                return None;
+            }
+            let (comment, _) = c.comment()?;
+            let comment = text(comment)?;
+            if !c.lit(b" -m ") {
+                return None;
+            }
+            c.word()?;
+            if !c.lit(b" --dport ") {
+                return None;
+            }
+            let dport = c.word().and_then(text)?;
+            if !c.lit(b" -j ") {
+                return None;
+            }
+            // The target is the rest of the line; a packed name has no space or tab.
+            pack_chain(c.0)?;
+            Some((proto, comment, dport, text(c.0)?))
+        })();
+        let Some((proto, comment, dport, target)) = matched else {
+            return false;
+        };
+        if dst.is_some_and(|d| d.contains(':')) {
+            self.v6 = true;
+        }
+        let r = Rule {
+            dst,
+            proto: Some(proto),
+            dport: Some(dport),
+            comment: Some(comment),
+            target: Some(target),
+            ..Rule::default()
+        };
+        self.entry(no, full_line, class, &r, target, comment);
+        true
     }
 
     fn fast_path(&mut self, class: Class, chain: &[u8], body: &[u8]) -> bool {
@@ -1364,14 +1442,13 @@ impl Parser {
 /// merged with the sorted DNAT rows: one sequential pass instead of a lookup (a cache
 /// miss) per jump.
 fn resolve_direct(jumps: &mut [JumpRow], dnats: &[(ChainKey, PAddr)]) {
-    let wide =
-        |k: ChainKey| (u128::from(k.hi) << 64) | (u128::from(k.mid) << 32) | u128::from(k.lo);
-    let mut order: Vec<u128> = jumps
+    let wide = ChainKey::wide;
+    let order: Vec<u128> = jumps
         .iter()
         .enumerate()
         .map(|(i, (to, _))| (wide(*to) << 32) | i as u128)
         .collect();
-    order.sort_unstable();
+    let order = bucket_sort(order);
     let mut d = 0usize;
     for o in order {
         let key = o >> 32;
@@ -1389,6 +1466,54 @@ fn resolve_direct(jumps: &mut [JumpRow], dnats: &[(ChainKey, PAddr)]) {
             };
         }
     }
+}
+
+/// Sorts `(chain key << 32) | index` values: one counting pass that distributes them
+/// by their top 16 bits (the key's tag and the first bits of kube-proxy's hash, which
+/// are spread evenly), then a sort of each bucket's few values. The result is the same
+/// as `sort_unstable` (the values are distinct).
+fn bucket_sort(v: Vec<u128>) -> Vec<u128> {
+    /// The top 16 bits of a key: `hi` (bits 96.. of a value) is below 2^19.
+    fn bucket(x: u128) -> usize {
+        ((x >> 99) & 0xffff) as usize
+    }
+    const N: usize = 1 << 16;
+    if v.len() < 4096 {
+        let mut v = v;
+        v.sort_unstable();
+        return v;
+    }
+    let mut start = vec![0u32; N + 1];
+    for &x in &v {
+        if let Some(c) = start.get_mut(bucket(x) + 1) {
+            *c += 1;
+        }
+    }
+    for b in 0..N {
+        let before = start.get(b).copied().unwrap_or(0);
+        if let Some(c) = start.get_mut(b + 1) {
+            *c += before;
+        }
+    }
+    let mut next = start.clone();
+    let mut out = vec![0u128; v.len()];
+    for x in v {
+        if let Some(n) = next.get_mut(bucket(x))
+            && let Some(slot) = out.get_mut(*n as usize)
+        {
+            *slot = x;
+            *n += 1;
+        }
+    }
+    for w in start.windows(2) {
+        if let [a, b] = *w
+            && b - a > 1
+            && let Some(part) = out.get_mut(a as usize..b as usize)
+        {
+            part.sort_unstable();
+        }
+    }
+    out
 }
 
 /// Jump runs sorted by source chain with one run per chain. Dumps list a chain's rules
@@ -1486,7 +1611,7 @@ impl LineSink for Parser {
 
 impl ByteLineSink for Parser {
     fn line_bytes(&mut self, no: usize, raw: &[u8]) {
-        if self.general_only() || !self.fast_line(raw) {
+        if self.general_only() || !self.fast_line(no, raw) {
             self.line(no, &utf8(raw));
         }
     }
@@ -1655,6 +1780,28 @@ mod tests {
         assert!(pack_chain(b"KUBE-SEP-AAAAAAAAAAAAAAA1").is_none());
     }
 
+    proptest::proptest! {
+        /// The bucket sort gives what `sort_unstable` gives, with keys crowded in a few
+        /// buckets or spread over all of them.
+        #[test]
+        fn bucket_sort_agrees_with_sort(
+            raw in proptest::collection::vec((0u32..8, proptest::prelude::any::<u64>(), 0u8..3), 0..6000),
+        ) {
+            let v: Vec<u128> = raw
+                .iter()
+                .enumerate()
+                .map(|(i, &(tag, body, spread))| {
+                    let hi = (tag << 16) | match spread { 0 => 0, 1 => (body >> 60) as u32, _ => (body >> 48) as u32 & 0xffff };
+                    let key = ChainKey { hi, mid: (body >> 16) as u32, lo: body as u32 };
+                    (key.wide() << 32) | i as u128
+                })
+                .collect();
+            let mut expected = v.clone();
+            expected.sort_unstable();
+            proptest::prop_assert_eq!(bucket_sort(v), expected);
+        }
+    }
+
     #[test]
     fn kube_proxy_layouts_take_the_one_pass_path() {
         let dump = GenModel::generate(&GenSpec::new(40, 300)).iptables_save();
@@ -1679,6 +1826,33 @@ mod tests {
         }
         assert!(dnats >= 250 && jumps >= 250, "{dnats} {jumps}");
         assert_eq!((p.dnats.len(), p.jumps.len()), (dnats, jumps));
+        // Service rules with a packed target: the entry layout.
+        let mut entries = 0;
+        for (no, line) in dump.lines().enumerate() {
+            let Some(body) = line.strip_prefix("-A ") else {
+                continue;
+            };
+            let chain = body.split(' ').next().unwrap();
+            let class = classify(chain.as_bytes());
+            let target = body.rsplit(' ').next().unwrap();
+            if matches!(class, Class::Services | Class::NodePorts)
+                && pack_chain(target.as_bytes()).is_some()
+            {
+                assert!(
+                    p.entry_layout(
+                        no + 1,
+                        line.as_bytes(),
+                        class,
+                        chain.as_bytes(),
+                        body.as_bytes()
+                    ),
+                    "{line}"
+                );
+                entries += 1;
+            }
+        }
+        assert!(entries >= 40, "{entries}");
+        assert_eq!(p.entries.len(), entries);
         // Another option anywhere, an escape or a second target: not this path.
         for body in [
             r#"KUBE-SEP-AAAAAAAAAAAAAAAA -p tcp -m comment --comment "a"b" -m tcp -j DNAT --to-destination 10.0.0.1:80"#,
