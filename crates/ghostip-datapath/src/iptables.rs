@@ -1443,12 +1443,12 @@ impl Parser {
 /// miss) per jump.
 fn resolve_direct(jumps: &mut [JumpRow], dnats: &[(ChainKey, PAddr)]) {
     let wide = ChainKey::wide;
-    let order: Vec<u128> = jumps
+    let mut order: Vec<u128> = jumps
         .iter()
         .enumerate()
         .map(|(i, (to, _))| (wide(*to) << 32) | i as u128)
         .collect();
-    let order = bucket_sort(order);
+    bucket_sort(&mut order);
     let mut d = 0usize;
     for o in order {
         let key = o >> 32;
@@ -1468,23 +1468,23 @@ fn resolve_direct(jumps: &mut [JumpRow], dnats: &[(ChainKey, PAddr)]) {
     }
 }
 
-/// Sorts `(chain key << 32) | index` values: one counting pass that distributes them
-/// by their top 16 bits (the key's tag and the first bits of kube-proxy's hash, which
-/// are spread evenly), then a sort of each bucket's few values. The result is the same
-/// as `sort_unstable` (the values are distinct).
-fn bucket_sort(v: Vec<u128>) -> Vec<u128> {
+/// Sorts `(chain key << 32) | index` values in place: one counting pass by their top 16
+/// bits (the key's tag and the first bits of kube-proxy's hash, which are spread evenly),
+/// a pass that moves each value into its bucket (cycle by cycle, no second array), then a
+/// sort of each bucket's few values. The result is the same as `sort_unstable` (the values
+/// are distinct).
+fn bucket_sort(v: &mut [u128]) {
     /// The top 16 bits of a key: `hi` (bits 96.. of a value) is below 2^19.
     fn bucket(x: u128) -> usize {
         ((x >> 99) & 0xffff) as usize
     }
     const N: usize = 1 << 16;
     if v.len() < 4096 {
-        let mut v = v;
         v.sort_unstable();
-        return v;
+        return;
     }
     let mut start = vec![0u32; N + 1];
-    for &x in &v {
+    for &x in v.iter() {
         if let Some(c) = start.get_mut(bucket(x) + 1) {
             *c += 1;
         }
@@ -1495,25 +1495,50 @@ fn bucket_sort(v: Vec<u128>) -> Vec<u128> {
             *c += before;
         }
     }
+    // `next[b]`: the first slot of bucket `b` not yet holding one of its values.
     let mut next = start.clone();
-    let mut out = vec![0u128; v.len()];
-    for x in v {
-        if let Some(n) = next.get_mut(bucket(x))
-            && let Some(slot) = out.get_mut(*n as usize)
-        {
-            *slot = x;
-            *n += 1;
+    for b in 0..N {
+        let end = start.get(b + 1).copied().unwrap_or(0);
+        loop {
+            let at = next.get(b).copied().unwrap_or(end);
+            if at >= end {
+                break;
+            }
+            // Carry the value at `at` to its bucket, taking the one there, until a value
+            // of bucket `b` comes back.
+            let Some(mut x) = v.get(at as usize).copied() else {
+                break;
+            };
+            loop {
+                let d = bucket(x);
+                if d == b {
+                    break;
+                }
+                let Some(slot) = next.get_mut(d) else {
+                    return;
+                };
+                let Some(dst) = v.get_mut(*slot as usize) else {
+                    return;
+                };
+                std::mem::swap(&mut x, dst);
+                *slot += 1;
+            }
+            if let Some(dst) = v.get_mut(at as usize) {
+                *dst = x;
+            }
+            if let Some(n) = next.get_mut(b) {
+                *n += 1;
+            }
         }
     }
     for w in start.windows(2) {
         if let [a, b] = *w
             && b - a > 1
-            && let Some(part) = out.get_mut(a as usize..b as usize)
+            && let Some(part) = v.get_mut(a as usize..b as usize)
         {
             part.sort_unstable();
         }
     }
-    out
 }
 
 /// Jump runs sorted by source chain with one run per chain. Dumps list a chain's rules
@@ -1798,7 +1823,9 @@ mod tests {
                 .collect();
             let mut expected = v.clone();
             expected.sort_unstable();
-            proptest::prop_assert_eq!(bucket_sort(v), expected);
+            let mut v = v;
+            bucket_sort(&mut v);
+            proptest::prop_assert_eq!(v, expected);
         }
     }
 
