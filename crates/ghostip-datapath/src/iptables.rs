@@ -229,6 +229,11 @@ struct ChainKey {
 }
 
 impl ChainKey {
+    /// The key as one number, in the key's order.
+    fn wide(self) -> u128 {
+        (u128::from(self.hi) << 64) | (u128::from(self.mid) << 32) | u128::from(self.lo)
+    }
+
     /// Tag for names that do not pack (interned).
     const NAMED: u32 = 7;
 
@@ -276,33 +281,30 @@ fn pack_chain(name: &[u8]) -> Option<ChainKey> {
     })
 }
 
-/// Base32 digit values in ASCII order (`2`–`7` are 0–5, `A`–`Z` 6–31, so packed keys
-/// sort like the names); 0x80 marks other bytes.
-static BASE32: [u8; 256] = {
-    let mut t = [0x80u8; 256];
-    let mut i = 0;
-    while i < 6 {
-        t[b'2' as usize + i] = i as u8;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < 26 {
-        t[b'A' as usize + i] = 6 + i as u8;
-        i += 1;
-    }
-    t
-};
-
-/// Eight base32 digits as a 40-bit number, `None` if one is not a base32 digit.
+/// Eight base32 digits as a 40-bit number, `None` if one is not a base32 digit: the
+/// eight bytes are checked and converted together in one 64-bit word (two range tests
+/// per byte lane, then three shift-and-merge steps that pack the 5-bit values).
 fn base32_40(digits: &[u8]) -> Option<u64> {
-    let mut v = 0u64;
-    let mut bad = 0u8;
-    for &c in digits {
-        let d = BASE32.get(usize::from(c)).copied().unwrap_or(0x80);
-        bad |= d;
-        v = (v << 5) | u64::from(d & 0x1f);
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let w: [u8; 8] = digits.try_into().ok()?;
+    let x = u64::from_le_bytes(w);
+    // Per byte lane (all below 0x80, so the additions do not carry into the next lane):
+    // high bit set when the byte is >= lo, resp. clear when it is <= hi.
+    let ge = |lo: u8| x.wrapping_add(u64::from(0x80 - lo) * ONES) & HIGH;
+    let le = |hi: u8| !x.wrapping_add(u64::from(0x7f - hi) * ONES) & HIGH;
+    let digit = ge(b'2') & le(b'7');
+    let letter = ge(b'A') & le(b'Z');
+    if x & HIGH != 0 || (digit | letter) != HIGH {
+        return None;
     }
-    (bad & 0x80 == 0).then_some(v)
+    // Digit values: `2`–`7` are 0–5, `A`–`Z` 6–31 (no lane borrows: every byte is valid).
+    let v = x - u64::from(b'2') * ONES - (letter >> 7) * u64::from(b'A' - 6 - b'2');
+    // Lane i holds digit i (the first character in the low byte): merge pairs, then
+    // quads, then the two halves, first digit most significant.
+    let t = ((v & 0x00ff_00ff_00ff_00ff) << 5) | ((v >> 8) & 0x00ff_00ff_00ff_00ff);
+    let u = ((t & 0x0000_ffff_0000_ffff) << 10) | ((t >> 16) & 0x0000_ffff_0000_ffff);
+    Some(((u & 0xffff_ffff) << 20) | (u >> 32))
 }
 
 /// Position of the last ` -j ` in a rule (the rule's target).
@@ -317,6 +319,57 @@ fn rfind_jump(b: &[u8]) -> Option<usize> {
         end = j;
     }
     None
+}
+
+/// The unread rest of a rule, for [`Parser::kube_layout`].
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    /// Consumes `s` when the rest starts with it.
+    fn lit(&mut self, s: &[u8]) -> bool {
+        match self.0.strip_prefix(s) {
+            Some(r) => {
+                self.0 = r;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A plain token up to the next space: not empty, and without a tab, quote or
+    /// backslash (bytes that would make the tokenizer read it differently).
+    fn word(&mut self) -> Option<&'a [u8]> {
+        // Words here are short (`tcp`, a probability): one byte loop, no memchr call.
+        let mut n = 0;
+        for &b in self.0 {
+            match b {
+                b' ' => break,
+                b'\t' | b'"' | b'\\' => return None,
+                _ => n += 1,
+            }
+        }
+        if n == 0 {
+            return None;
+        }
+        let (w, rest) = self.0.split_at_checked(n)?;
+        self.0 = rest;
+        Some(w)
+    }
+
+    /// The comment token: a quoted one without backslashes (its inside, `true`) or a
+    /// plain word (`false`).
+    fn comment(&mut self) -> Option<(&'a [u8], bool)> {
+        let Some(r) = self.0.strip_prefix(b"\"") else {
+            return self.word().map(|w| (w, false));
+        };
+        let q = memchr::memchr2(b'"', b'\\', r)?;
+        if r.get(q) != Some(&b'"') {
+            return None;
+        }
+        let (inner, rest) = r.split_at_checked(q)?;
+        self.0 = rest.get(1..).unwrap_or_default();
+        Some((inner, true))
+    }
 }
 
 /// A jump run: source chain and the index of its first row in the jump rows.
@@ -462,6 +515,8 @@ struct Parser {
     jumps: Vec<JumpRow>,
     /// `:KUBE-…` chain declarations seen since the last rule.
     declared: usize,
+    /// Masquerade, mark and return rules (see [`Parser::ignore_mark`]).
+    marks: u64,
     affinity: Vec<ChainKey>,
     entries: Vec<Entry>,
     no_endpoints: Vec<NoEndpoints>,
@@ -615,6 +670,29 @@ fn hint_from_comment(comment: &str) -> Option<SocketAddr> {
     crate::text::parse_socket(after.trim())
 }
 
+/// The part after the last ` -> ` was not UTF-8 (the general path then reads the line).
+struct NotUtf8;
+
+/// [`hint_from_comment`] of a comment's bytes, with the same result. The address after
+/// the arrow has no `>`, so the last `>` is usually the arrow's; a plain IPv4 address
+/// has nothing to trim and is read without UTF-8 validation.
+fn hint_from_comment_bytes(comment: &[u8]) -> Result<Option<SocketAddr>, NotUtf8> {
+    let arrow = match memchr::memrchr(b'>', comment) {
+        Some(g) if g >= 2 && comment.get(g - 2..g + 2) == Some(b" -> ") => Some(g - 2),
+        Some(_) => FIND_ARROW.rfind(comment),
+        None => None,
+    };
+    let Some(p) = arrow else {
+        return Ok(None);
+    };
+    let after = comment.get(p + 4..).unwrap_or_default();
+    if let Some(sa) = crate::text::parse_socket_v4_plain(after) {
+        return Ok(Some(sa));
+    }
+    let after = std::str::from_utf8(after).map_err(|_| NotUtf8)?;
+    Ok(crate::text::parse_socket(after.trim()))
+}
+
 impl Parser {
     #[cfg(test)]
     fn general_only(&self) -> bool {
@@ -685,6 +763,12 @@ impl Parser {
         self.skipped.ignore(reason);
     }
 
+    /// A masquerade, mark or return rule (a third of a large dump): counted here and
+    /// added to the skip counts once, at the end.
+    fn ignore_mark(&mut self) {
+        self.marks += 1;
+    }
+
     /// A rule line: iptables-save declares a table's chains before its rules, so the row
     /// vectors are sized once from the declarations instead of grown.
     fn rule_seen(&mut self) {
@@ -713,7 +797,7 @@ impl Parser {
         let class = classify(chain.as_bytes());
         if body.as_bytes().ends_with(b" -j KUBE-MARK-MASQ") && class != Class::OtherKube {
             // Masquerade marks: a third of a large dump; no need to tokenize them.
-            return self.ignore("masquerade/mark/return rule");
+            return self.ignore_mark();
         }
         let table = self.table.unwrap_or(Table::Unknown);
         match (table, class) {
@@ -757,7 +841,7 @@ impl Parser {
             return self.ignore("rule without target");
         };
         if is_mark_target(target) {
-            return self.ignore("masquerade/mark/return rule");
+            return self.ignore_mark();
         }
         if r.match_set {
             return self.ignore("ipset match (IPVS mode helper)");
@@ -794,7 +878,7 @@ impl Parser {
     /// `KUBE-SEP-… -j DNAT --to-destination ADDR` and `KUBE-SVC-… -j KUBE-SEP-…`.
     /// Returns `false` (nothing recorded) when the line needs the general path, which
     /// then reads it exactly as if this one did not exist.
-    fn fast_line(&mut self, raw: &[u8]) -> bool {
+    fn fast_line(&mut self, no: usize, raw: &[u8]) -> bool {
         match raw.first() {
             Some(b':') => {
                 self.saw_iptables = true;
@@ -818,7 +902,7 @@ impl Parser {
         let class = classify(chain);
         self.rule_seen();
         if body.ends_with(b" -j KUBE-MARK-MASQ") && class != Class::OtherKube {
-            self.ignore("masquerade/mark/return rule");
+            self.ignore_mark();
             return true;
         }
         let table = self.table.unwrap_or(Table::Unknown);
@@ -832,12 +916,88 @@ impl Parser {
                 return true;
             }
             (Table::Filter, _) | (_, Class::OtherKube | Class::NonKube) => return false,
+            (_, Class::Services | Class::NodePorts) => {
+                return self.entry_layout(no, raw, class, chain, body);
+            }
             _ => {}
         }
         self.fast_path(class, chain, body)
     }
 
+    /// The service rules kube-proxy writes in `KUBE-SERVICES` and `KUBE-NODEPORTS`
+    /// (`[-d IP[/32]] -p P -m comment --comment C -m P --dport N -j KUBE-…`), matched in
+    /// one pass like [`Parser::kube_layout`] and handed to [`Parser::entry`] exactly as
+    /// the tokenizer would. Returns `false` (nothing recorded) for any other shape.
+    fn entry_layout(
+        &mut self,
+        no: usize,
+        raw: &[u8],
+        class: Class,
+        chain: &[u8],
+        body: &[u8],
+    ) -> bool {
+        let Ok(full_line) = std::str::from_utf8(raw) else {
+            return false;
+        };
+        fn text(b: &[u8]) -> Option<&str> {
+            std::str::from_utf8(b).ok()
+        }
+        let mut c = Cursor(body.get(chain.len()..).unwrap_or_default());
+        let dst = if c.lit(b" -d ") {
+            match c.word().and_then(text) {
+                Some(d) => Some(d),
+                None => return false,
+            }
+        } else {
+            None
+        };
+        let matched = (|| {
+            if !c.lit(b" -p ") {
+                return None;
+            }
+            let proto = c.word().and_then(text)?;
+            if !c.lit(b" -m comment --comment ") {
+                return None;
+            }
+            let (comment, _) = c.comment()?;
+            let comment = text(comment)?;
+            if !c.lit(b" -m ") {
+                return None;
+            }
+            c.word()?;
+            if !c.lit(b" --dport ") {
+                return None;
+            }
+            let dport = c.word().and_then(text)?;
+            if !c.lit(b" -j ") {
+                return None;
+            }
+            // The target is the rest of the line; a packed name has no space or tab.
+            pack_chain(c.0)?;
+            Some((proto, comment, dport, text(c.0)?))
+        })();
+        let Some((proto, comment, dport, target)) = matched else {
+            return false;
+        };
+        if dst.is_some_and(|d| d.contains(':')) {
+            self.v6 = true;
+        }
+        let r = Rule {
+            dst,
+            proto: Some(proto),
+            dport: Some(dport),
+            comment: Some(comment),
+            target: Some(target),
+            ..Rule::default()
+        };
+        self.entry(no, full_line, class, &r, target, comment);
+        true
+    }
+
     fn fast_path(&mut self, class: Class, chain: &[u8], body: &[u8]) -> bool {
+        if self.kube_layout(class, chain, body) {
+            return true;
+        }
         // One pass for backslashes (escapes: general path) and quotes: at most one quoted
         // token, and the target not inside or after it.
         let (mut q1, mut q2) = (None, None);
@@ -918,16 +1078,9 @@ impl Parser {
                             return false;
                         }
                         let inner = body.get(q1 + 1..q2).unwrap_or_default();
-                        match FIND_ARROW.rfind(inner) {
-                            Some(p) => {
-                                let Ok(addr) =
-                                    std::str::from_utf8(inner.get(p + 4..).unwrap_or_default())
-                                else {
-                                    return false;
-                                };
-                                crate::text::parse_socket(addr.trim())
-                            }
-                            None => None,
+                        match hint_from_comment_bytes(inner) {
+                            Ok(h) => h,
+                            Err(NotUtf8) => return false,
                         }
                     }
                     // No quote: an unquoted comment has no space, so it names no endpoint.
@@ -944,6 +1097,69 @@ impl Parser {
                 if FIND_RCHECK.find(head).is_some() || FIND_RCHECK.find(tail).is_some() {
                     self.affinity.push(from);
                 }
+                self.add_jump(from, to, hint);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The two rule layouts kube-proxy writes for nearly every line of a large dump,
+    /// matched in one left-to-right pass that reads each byte once:
+    /// `KUBE-SEP-… -p P -m comment --comment C -m P -j DNAT --to-destination ADDR` and
+    /// `KUBE-SVC-… -m comment --comment C [-m statistic --mode random --probability N]
+    /// -j KUBE-…`. The layout pins every token, so the tokenizer's view is known
+    /// without the general scans (no other option, no second `-j` or `--comment`, no
+    /// escape). Returns `false` (nothing recorded) for any other shape.
+    fn kube_layout(&mut self, class: Class, chain: &[u8], body: &[u8]) -> bool {
+        let mut c = Cursor(body.get(chain.len()..).unwrap_or_default());
+        match class {
+            Class::Sep => {
+                let matched = c.lit(b" -p ")
+                    && c.word().is_some()
+                    && c.lit(b" -m comment --comment ")
+                    && c.comment().is_some()
+                    && c.lit(b" -m ")
+                    && c.word().is_some()
+                    && c.lit(b" -j DNAT --to-destination ");
+                if !matched {
+                    return false;
+                }
+                // The address is the rest of the line: one token when it parses.
+                let (Some(sa), Some(from)) =
+                    (crate::text::parse_socket_bytes(c.0), pack_chain(chain))
+                else {
+                    return false;
+                };
+                self.add_dnat(from, sa);
+                true
+            }
+            Class::Svc | Class::Svl | Class::Ext | Class::Fw | Class::Xlb => {
+                if !c.lit(b" -m comment --comment ") {
+                    return false;
+                }
+                let Some((comment, quoted)) = c.comment() else {
+                    return false;
+                };
+                if c.lit(b" -m statistic --mode random --probability ") && c.word().is_none() {
+                    return false;
+                }
+                if !c.lit(b" -j ") {
+                    return false;
+                }
+                // The target is the rest of the line; a packed name has no space or tab.
+                let (Some(from), Some(to)) = (pack_chain(chain), pack_chain(c.0)) else {
+                    return false;
+                };
+                // An unquoted comment has no space, so it names no endpoint.
+                let hint = if quoted {
+                    match hint_from_comment_bytes(comment) {
+                        Ok(h) => h,
+                        Err(NotUtf8) => return false,
+                    }
+                } else {
+                    None
+                };
                 self.add_jump(from, to, hint);
                 true
             }
@@ -1055,6 +1271,12 @@ impl Parser {
         }
         drop(std::mem::take(&mut self.names));
         let mut out = std::mem::take(&mut self.skipped);
+        if self.marks > 0 {
+            out.ignored += self.marks;
+            *out.ignored_by_reason
+                .entry("masquerade/mark/return rule".to_string())
+                .or_insert(0) += self.marks;
+        }
         // Sort-merge instead of a chain map: DNAT rows sorted by chain (legacy
         // iptables-save lists chains sorted, so this is one pass over sorted input), jump
         // runs sorted by source chain; lookups interpolate into them.
@@ -1116,6 +1338,10 @@ impl Parser {
             );
             fe.service = e.service.as_deref().and_then(ServiceRef::parse_kube_proxy);
             let root = run_of(e.target);
+            // A KUBE-SVC chain's jumps are its backends: sized once instead of grown.
+            if let Some(r) = root {
+                fe.backends.reserve(jumps_of(r).len());
+            }
             if root.is_none() && dnats_of(e.target).is_empty() {
                 out.unknown(
                     Location::Line(e.line),
@@ -1216,14 +1442,13 @@ impl Parser {
 /// merged with the sorted DNAT rows: one sequential pass instead of a lookup (a cache
 /// miss) per jump.
 fn resolve_direct(jumps: &mut [JumpRow], dnats: &[(ChainKey, PAddr)]) {
-    let wide =
-        |k: ChainKey| (u128::from(k.hi) << 64) | (u128::from(k.mid) << 32) | u128::from(k.lo);
+    let wide = ChainKey::wide;
     let mut order: Vec<u128> = jumps
         .iter()
         .enumerate()
         .map(|(i, (to, _))| (wide(*to) << 32) | i as u128)
         .collect();
-    order.sort_unstable();
+    bucket_sort(&mut order);
     let mut d = 0usize;
     for o in order {
         let key = o >> 32;
@@ -1239,6 +1464,79 @@ fn resolve_direct(jumps: &mut [JumpRow], dnats: &[(ChainKey, PAddr)]) {
                 family: a.family | PAddr::RESOLVED,
                 ..a
             };
+        }
+    }
+}
+
+/// Sorts `(chain key << 32) | index` values in place: one counting pass by their top 16
+/// bits (the key's tag and the first bits of kube-proxy's hash, which are spread evenly),
+/// a pass that moves each value into its bucket (cycle by cycle, no second array), then a
+/// sort of each bucket's few values. The result is the same as `sort_unstable` (the values
+/// are distinct).
+fn bucket_sort(v: &mut [u128]) {
+    /// The top 16 bits of a key: `hi` (bits 96.. of a value) is below 2^19.
+    fn bucket(x: u128) -> usize {
+        ((x >> 99) & 0xffff) as usize
+    }
+    const N: usize = 1 << 16;
+    if v.len() < 4096 {
+        v.sort_unstable();
+        return;
+    }
+    let mut start = vec![0u32; N + 1];
+    for &x in v.iter() {
+        if let Some(c) = start.get_mut(bucket(x) + 1) {
+            *c += 1;
+        }
+    }
+    for b in 0..N {
+        let before = start.get(b).copied().unwrap_or(0);
+        if let Some(c) = start.get_mut(b + 1) {
+            *c += before;
+        }
+    }
+    // `next[b]`: the first slot of bucket `b` not yet holding one of its values.
+    let mut next = start.clone();
+    for b in 0..N {
+        let end = start.get(b + 1).copied().unwrap_or(0);
+        loop {
+            let at = next.get(b).copied().unwrap_or(end);
+            if at >= end {
+                break;
+            }
+            // Carry the value at `at` to its bucket, taking the one there, until a value
+            // of bucket `b` comes back.
+            let Some(mut x) = v.get(at as usize).copied() else {
+                break;
+            };
+            loop {
+                let d = bucket(x);
+                if d == b {
+                    break;
+                }
+                let Some(slot) = next.get_mut(d) else {
+                    return;
+                };
+                let Some(dst) = v.get_mut(*slot as usize) else {
+                    return;
+                };
+                std::mem::swap(&mut x, dst);
+                *slot += 1;
+            }
+            if let Some(dst) = v.get_mut(at as usize) {
+                *dst = x;
+            }
+            if let Some(n) = next.get_mut(b) {
+                *n += 1;
+            }
+        }
+    }
+    for w in start.windows(2) {
+        if let [a, b] = *w
+            && b - a > 1
+            && let Some(part) = v.get_mut(a as usize..b as usize)
+        {
+            part.sort_unstable();
         }
     }
 }
@@ -1338,7 +1636,7 @@ impl LineSink for Parser {
 
 impl ByteLineSink for Parser {
     fn line_bytes(&mut self, no: usize, raw: &[u8]) {
-        if self.general_only() || !self.fast_line(raw) {
+        if self.general_only() || !self.fast_line(no, raw) {
             self.line(no, &utf8(raw));
         }
     }
@@ -1429,6 +1727,59 @@ mod tests {
         assert_eq!(t.skipped.unknown, 0, "{:?}", t.skipped);
     }
 
+    /// Base32 values digit by digit, the reference for [`base32_40`].
+    fn base32_reference(digits: &[u8]) -> Option<u64> {
+        let mut v = 0u64;
+        for &c in digits {
+            let d = match c {
+                b'2'..=b'7' => c - b'2',
+                b'A'..=b'Z' => c - b'A' + 6,
+                _ => return None,
+            };
+            v = (v << 5) | u64::from(d);
+        }
+        (digits.len() == 8).then_some(v)
+    }
+
+    proptest::proptest! {
+        /// The word-at-a-time conversion agrees with the digit-by-digit one, on base32
+        /// strings and on any bytes.
+        #[test]
+        fn base32_word_agrees_with_digits(
+            s in "[2-7A-Z]{8}",
+            any in proptest::collection::vec(proptest::prelude::any::<u8>(), 8),
+            near in proptest::collection::vec(0x2fu8..0x5d, 8),
+        ) {
+            proptest::prop_assert_eq!(base32_40(s.as_bytes()), base32_reference(s.as_bytes()));
+            proptest::prop_assert_eq!(base32_40(&any), base32_reference(&any));
+            proptest::prop_assert_eq!(base32_40(&near), base32_reference(&near));
+        }
+    }
+
+    #[test]
+    fn base32_edges() {
+        for s in [
+            b"22222222",
+            b"ZZZZZZZZ",
+            b"77777777",
+            b"AAAAAAAA",
+            b"2A7Z2A7Z",
+        ] {
+            assert_eq!(base32_40(s), base32_reference(s), "{s:?}");
+        }
+        for s in [
+            b"1AAAAAAA",
+            b"AAAAAAA8",
+            b"@AAAAAAA",
+            b"AAAAAAA[",
+            b"aAAAAAAA",
+            b"AAAA\xffAAA",
+        ] {
+            assert_eq!(base32_40(s), None, "{s:?}");
+        }
+        assert_eq!(base32_40(b"AAAAAAA"), None);
+    }
+
     #[test]
     fn packed_keys_sort_like_the_names() {
         let names = [
@@ -1452,6 +1803,99 @@ mod tests {
         assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
         assert!(pack_chain(b"KUBE-SEP-A").is_none());
         assert!(pack_chain(b"KUBE-SEP-AAAAAAAAAAAAAAA1").is_none());
+    }
+
+    proptest::proptest! {
+        /// The bucket sort gives what `sort_unstable` gives, with keys crowded in a few
+        /// buckets or spread over all of them.
+        #[test]
+        fn bucket_sort_agrees_with_sort(
+            raw in proptest::collection::vec((0u32..8, proptest::prelude::any::<u64>(), 0u8..3), 0..6000),
+        ) {
+            let v: Vec<u128> = raw
+                .iter()
+                .enumerate()
+                .map(|(i, &(tag, body, spread))| {
+                    let hi = (tag << 16) | match spread { 0 => 0, 1 => (body >> 60) as u32, _ => (body >> 48) as u32 & 0xffff };
+                    let key = ChainKey { hi, mid: (body >> 16) as u32, lo: body as u32 };
+                    (key.wide() << 32) | i as u128
+                })
+                .collect();
+            let mut expected = v.clone();
+            expected.sort_unstable();
+            let mut v = v;
+            bucket_sort(&mut v);
+            proptest::prop_assert_eq!(v, expected);
+        }
+    }
+
+    #[test]
+    fn kube_proxy_layouts_take_the_one_pass_path() {
+        let dump = GenModel::generate(&GenSpec::new(40, 300)).iptables_save();
+        let mut p = Parser::default();
+        let (mut dnats, mut jumps) = (0, 0);
+        for line in dump.lines() {
+            let Some(body) = line.strip_prefix("-A ") else {
+                continue;
+            };
+            let chain = body.split(' ').next().unwrap();
+            let class = classify(chain.as_bytes());
+            let dnat = class == Class::Sep && line.contains(" -j DNAT ");
+            let jump = class == Class::Svc && line.contains(" -j KUBE-SEP-");
+            if (dnat || jump) && !line.contains("--rcheck") && !line.contains(" --set ") {
+                assert!(
+                    p.kube_layout(class, chain.as_bytes(), body.as_bytes()),
+                    "{line}"
+                );
+                dnats += usize::from(dnat);
+                jumps += usize::from(jump);
+            }
+        }
+        assert!(dnats >= 250 && jumps >= 250, "{dnats} {jumps}");
+        assert_eq!((p.dnats.len(), p.jumps.len()), (dnats, jumps));
+        // Service rules with a packed target: the entry layout.
+        let mut entries = 0;
+        for (no, line) in dump.lines().enumerate() {
+            let Some(body) = line.strip_prefix("-A ") else {
+                continue;
+            };
+            let chain = body.split(' ').next().unwrap();
+            let class = classify(chain.as_bytes());
+            let target = body.rsplit(' ').next().unwrap();
+            if matches!(class, Class::Services | Class::NodePorts)
+                && pack_chain(target.as_bytes()).is_some()
+            {
+                assert!(
+                    p.entry_layout(
+                        no + 1,
+                        line.as_bytes(),
+                        class,
+                        chain.as_bytes(),
+                        body.as_bytes()
+                    ),
+                    "{line}"
+                );
+                entries += 1;
+            }
+        }
+        assert!(entries >= 40, "{entries}");
+        assert_eq!(p.entries.len(), entries);
+        // Another option anywhere, an escape or a second target: not this path.
+        for body in [
+            r#"KUBE-SEP-AAAAAAAAAAAAAAAA -p tcp -m comment --comment "a"b" -m tcp -j DNAT --to-destination 10.0.0.1:80"#,
+            r#"KUBE-SEP-AAAAAAAAAAAAAAAA -p tcp -m comment --comment "a" -m tcp -j DNAT --to-destination 10.0.0.1:80 -j X"#,
+            r#"KUBE-SEP-AAAAAAAAAAAAAAAA -p tcp -m recent --comment "a" -m tcp -j DNAT --to-destination 10.0.0.1:80"#,
+            r#"KUBE-SVC-AAAAAAAAAAAAAAAA -m comment --comment "a -> 10.0.0.1:80" -m statistic --mode random --probability 0.5 -j KUBE-SEP-AAAAAAAAAAAAAAAA --rcheck"#,
+            r#"KUBE-SVC-AAAAAAAAAAAAAAAA -m comment --comment "a -> 10.0.0.1:80" -m statistic --mode random --probability	0.5 -j KUBE-SEP-AAAAAAAAAAAAAAAA"#,
+            r#"KUBE-SVC-AAAAAAAAAAAAAAAA -m comment --comment "a -> 10.0.0.1:80" -m recent --rcheck -j KUBE-SEP-AAAAAAAAAAAAAAAA"#,
+        ] {
+            let chain = body.split(' ').next().unwrap();
+            let class = classify(chain.as_bytes());
+            assert!(
+                !p.kube_layout(class, chain.as_bytes(), body.as_bytes()),
+                "{body}"
+            );
+        }
     }
 
     fn general_path(input: &str) -> LbTable {

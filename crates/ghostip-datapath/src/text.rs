@@ -265,22 +265,26 @@ pub(crate) fn parse_socket_bytes(b: &[u8]) -> Option<SocketAddr> {
 /// The common shape of a DNAT target, `1.2.3.4:80` with no leading zeros, read without
 /// the standard library's general parser. Anything else gives `None` and is left to
 /// `SocketAddr::from_str`, so the accepted set and the values are the same.
-fn parse_socket_v4_plain(b: &[u8]) -> Option<SocketAddr> {
-    /// A decimal number of 1..=`max_digits` digits, no leading zero; returns it and the
-    /// position after it.
+pub(crate) fn parse_socket_v4_plain(b: &[u8]) -> Option<SocketAddr> {
+    /// A decimal number of 1..=`max_digits` digits from `at`, no leading zero (a `0`
+    /// is read alone, so a digit after it fails the caller's separator check); returns
+    /// it and the position after it.
+    #[inline(always)]
     fn number(b: &[u8], at: usize, max_digits: usize) -> Option<(u32, usize)> {
-        let mut v = 0u32;
-        let mut i = at;
-        while let Some(&c) = b.get(i) {
-            if !c.is_ascii_digit() || i - at == max_digits {
-                break;
+        let digit = |i: usize| {
+            b.get(i)
+                .map(|c| c.wrapping_sub(b'0'))
+                .filter(|&c| c < 10)
+                .map(u32::from)
+        };
+        let mut v = digit(at)?;
+        let mut i = at + 1;
+        if v != 0 {
+            while i - at < max_digits {
+                let Some(d) = digit(i) else { break };
+                v = v * 10 + d;
+                i += 1;
             }
-            v = v * 10 + u32::from(c - b'0');
-            i += 1;
-        }
-        let digits = i - at;
-        if digits == 0 || (digits > 1 && b.get(at) == Some(&b'0')) {
-            return None;
         }
         Some((v, i))
     }
