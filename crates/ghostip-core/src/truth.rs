@@ -79,13 +79,14 @@ impl SliceRecord {
     }
 }
 
-/// An endpoint as the store keeps it: 72 bytes and one allocation (the pod name) instead of
+/// An endpoint as the store keeps it: 56 bytes and no allocation of its own instead of
 /// five strings, because a large cluster has 100 k+ of them.
 ///
 /// The pod's namespace and the node name are shared between endpoints (one interned
-/// [`Place`] per namespace and node), a UUID pod UID is kept as 16 bytes, and the rare parts
-/// (a UID that is not a UUID, a hostname) live in a separate box that most endpoints do
-/// not have. [`Endpoint::to_record`] gives back the [`EndpointRecord`] it was made from.
+/// [`Place`] per namespace and node), a UUID pod UID is kept as 16 bytes, the pod name is a
+/// span of its slice's name buffer (so [`StoredSlice::pod`] and [`StoredSlice::record`]
+/// answer for it), and the rare parts (a UID that is not a UUID, a hostname) live in a
+/// separate box that most endpoints do not have.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
     ip: IpAddr,
@@ -93,7 +94,9 @@ pub struct Endpoint {
     /// The pod UID when it is a canonical UUID (flag `UUID`).
     uuid: [u8; 16],
     place: Arc<Place>,
-    pod_name: Option<Box<str>>,
+    /// Where the pod's name is in its slice's [`StoredSlice::pod_names`] (flag `POD`).
+    pod_name_at: u32,
+    pod_name_len: u16,
     rare: Option<Box<Rare>>,
 }
 
@@ -101,6 +104,8 @@ const READY: u8 = 1;
 const SERVING: u8 = 2;
 const TERMINATING: u8 = 4;
 const UUID: u8 = 8;
+/// The endpoint has a pod (`targetRef`).
+const POD: u8 = 16;
 
 /// The pod's namespace and the endpoint's node, shared by every endpoint with both.
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -115,6 +120,8 @@ struct Rare {
     /// A pod UID that is not a canonical UUID.
     uid: Option<Box<str>>,
     hostname: Option<Box<str>>,
+    /// A pod name too long for the slice's name buffer (longer than Kubernetes allows).
+    pod_name: Option<Box<str>>,
 }
 
 /// A Kubernetes UID: 16 bytes when it is a canonical (lowercase) UUID, as the API gives it.
@@ -200,48 +207,6 @@ impl Endpoint {
     pub fn hostname(&self) -> Option<&str> {
         self.rare.as_ref()?.hostname.as_deref()
     }
-
-    /// Name of the pod of `targetRef`, without allocating.
-    pub fn pod_name(&self) -> Option<&str> {
-        self.pod_name.as_deref()
-    }
-
-    /// The pod of `targetRef`.
-    pub fn pod(&self) -> Option<PodRef> {
-        let name = self.pod_name.as_deref()?;
-        let uid = if self.flags & UUID != 0 {
-            Uid::Uuid(u128::from_be_bytes(self.uuid)).text()
-        } else {
-            self.rare
-                .as_ref()
-                .and_then(|r| r.uid.as_deref())
-                .unwrap_or_default()
-                .to_string()
-        };
-        Some(PodRef {
-            namespace: self
-                .place
-                .namespace
-                .as_deref()
-                .unwrap_or_default()
-                .to_string(),
-            name: name.to_string(),
-            uid,
-        })
-    }
-
-    /// The record this endpoint was stored from.
-    pub fn to_record(&self) -> EndpointRecord {
-        EndpointRecord {
-            ip: self.ip,
-            ready: self.ready(),
-            serving: self.serving(),
-            terminating: self.terminating(),
-            pod: self.pod(),
-            node: self.node().map(str::to_string),
-            hostname: self.hostname().map(str::to_string),
-        }
-    }
 }
 
 /// Namespace and node pairs shared by every endpoint that mentions them.
@@ -262,7 +227,8 @@ impl Names {
         a
     }
 
-    fn endpoint(&mut self, e: EndpointRecord) -> Endpoint {
+    /// The compact form of `e`; its pod name goes to the end of `pod_names`.
+    fn endpoint(&mut self, e: EndpointRecord, pod_names: &mut String) -> Endpoint {
         let mut flags = 0;
         for (on, bit) in [
             (e.ready, READY),
@@ -277,9 +243,12 @@ impl Names {
         let mut rare = Rare {
             uid: None,
             hostname: e.hostname.map(String::into_boxed_str),
+            pod_name: None,
         };
-        let (namespace, pod_name) = match e.pod {
+        let (mut pod_name_at, mut pod_name_len) = (0, 0);
+        let namespace = match e.pod {
             Some(p) => {
+                flags |= POD;
                 match Uid::new(&p.uid) {
                     Uid::Uuid(v) => {
                         uuid = v.to_be_bytes();
@@ -287,17 +256,26 @@ impl Names {
                     }
                     Uid::Other(s) => rare.uid = Some(s),
                 }
-                (Some(p.namespace), Some(p.name.into_boxed_str()))
+                match (u32::try_from(pod_names.len()), u16::try_from(p.name.len())) {
+                    (Ok(at), Ok(len)) => {
+                        pod_names.push_str(&p.name);
+                        (pod_name_at, pod_name_len) = (at, len);
+                    }
+                    _ => rare.pod_name = Some(p.name.into_boxed_str()),
+                }
+                Some(p.namespace)
             }
-            None => (None, None),
+            None => None,
         };
         Endpoint {
             ip: e.ip,
             flags,
             uuid,
             place: self.place(namespace.as_deref(), e.node.as_deref()),
-            pod_name,
-            rare: (rare.uid.is_some() || rare.hostname.is_some()).then(|| Box::new(rare)),
+            pod_name_at,
+            pod_name_len,
+            rare: (rare.uid.is_some() || rare.hostname.is_some() || rare.pod_name.is_some())
+                .then(|| Box::new(rare)),
         }
     }
 }
@@ -315,6 +293,9 @@ pub struct StoredSlice {
     pub address_type: AddressType,
     /// Endpoints.
     pub endpoints: Vec<Endpoint>,
+    /// The pod names of the endpoints, one after the other (one allocation per slice
+    /// instead of one per endpoint).
+    pod_names: Box<str>,
     /// Ports.
     pub ports: Vec<EndpointPort>,
     /// `endpoints.kubernetes.io/last-change-trigger-time`, when present and parseable.
@@ -325,6 +306,50 @@ impl StoredSlice {
     /// The key of the owning Service.
     pub fn service_key(&self) -> ServiceKey {
         ServiceKey::new(&self.namespace, &self.service)
+    }
+
+    /// Name of the pod of an endpoint of this slice (`targetRef`), without allocating.
+    pub fn pod_name<'a>(&'a self, e: &'a Endpoint) -> Option<&'a str> {
+        if e.flags & POD == 0 {
+            return None;
+        }
+        if let Some(name) = e.rare.as_ref().and_then(|r| r.pod_name.as_deref()) {
+            return Some(name);
+        }
+        let at = usize::try_from(e.pod_name_at).ok()?;
+        self.pod_names.get(at..at + usize::from(e.pod_name_len))
+    }
+
+    /// The pod of an endpoint of this slice (`targetRef`).
+    pub fn pod(&self, e: &Endpoint) -> Option<PodRef> {
+        let name = self.pod_name(e)?;
+        let uid = if e.flags & UUID != 0 {
+            Uid::Uuid(u128::from_be_bytes(e.uuid)).text()
+        } else {
+            e.rare
+                .as_ref()
+                .and_then(|r| r.uid.as_deref())
+                .unwrap_or_default()
+                .to_string()
+        };
+        Some(PodRef {
+            namespace: e.place.namespace.as_deref().unwrap_or_default().to_string(),
+            name: name.to_string(),
+            uid,
+        })
+    }
+
+    /// The record an endpoint of this slice was stored from.
+    pub fn record(&self, e: &Endpoint) -> EndpointRecord {
+        EndpointRecord {
+            ip: e.ip,
+            ready: e.ready(),
+            serving: e.serving(),
+            terminating: e.terminating(),
+            pod: self.pod(e),
+            node: e.node().map(str::to_string),
+            hostname: e.hostname().map(str::to_string),
+        }
     }
 }
 
@@ -519,9 +544,16 @@ impl Truth {
         // Not `into_iter().map().collect()`: that reuses the records' allocation in place,
         // which keeps twice the room the smaller stored endpoints need.
         let mut endpoints = Vec::with_capacity(slice.endpoints.len());
-        endpoints.extend(slice.endpoints.into_iter().map(|e| self.names.endpoint(e)));
+        let mut pod_names = String::new();
+        endpoints.extend(
+            slice
+                .endpoints
+                .into_iter()
+                .map(|e| self.names.endpoint(e, &mut pod_names)),
+        );
         let slice = StoredSlice {
             endpoints,
+            pod_names: pod_names.into_boxed_str(),
             namespace: slice.namespace,
             name: slice.name,
             service: slice.service,
@@ -554,7 +586,11 @@ impl Truth {
                 }
                 true
             }
-            Some(old) => old.endpoints != slice.endpoints || old.ports != slice.ports,
+            Some(old) => {
+                old.endpoints != slice.endpoints
+                    || old.pod_names != slice.pod_names
+                    || old.ports != slice.ports
+            }
         };
         self.add_slice_name(key.clone(), &slice.name);
         self.slices
@@ -729,8 +765,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_stored_endpoint_is_72_bytes() {
-        assert_eq!(std::mem::size_of::<Endpoint>(), 72);
+    fn a_stored_endpoint_is_56_bytes() {
+        assert_eq!(std::mem::size_of::<Endpoint>(), 56);
     }
     use std::net::Ipv4Addr;
 
@@ -785,7 +821,7 @@ mod tests {
         let key = ServiceKey::new("shop", "web");
         let stored: Vec<EndpointRecord> = truth
             .slices_of(&key)
-            .flat_map(|s| s.endpoints.iter().map(Endpoint::to_record))
+            .flat_map(|s| s.endpoints.iter().map(|e| s.record(e)))
             .collect();
         assert_eq!(stored, records);
         // No room kept from the (larger) records.
@@ -793,8 +829,47 @@ mod tests {
             assert_eq!(s.endpoints.capacity(), s.endpoints.len());
         }
         let e = truth.endpoint(&key, records[0].ip).unwrap();
-        assert_eq!(e.pod_name(), Some("web-1"));
+        let s = truth.slices_of(&key).next().unwrap();
+        assert_eq!(s.pod_name(e), Some("web-1"));
         assert_eq!(e.node(), Some("node-1"));
+    }
+
+    #[test]
+    fn pod_names_round_trip_and_a_rename_is_a_change() {
+        let named = |names: &[&str]| -> Vec<EndpointRecord> {
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| {
+                    let mut e = endpoint(u8::try_from(i).unwrap() + 1, "u");
+                    if let Some(p) = e.pod.as_mut() {
+                        p.name = (*name).to_string();
+                    }
+                    e
+                })
+                .collect()
+        };
+        let long = "p".repeat(usize::from(u16::MAX) + 1);
+        let records = named(&["web-a", "", &long, "web-b"]);
+        let mut truth = Truth::new();
+        assert_eq!(
+            truth.apply_slice(slice("web", records.clone()), t(0)).len(),
+            1
+        );
+        let key = ServiceKey::new("shop", "web");
+        let stored: Vec<EndpointRecord> = truth
+            .slices_of(&key)
+            .flat_map(|s| s.endpoints.iter().map(|e| s.record(e)))
+            .collect();
+        assert_eq!(stored, records);
+        // Same lengths, other names: the endpoints' spans are equal, the slice is not.
+        let renamed = named(&["web-c", "", &long, "web-d"]);
+        assert_eq!(truth.apply_slice(slice("web", renamed), t(1)).len(), 1);
+        assert!(
+            truth
+                .apply_slice(slice("web", named(&["web-c", "", &long, "web-d"])), t(2))
+                .is_empty()
+        );
     }
 
     #[test]

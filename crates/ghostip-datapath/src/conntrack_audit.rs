@@ -252,7 +252,7 @@ impl<'a> ConntrackAudit<'a> {
                 for e in &slice.endpoints {
                     endpoints
                         .entry(e.ip().to_canonical())
-                        .or_insert_with(|| e.pod());
+                        .or_insert_with(|| slice.pod(e));
                 }
             }
         }

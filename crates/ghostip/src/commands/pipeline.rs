@@ -250,7 +250,7 @@ impl Pipeline {
                     .session
                     .truth
                     .slices_of(&key)
-                    .flat_map(|s| s.endpoints.iter().map(Endpoint::to_record))
+                    .flat_map(|s| s.endpoints.iter().map(|e| s.record(e)))
                     .collect();
                 let at = ghostip_core::ChangeTime {
                     t0: s.trigger_time.unwrap_or(r.at),

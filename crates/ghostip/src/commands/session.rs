@@ -453,7 +453,7 @@ impl Session {
         old.endpoints
             .iter()
             .filter(|e| new.is_none_or(|n| !n.endpoints.iter().any(|ne| ne.ip == e.ip())))
-            .filter_map(|e| e.pod().map(|p| (e.ip(), (key.clone(), p.to_string()))))
+            .filter_map(|e| old.pod(e).map(|p| (e.ip(), (key.clone(), p.to_string()))))
             .collect()
     }
 

@@ -182,7 +182,7 @@ pub fn discover(truth: &Truth, config: &PathConfig) -> Vec<DnsPath> {
                 .find(|p| p.protocol == Protocol::Udp && p.name.as_deref() == Some(DNS_PORT_NAME))
                 .map_or(DEFAULT_DNS_PORT, |p| p.port);
             for e in slice.endpoints.iter().filter(|e| e.ready() || e.serving()) {
-                let what = match e.pod() {
+                let what = match slice.pod(e) {
                     Some(pod) => pod.to_string(),
                     None => format!("{} endpoint", config.dns_service),
                 };
