@@ -12,7 +12,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use ghostip_core::engine::{Discrepancy, EngineEvent, Tracking, Verdict};
-use ghostip_core::truth::Endpoint;
 use ghostip_core::{Layer, Time};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
