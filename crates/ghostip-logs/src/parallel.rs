@@ -9,7 +9,8 @@
 //! through the one merge stage in file order, so multi-line events, inferred years, line numbers
 //! and unknown-shape examples come out as if one thread had read the file. Each thread has at
 //! most one finished segment waiting, so memory is bounded by the number of threads, not by the
-//! input.
+//! input. [`Scanner::scan_parallel_slice`] does the same over bytes already in memory (a
+//! memory-mapped file), scanning each segment in place instead of reading it.
 
 use std::io::Read;
 use std::num::NonZeroUsize;
@@ -212,10 +213,9 @@ impl Scanner {
     /// `opts.threads` threads, calling `sink` on this thread with every failure in input order.
     /// Failures, line numbers and counts are those of [`Scanner::scan`] over the same bytes.
     ///
-    /// Lines longer than 1 MiB are cut at 1 MiB (as `scan` does, which may keep up to 2 MiB of
-    /// a line that fits its buffer); a line of more than 4 MiB at a segment cut makes the whole
-    /// input go through the sequential scan. Bytes appended after `len` are not read; a file
-    /// truncated while it is read ends where the reads end.
+    /// A line of 1 MiB or more is cut at 1 MiB (as `scan` does); a line of more than 4 MiB at
+    /// a segment cut makes the whole input go through the sequential scan. Bytes appended after
+    /// `len` are not read; a file truncated while it is read ends where the reads end.
     ///
     /// # Errors
     /// A read failed ([`ScanError::Io`]; the failures before it were emitted).
@@ -242,19 +242,72 @@ impl Scanner {
         let Some(cuts) = segment_cuts(src, len, opts.segment_bytes).map_err(ScanError::Io)? else {
             return sequential(self, sink);
         };
+        self.run_segments(&cuts, opts.threads, sink, &|lines, start, end, buf| {
+            scan_segment(lines, src, start, end, buf)
+        })
+    }
+
+    /// [`Scanner::scan_parallel`] over bytes already in memory (a memory-mapped file), without
+    /// copying them: the same failures, line numbers and counts as [`Scanner::scan`] and
+    /// [`Scanner::scan_slice`] over the same bytes.
+    ///
+    /// # Errors
+    /// Only a bug: a scanning thread stopped early ([`ScanError::Worker`]).
+    pub fn scan_parallel_slice(
+        &mut self,
+        data: &[u8],
+        opts: ParallelOptions,
+        sink: &mut dyn FnMut(ConnFailure),
+    ) -> Result<(), ScanError> {
+        let len = data.len() as u64;
+        let cuts = if opts.threads.get() == 1 || len <= opts.segment_bytes {
+            None
+        } else {
+            // Reading a slice cannot fail.
+            segment_cuts(data, len, opts.segment_bytes).ok().flatten()
+        };
+        let Some(cuts) = cuts else {
+            self.scan_slice(data, sink);
+            return Ok(());
+        };
+        self.run_segments(&cuts, opts.threads, sink, &|lines, start, end, _buf| {
+            let mut candidates = Vec::new();
+            // The cuts are offsets of `data`, so they fit in usize.
+            let (start, end) = (
+                usize::try_from(start).unwrap_or(usize::MAX),
+                usize::try_from(end).unwrap_or(usize::MAX),
+            );
+            lines.scan_slice_range(data, start, end, &mut |c| candidates.push(c));
+            Segment {
+                candidates,
+                counts: std::mem::take(&mut lines.counts),
+                year: lines.year.take(),
+                error: None,
+            }
+        })
+    }
+
+    /// Scans the segments between consecutive `cuts` on up to `threads` threads with `scan`,
+    /// applying each segment's candidates on this thread in file order.
+    fn run_segments(
+        &mut self,
+        cuts: &[u64],
+        threads: NonZeroUsize,
+        sink: &mut dyn FnMut(ConnFailure),
+        scan: &(dyn Fn(&mut LineScan, u64, u64, &mut Vec<u8>) -> Segment + Sync),
+    ) -> Result<(), ScanError> {
         let segments = cuts.len() - 1;
-        let threads = opts.threads.get().min(segments);
+        let threads = threads.get().min(segments);
         let result = std::thread::scope(|s| {
             let mut rxs: Vec<Receiver<Segment>> = Vec::with_capacity(threads);
             for w in 0..threads {
                 let (tx, rx): (SyncSender<Segment>, _) = sync_channel(1);
                 rxs.push(rx);
                 let mut lines = Scanner::line_stage(&self.merge.opts)?;
-                let cuts = &cuts;
                 s.spawn(move || {
                     let mut buf = Vec::new();
                     for i in (w..segments).step_by(threads) {
-                        let seg = scan_segment(&mut lines, src, cuts[i], cuts[i + 1], &mut buf);
+                        let seg = scan(&mut lines, cuts[i], cuts[i + 1], &mut buf);
                         if tx.send(seg).is_err() {
                             return;
                         }
