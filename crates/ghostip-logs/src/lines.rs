@@ -315,7 +315,7 @@ impl LineScan {
             at = le + 1;
         }
         let t = tally(&hay[cursor.min(b)..b]);
-        if !(clean && t.clean) && !self.skip_binary_check {
+        if !(self.skip_binary_check || clean && t.clean) {
             self.count_garbled(hay, a, b);
         }
         nl + t.newlines

@@ -143,6 +143,9 @@ fn segment_cuts<S: ReadAt + ?Sized>(
     Ok(Some(cuts))
 }
 
+/// Scans the segment `[start, end)` of the input with a thread's line stage and buffer.
+type ScanSegment<'a> = dyn Fn(&mut LineScan, u64, u64, &mut Vec<u8>) -> Segment + Sync + 'a;
+
 /// What one thread found in one segment.
 struct Segment {
     candidates: Vec<Candidate>,
@@ -294,7 +297,7 @@ impl Scanner {
         cuts: &[u64],
         threads: NonZeroUsize,
         sink: &mut dyn FnMut(ConnFailure),
-        scan: &(dyn Fn(&mut LineScan, u64, u64, &mut Vec<u8>) -> Segment + Sync),
+        scan: &ScanSegment<'_>,
     ) -> Result<(), ScanError> {
         let segments = cuts.len() - 1;
         let threads = threads.get().min(segments);
