@@ -13,7 +13,7 @@
 //! taken. With `EXPLAIN_BENCH_THREADS=N` (N ≥ 2) each round also runs `Scanner::scan_parallel` on
 //! N threads over the file (positional reads), and its best run is reported beside the others.
 //! With `EXPLAIN_BENCH_MMAP=1` each round also maps the file (`map_settled`) and scans it in
-//! place (`scan_parallel_slice` on the N threads of `EXPLAIN_BENCH_THREADS`, else one).
+//! place (`scan_mapped` on the N threads of `EXPLAIN_BENCH_THREADS`, else one).
 
 use std::process::Command;
 use std::time::Instant;
@@ -74,7 +74,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let map = map_settled(&file, now, std::time::Duration::ZERO)?.ok_or("not mapped")?;
             let n = threads.unwrap_or(std::num::NonZeroUsize::MIN);
             let mut k = 0u64;
-            scanner.scan_parallel_slice(&map, ParallelOptions::new(n), &mut |_| k += 1)?;
+            scanner.scan_mapped(&map, ParallelOptions::new(n), &mut |_| k += 1)?;
             best_map = best_map.min(t.elapsed().as_secs_f64());
         }
         if let Some(n) = threads {

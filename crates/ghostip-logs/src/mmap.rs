@@ -41,6 +41,32 @@ impl Deref for MappedLog {
     }
 }
 
+impl MappedLog {
+    /// Drops this process's mapping of the pages of `range` (`MADV_DONTNEED`; the range is
+    /// widened down to a page boundary) once they were scanned, so that the resident set does
+    /// not grow with the file. The pages stay in the kernel's page cache; reading them again
+    /// maps them again, with the same bytes.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        let end = range.end.min(self.map.len());
+        if range.start >= end {
+            return;
+        }
+        // SAFETY: the map is private, read-only and never written, so MADV_DONTNEED has no
+        // private copy to discard: it only drops page-table entries, and a later read faults
+        // the same file bytes back in. Slices into the map keep seeing the same bytes (with the
+        // caveat of the map itself: another process changing the file, see the module doc).
+        let advised = unsafe {
+            self.map.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                range.start,
+                end - range.start,
+            )
+        };
+        // Only advice: if the kernel refuses, the pages simply stay mapped.
+        let _ = advised;
+    }
+}
+
 /// Maps `file` when it is a regular, non-empty file last modified at least `settle` before
 /// `now`; `Ok(None)` (read it instead) otherwise, also when its modification time is unknown
 /// or in the future.
@@ -114,6 +140,10 @@ mod tests {
                 .is_none()
         );
         let map = map_settled(&file, mtime + settle, settle).unwrap().unwrap();
+        assert_eq!(&map[..], b"one\ntwo\n");
+        // Released pages read back the same.
+        map.release(0..map.len());
+        map.release(3..1);
         assert_eq!(&map[..], b"one\ntwo\n");
         drop(map);
         std::fs::remove_file(&path).unwrap();

@@ -10,13 +10,15 @@
 //! and unknown-shape examples come out as if one thread had read the file. Each thread has at
 //! most one finished segment waiting, so memory is bounded by the number of threads, not by the
 //! input. [`Scanner::scan_parallel_slice`] does the same over bytes already in memory (a
-//! memory-mapped file), scanning each segment in place instead of reading it.
+//! memory-mapped file), scanning each segment in place instead of reading it;
+//! [`Scanner::scan_mapped`] also releases each segment's pages once scanned.
 
 use std::io::Read;
 use std::num::NonZeroUsize;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use crate::lines::{Candidate, HISTORY, INITIAL_BUF, LineScan, MAX_LINE};
+use crate::mmap::MappedLog;
 use crate::model::{ConnFailure, ScanStats};
 use crate::scanner::{ScanError, Scanner};
 
@@ -154,6 +156,25 @@ struct Segment {
     error: Option<std::io::Error>,
 }
 
+/// An offset of a slice (so it fits).
+fn to_usize(x: u64) -> usize {
+    usize::try_from(x).unwrap_or(usize::MAX)
+}
+
+/// Scans `data[start..end]` in place, its look-back being the lines before `start`.
+fn slice_segment(lines: &mut LineScan, data: &[u8], start: u64, end: u64) -> Segment {
+    let mut candidates = Vec::new();
+    lines.scan_slice_range(data, to_usize(start), to_usize(end), &mut |c| {
+        candidates.push(c);
+    });
+    Segment {
+        candidates,
+        counts: std::mem::take(&mut lines.counts),
+        year: lines.year.take(),
+        error: None,
+    }
+}
+
 /// Scans `[start, end)` after loading the look-back history before `start` into `buf`.
 fn scan_segment<S: ReadAt + ?Sized>(
     lines: &mut LineScan,
@@ -274,19 +295,39 @@ impl Scanner {
             return Ok(());
         };
         self.run_segments(&cuts, opts.threads, sink, &|lines, start, end, _buf| {
-            let mut candidates = Vec::new();
-            // The cuts are offsets of `data`, so they fit in usize.
-            let (start, end) = (
-                usize::try_from(start).unwrap_or(usize::MAX),
-                usize::try_from(end).unwrap_or(usize::MAX),
-            );
-            lines.scan_slice_range(data, start, end, &mut |c| candidates.push(c));
-            Segment {
-                candidates,
-                counts: std::mem::take(&mut lines.counts),
-                year: lines.year.take(),
-                error: None,
-            }
+            slice_segment(lines, data, start, end)
+        })
+    }
+
+    /// Scans a mapped file as [`Scanner::scan_parallel_slice`] does (also with one thread: one
+    /// scanning thread beside this one), releasing each segment's pages
+    /// ([`MappedLog::release`]) once it is scanned, so that the resident set is bounded by the
+    /// segments in flight, not by the file.
+    ///
+    /// # Errors
+    /// Only a bug: a scanning thread stopped early ([`ScanError::Worker`]).
+    pub fn scan_mapped(
+        &mut self,
+        map: &MappedLog,
+        opts: ParallelOptions,
+        sink: &mut dyn FnMut(ConnFailure),
+    ) -> Result<(), ScanError> {
+        let data: &[u8] = map;
+        let len = data.len() as u64;
+        let cuts = if len <= opts.segment_bytes {
+            None
+        } else {
+            // Reading a slice cannot fail.
+            segment_cuts(data, len, opts.segment_bytes).ok().flatten()
+        };
+        let Some(cuts) = cuts else {
+            self.scan_slice(data, sink);
+            return Ok(());
+        };
+        self.run_segments(&cuts, opts.threads, sink, &|lines, start, end, _buf| {
+            let seg = slice_segment(lines, data, start, end);
+            map.release(to_usize(start)..to_usize(end));
+            seg
         })
     }
 

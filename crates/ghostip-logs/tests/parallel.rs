@@ -320,3 +320,31 @@ fn lines_around_the_overlong_limit_are_cut_the_same_in_every_path() {
         }
     }
 }
+
+#[test]
+fn a_mapped_file_scans_like_the_read_path() {
+    let data = generated(3 << 20, 11, 30_000);
+    let dir = std::env::temp_dir().join(format!("ghostip-logs-mapped-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("app.log");
+    std::fs::write(&path, &data).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+    let map = ghostip_logs::map_settled(&file, later, std::time::Duration::ZERO)
+        .unwrap()
+        .unwrap();
+    let (want, want_stats) = sequential(&data);
+    for (threads, segment) in [(1, 64 << 10), (2, 64 << 10), (3, 1 << 20), (2, 8 << 20)] {
+        let mut scanner = Scanner::new(opts()).unwrap();
+        let mut got = Vec::new();
+        let po = ParallelOptions {
+            threads: NonZeroUsize::new(threads).unwrap(),
+            segment_bytes: segment,
+        };
+        scanner.scan_mapped(&map, po, &mut |f| got.push(f)).unwrap();
+        assert_eq!(got, want, "threads {threads}, segment {segment}");
+        assert_eq!(scanner.into_stats(), want_stats, "threads {threads}");
+    }
+    drop(map);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

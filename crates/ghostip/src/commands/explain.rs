@@ -108,11 +108,7 @@ fn scan_file(
     if mmap == MmapMode::Auto {
         let map = map_settled(&file, SystemTime::now(), MMAP_SETTLE).context("mapping the file")?;
         if let Some(map) = map.filter(|m| !is_gzip(m)) {
-            if threads.get() == 1 {
-                scanner.scan_slice(&map, sink);
-            } else {
-                scanner.scan_parallel_slice(&map, ParallelOptions::new(threads), sink)?;
-            }
+            scanner.scan_mapped(&map, ParallelOptions::new(threads), sink)?;
             return Ok(());
         }
     }
