@@ -40,8 +40,8 @@
 //! are skipped and counted, unknown shapes are counted with one example each
 //! ([`ScanStats::unknown_shapes`]), timestamps without year or zone are marked approximate.
 
-// `unsafe` is denied everywhere but in `mmap` (one call that maps a settled file; the module
-// doc gives the reason, the risk and its mitigation).
+// `unsafe` is denied everywhere but in `mmap` (mapping a settled file and releasing scanned
+// pages; the module doc gives the reason, the risk and its mitigation).
 #![deny(unsafe_code)]
 
 mod addr;

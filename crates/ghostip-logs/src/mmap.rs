@@ -2,7 +2,8 @@
 //! instead of having the kernel copy every page into a read buffer.
 //!
 //! This module is the crate's one exception to "no `unsafe`" (the crate root denies it; only
-//! this module allows it, for the one call to `memmap2::MmapOptions::map`).
+//! this module allows it, for two calls: `memmap2::MmapOptions::map`, and the `MADV_DONTNEED`
+//! advice with which [`MappedLog::release`] drops pages that were scanned).
 //!
 //! **Why.** With `read(2)` or `pread(2)` the kernel copies each page-cache page into the
 //! scanner's buffer before the scanner reads it again: 18 % of one thread's time when scanning a
