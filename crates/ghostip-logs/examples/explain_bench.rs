@@ -12,11 +12,15 @@
 //! also read into memory and scanned with `Scanner::scan_slice` (no copy), after the peak RSS was
 //! taken. With `EXPLAIN_BENCH_THREADS=N` (N ≥ 2) each round also runs `Scanner::scan_parallel` on
 //! N threads over the file (positional reads), and its best run is reported beside the others.
+//! With `EXPLAIN_BENCH_MMAP=1` each round also maps the file (`map_settled`) and scans it in
+//! place (`scan_mapped` on the N threads of `EXPLAIN_BENCH_THREADS`, else one).
 
 use std::process::Command;
 use std::time::Instant;
 
-use ghostip_logs::{ParallelOptions, ScanOptions, Scanner, open_reader, prefilter_needles};
+use ghostip_logs::{
+    ParallelOptions, ScanOptions, Scanner, map_settled, open_reader, prefilter_needles,
+};
 
 fn vm_hwm_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -56,7 +60,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .and_then(std::num::NonZeroUsize::new)
         .filter(|n| n.get() >= 2);
     let mut best_par = f64::MAX;
+    let mmap = std::env::var_os("EXPLAIN_BENCH_MMAP").is_some();
+    let mut best_map = f64::MAX;
     for _ in 0..runs {
+        if mmap {
+            let t = Instant::now();
+            let mut scanner = Scanner::new(ScanOptions {
+                year: Some(2024),
+                ..ScanOptions::default()
+            })?;
+            let file = std::fs::File::open(path)?;
+            let now = std::time::SystemTime::now();
+            let map = map_settled(&file, now, std::time::Duration::ZERO)?.ok_or("not mapped")?;
+            let n = threads.unwrap_or(std::num::NonZeroUsize::MIN);
+            let mut k = 0u64;
+            scanner.scan_mapped(&map, ParallelOptions::new(n), &mut |_| k += 1)?;
+            best_map = best_map.min(t.elapsed().as_secs_f64());
+        }
         if let Some(n) = threads {
             let t = Instant::now();
             let mut scanner = Scanner::new(ScanOptions {
@@ -126,6 +146,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             gb / best_par
         );
     }
+    if mmap {
+        println!(
+            "explain scanner, mapped, {} thread(s): {best_map:.3} s = {:.2} GB/s",
+            threads.map_or(1, std::num::NonZeroUsize::get),
+            gb / best_map
+        );
+    }
     if !with_rg {
         return Ok(());
     }
@@ -140,6 +167,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             String::new()
         }
     );
+    if mmap {
+        println!("  mapped: explain/rg = {:.2}x", best_lit / best_map);
+    }
     println!(
         "rg -c IP:port regex:       {best_re:.3} s = {:.2} GB/s ({} matching lines); explain/rg = {:.2}x",
         gb / best_re,

@@ -18,11 +18,14 @@ use crate::model::{ScanStats, excerpt};
 use crate::prefilter::Prefilter;
 use crate::time::{RawTime, parse_prefix};
 
-/// Bytes per read.
-pub(crate) const READ_CHUNK: usize = 1 << 20;
-/// Initial buffer size (grows to [`buffer_cap`]).
+/// Bytes per read, and per pass of the prefilter and the line counter: small enough that the
+/// bytes a read just copied are still in the core's cache (L2) when they are scanned.
+pub(crate) const READ_CHUNK: usize = 256 << 10;
+/// Initial buffer size (grows to [`buffer_cap`]; a read buffer holds about 512 KiB unless a line
+/// is longer).
 pub(crate) const INITIAL_BUF: usize = 64 << 10;
-/// Lines longer than this are examined on their first MiB only.
+/// A line of this many bytes or more (before its newline) is overlong: only its first MiB is
+/// examined, however the input is read.
 pub(crate) const MAX_LINE: usize = 1 << 20;
 /// The look-back sees at most this many bytes before a line (cut at a line start).
 pub(crate) const HISTORY: usize = 16 << 10;
@@ -144,7 +147,9 @@ impl LineScan {
                 pos -= keep_from;
                 hist = 0;
             }
-            while !eof {
+            // At most READ_CHUNK new bytes per round, scanned while they are in cache.
+            let target = filled + READ_CHUNK;
+            while !eof && filled < target {
                 if filled == buf.len() {
                     if buf.len() >= cap {
                         break;
@@ -152,14 +157,12 @@ impl LineScan {
                     let grown = (buf.len() * 2).min(cap);
                     buf.resize(grown, 0);
                 }
-                match reader.read(&mut buf[filled..]) {
+                let lim = target.min(buf.len());
+                match reader.read(&mut buf[filled..lim]) {
                     Ok(0) => eof = true,
                     Ok(n) => {
                         filled += n;
                         self.counts.bytes += n as u64;
-                        if filled - pos >= READ_CHUNK {
-                            break;
-                        }
                     }
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
                     Err(e) => return Err(e),
@@ -184,22 +187,30 @@ impl LineScan {
                     }
                 }
             }
+            // Only the first line can be longer than a read (the others are in this round's
+            // bytes); it is overlong when its first MAX_LINE bytes hold no newline and more
+            // bytes follow (the same rule as `scan_slice`).
+            let first_nl = memchr::memchr(b'\n', &buf[pos..filled.min(pos + MAX_LINE)]);
+            if first_nl.is_none() && filled - pos > MAX_LINE {
+                self.counts.overlong_lines += 1;
+                self.process(&buf[..pos + MAX_LINE], hist, pos, newlines, emit);
+                pos += MAX_LINE;
+                hist = pos;
+                skipping = true;
+                open_line = true;
+                continue;
+            }
             let end = if eof {
                 filled
-            } else {
+            } else if first_nl.is_some() {
                 memchr::memrchr(b'\n', &buf[pos..filled]).map_or(pos, |i| pos + i + 1)
+            } else {
+                pos // the first line is unfinished: read more
             };
             if end > pos {
                 newlines += self.process(&buf[..end], hist, pos, newlines, emit);
                 open_line = buf[end - 1] != b'\n';
                 pos = end;
-            } else if !eof && filled - pos >= MAX_LINE {
-                self.counts.overlong_lines += 1;
-                self.process(&buf[..pos + MAX_LINE], hist, pos, newlines, emit);
-                pos = filled;
-                hist = pos;
-                skipping = true;
-                open_line = true;
             }
             if eof && pos >= filled {
                 break;
@@ -211,25 +222,32 @@ impl LineScan {
 
     /// Scans bytes already in memory without copying them (see `Scanner::scan_slice`).
     pub fn scan_slice(&mut self, data: &[u8], emit: &mut dyn FnMut(Candidate)) {
-        self.counts.bytes += data.len() as u64;
-        let mut pos = 0usize;
-        let mut hist = 0usize;
+        self.scan_slice_range(data, 0, data.len(), emit);
+    }
+
+    /// Scans the lines of `data[start..end]` (`start` a line start, `end` a line start or the
+    /// end of `data`) without copying them; the lines before `start` are the look-back history,
+    /// as [`scan_reader`](Self::scan_reader) sees them after the same bytes. Line numbers
+    /// count from `start`.
+    pub fn scan_slice_range(
+        &mut self,
+        data: &[u8],
+        start: usize,
+        end: usize,
+        emit: &mut dyn FnMut(Candidate),
+    ) {
+        let data = &data[..end.min(data.len())];
+        let len = data.len();
+        let mut pos = start.min(len);
+        self.counts.bytes += (len - pos) as u64;
+        let mut hist = history_start(data, 0, pos);
         let mut newlines: u64 = 0;
         let mut open_line = false;
-        while pos < data.len() {
+        while pos < len {
             hist = history_start(data, hist, pos);
-            let want = (pos + READ_CHUNK).min(data.len());
-            let end = if want == data.len() {
-                want
-            } else {
-                memchr::memrchr(b'\n', &data[pos..want]).map_or(pos, |i| pos + i + 1)
-            };
-            if end > pos {
-                newlines += self.process(&data[..end], hist, pos, newlines, emit);
-                open_line = data[end - 1] != b'\n';
-                pos = end;
-            } else {
-                // No newline within the next MiB: an overlong line.
+            let first_nl = memchr::memchr(b'\n', &data[pos..len.min(pos + MAX_LINE)]);
+            if first_nl.is_none() && len - pos > MAX_LINE {
+                // An overlong line: its first MiB only.
                 self.counts.overlong_lines += 1;
                 self.process(&data[..pos + MAX_LINE], hist, pos, newlines, emit);
                 match memchr::memchr(b'\n', &data[pos + MAX_LINE..]) {
@@ -239,18 +257,36 @@ impl LineScan {
                         open_line = false;
                     }
                     None => {
-                        pos = data.len();
+                        pos = len;
                         open_line = true;
                     }
                 }
                 hist = pos;
+                continue;
             }
+            let want = (pos + READ_CHUNK).min(len);
+            let end = if want == len {
+                len
+            } else {
+                match memchr::memrchr(b'\n', &data[pos..want]) {
+                    Some(i) => pos + i + 1,
+                    // The first line is longer than a chunk (but not overlong).
+                    None => first_nl.map_or(len, |i| pos + i + 1),
+                }
+            };
+            newlines += self.process(&data[..end], hist, pos, newlines, emit);
+            open_line = data[end - 1] != b'\n';
+            pos = end;
         }
         self.counts.lines += newlines + u64::from(open_line);
     }
 
     /// Scans the lines of `hay[a..]` (which ends at a newline or at the end of input);
     /// `hay[hist..a]` is history for the look-back. Returns the number of newlines in `hay[a..]`.
+    ///
+    /// Each byte is read twice: by the prefilter, and by [`tally`], which counts newlines (for
+    /// line numbers) and checks for NUL and non-ASCII bytes in the same pass; only a region
+    /// with such bytes is examined again, line by line, for garbled lines.
     fn process(
         &mut self,
         hay: &[u8],
@@ -260,25 +296,29 @@ impl LineScan {
         emit: &mut dyn FnMut(Candidate),
     ) -> u64 {
         let b = hay.len();
-        if !self.skip_binary_check {
-            self.count_garbled(hay, a, b);
-        }
         let mut at = a;
         let mut cursor = a;
         let mut nl = 0u64;
+        let mut clean = true;
         while at < b {
             let Some((ms, me)) = self.prefilter.find(hay, at..b) else {
                 break;
             };
             let ls = memchr::memrchr(b'\n', &hay[at..ms]).map_or(at, |i| at + i + 1);
             let le = memchr::memchr(b'\n', &hay[me..b]).map_or(b, |i| me + i);
-            nl += memchr::memchr_iter(b'\n', &hay[cursor..ls]).count() as u64;
+            let t = tally(&hay[cursor..ls]);
+            nl += t.newlines;
+            clean &= t.clean;
             cursor = ls;
             self.counts.candidate_lines += 1;
             self.handle_line(hay, hist, ls, le, newlines_before + nl + 1, emit);
             at = le + 1;
         }
-        nl + memchr::memchr_iter(b'\n', &hay[cursor.min(b)..b]).count() as u64
+        let t = tally(&hay[cursor.min(b)..b]);
+        if !(self.skip_binary_check || clean && t.clean) {
+            self.count_garbled(hay, a, b);
+        }
+        nl + t.newlines
     }
 
     /// Counts lines of `hay[a..b]` that hold a NUL byte or invalid UTF-8.
@@ -379,6 +419,47 @@ impl LineScan {
     }
 }
 
+/// What [`tally`] found in a run of bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tally {
+    newlines: u64,
+    /// No NUL and no byte above 0x7F (so no garbled line).
+    clean: bool,
+}
+
+/// Counts the newlines of `s` and checks that it holds no NUL and only ASCII, in one pass over
+/// 64-byte blocks with per-lane counters that the compiler turns into vector instructions.
+fn tally(s: &[u8]) -> Tally {
+    const W: usize = 64;
+    let (blocks, rest) = s.as_chunks::<W>();
+    let mut newlines = 0u64;
+    let mut low = [u8::MAX; W];
+    let mut any = [0u8; W];
+    // A lane counter holds at most 255: sum them every 255 blocks.
+    for run in blocks.chunks(255) {
+        let mut count = [0u8; W];
+        for block in run {
+            for (((c, l), o), &x) in count
+                .iter_mut()
+                .zip(low.iter_mut())
+                .zip(any.iter_mut())
+                .zip(block)
+            {
+                *c += u8::from(x == b'\n');
+                *l = (*l).min(x);
+                *o |= x;
+            }
+        }
+        newlines += count.iter().map(|&c| u64::from(c)).sum::<u64>();
+    }
+    let mut clean = low.iter().all(|&l| l != 0) && any.iter().all(|&o| o < 0x80);
+    for &x in rest {
+        newlines += u64::from(x == b'\n');
+        clean &= x != 0 && x < 0x80;
+    }
+    Tally { newlines, clean }
+}
+
 /// The closest of the last [`MERGE_WINDOW`] lines of `before` (which ends with a newline) for
 /// which `f` gives a value: how many lines back it is (1 = the last line) and the value.
 fn nearest_back<T>(before: &[u8], mut f: impl FnMut(&[u8]) -> Option<T>) -> Option<(u64, T)> {
@@ -395,4 +476,50 @@ fn nearest_back<T>(before: &[u8], mut f: impl FnMut(&[u8]) -> Option<T>) -> Opti
         end = start;
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use proptest::prelude::*;
+
+    fn naive(s: &[u8]) -> Tally {
+        Tally {
+            newlines: s.iter().filter(|&&x| x == b'\n').count() as u64,
+            clean: s.iter().all(|&x| x != 0 && x < 0x80),
+        }
+    }
+
+    #[test]
+    fn tally_counts_past_the_lane_counters() {
+        // 300 blocks of newlines: each lane counter would overflow without the periodic sum.
+        let s = vec![b'\n'; 64 * 300 + 17];
+        assert_eq!(tally(&s), naive(&s));
+        let mut s = b"plain ascii\n".repeat(5000);
+        assert_eq!(tally(&s), naive(&s));
+        s[40_001] = 0;
+        assert_eq!(tally(&s), naive(&s));
+        s[40_001] = 0xC3;
+        assert_eq!(tally(&s), naive(&s));
+    }
+
+    proptest! {
+        #[test]
+        fn tally_is_a_newline_count_and_a_nul_or_non_ascii_check(
+            s in proptest::collection::vec(
+                prop_oneof![
+                    8 => Just(b'\n'),
+                    1 => Just(0u8),
+                    1 => Just(0x80u8),
+                    1 => Just(0xFFu8),
+                    3000 => 1u8..0x80,
+                ],
+                0..1500,
+            ),
+        ) {
+            prop_assert_eq!(tally(&s), naive(&s));
+        }
+    }
 }

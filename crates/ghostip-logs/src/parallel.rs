@@ -9,13 +9,16 @@
 //! through the one merge stage in file order, so multi-line events, inferred years, line numbers
 //! and unknown-shape examples come out as if one thread had read the file. Each thread has at
 //! most one finished segment waiting, so memory is bounded by the number of threads, not by the
-//! input.
+//! input. [`Scanner::scan_parallel_slice`] does the same over bytes already in memory (a
+//! memory-mapped file), scanning each segment in place instead of reading it;
+//! [`Scanner::scan_mapped`] also releases each segment's pages once scanned.
 
 use std::io::Read;
 use std::num::NonZeroUsize;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use crate::lines::{Candidate, HISTORY, INITIAL_BUF, LineScan, MAX_LINE};
+use crate::mmap::MappedLog;
 use crate::model::{ConnFailure, ScanStats};
 use crate::scanner::{ScanError, Scanner};
 
@@ -142,12 +145,34 @@ fn segment_cuts<S: ReadAt + ?Sized>(
     Ok(Some(cuts))
 }
 
+/// Scans the segment `[start, end)` of the input with a thread's line stage and buffer.
+type ScanSegment<'a> = dyn Fn(&mut LineScan, u64, u64, &mut Vec<u8>) -> Segment + Sync + 'a;
+
 /// What one thread found in one segment.
 struct Segment {
     candidates: Vec<Candidate>,
     counts: ScanStats,
     year: Option<i16>,
     error: Option<std::io::Error>,
+}
+
+/// An offset of a slice (so it fits).
+fn to_usize(x: u64) -> usize {
+    usize::try_from(x).unwrap_or(usize::MAX)
+}
+
+/// Scans `data[start..end]` in place, its look-back being the lines before `start`.
+fn slice_segment(lines: &mut LineScan, data: &[u8], start: u64, end: u64) -> Segment {
+    let mut candidates = Vec::new();
+    lines.scan_slice_range(data, to_usize(start), to_usize(end), &mut |c| {
+        candidates.push(c);
+    });
+    Segment {
+        candidates,
+        counts: std::mem::take(&mut lines.counts),
+        year: lines.year.take(),
+        error: None,
+    }
 }
 
 /// Scans `[start, end)` after loading the look-back history before `start` into `buf`.
@@ -212,10 +237,9 @@ impl Scanner {
     /// `opts.threads` threads, calling `sink` on this thread with every failure in input order.
     /// Failures, line numbers and counts are those of [`Scanner::scan`] over the same bytes.
     ///
-    /// Lines longer than 1 MiB are cut at 1 MiB (as `scan` does, which may keep up to 2 MiB of
-    /// a line that fits its buffer); a line of more than 4 MiB at a segment cut makes the whole
-    /// input go through the sequential scan. Bytes appended after `len` are not read; a file
-    /// truncated while it is read ends where the reads end.
+    /// A line of 1 MiB or more is cut at 1 MiB (as `scan` does); a line of more than 4 MiB at
+    /// a segment cut makes the whole input go through the sequential scan. Bytes appended after
+    /// `len` are not read; a file truncated while it is read ends where the reads end.
     ///
     /// # Errors
     /// A read failed ([`ScanError::Io`]; the failures before it were emitted).
@@ -242,19 +266,92 @@ impl Scanner {
         let Some(cuts) = segment_cuts(src, len, opts.segment_bytes).map_err(ScanError::Io)? else {
             return sequential(self, sink);
         };
+        self.run_segments(&cuts, opts.threads, sink, &|lines, start, end, buf| {
+            scan_segment(lines, src, start, end, buf)
+        })
+    }
+
+    /// [`Scanner::scan_parallel`] over bytes already in memory (a memory-mapped file), without
+    /// copying them: the same failures, line numbers and counts as [`Scanner::scan`] and
+    /// [`Scanner::scan_slice`] over the same bytes.
+    ///
+    /// # Errors
+    /// Only a bug: a scanning thread stopped early ([`ScanError::Worker`]).
+    pub fn scan_parallel_slice(
+        &mut self,
+        data: &[u8],
+        opts: ParallelOptions,
+        sink: &mut dyn FnMut(ConnFailure),
+    ) -> Result<(), ScanError> {
+        let len = data.len() as u64;
+        let cuts = if opts.threads.get() == 1 || len <= opts.segment_bytes {
+            None
+        } else {
+            // Reading a slice cannot fail.
+            segment_cuts(data, len, opts.segment_bytes).ok().flatten()
+        };
+        let Some(cuts) = cuts else {
+            self.scan_slice(data, sink);
+            return Ok(());
+        };
+        self.run_segments(&cuts, opts.threads, sink, &|lines, start, end, _buf| {
+            slice_segment(lines, data, start, end)
+        })
+    }
+
+    /// Scans a mapped file as [`Scanner::scan_parallel_slice`] does (also with one thread: one
+    /// scanning thread beside this one), releasing each segment's pages
+    /// ([`MappedLog::release`]) once it is scanned, so that the resident set is bounded by the
+    /// segments in flight, not by the file.
+    ///
+    /// # Errors
+    /// Only a bug: a scanning thread stopped early ([`ScanError::Worker`]).
+    pub fn scan_mapped(
+        &mut self,
+        map: &MappedLog,
+        opts: ParallelOptions,
+        sink: &mut dyn FnMut(ConnFailure),
+    ) -> Result<(), ScanError> {
+        let data: &[u8] = map;
+        let len = data.len() as u64;
+        let cuts = if len <= opts.segment_bytes {
+            None
+        } else {
+            // Reading a slice cannot fail.
+            segment_cuts(data, len, opts.segment_bytes).ok().flatten()
+        };
+        let Some(cuts) = cuts else {
+            self.scan_slice(data, sink);
+            return Ok(());
+        };
+        self.run_segments(&cuts, opts.threads, sink, &|lines, start, end, _buf| {
+            let seg = slice_segment(lines, data, start, end);
+            map.release(to_usize(start)..to_usize(end));
+            seg
+        })
+    }
+
+    /// Scans the segments between consecutive `cuts` on up to `threads` threads with `scan`,
+    /// applying each segment's candidates on this thread in file order.
+    fn run_segments(
+        &mut self,
+        cuts: &[u64],
+        threads: NonZeroUsize,
+        sink: &mut dyn FnMut(ConnFailure),
+        scan: &ScanSegment<'_>,
+    ) -> Result<(), ScanError> {
         let segments = cuts.len() - 1;
-        let threads = opts.threads.get().min(segments);
+        let threads = threads.get().min(segments);
         let result = std::thread::scope(|s| {
             let mut rxs: Vec<Receiver<Segment>> = Vec::with_capacity(threads);
             for w in 0..threads {
                 let (tx, rx): (SyncSender<Segment>, _) = sync_channel(1);
                 rxs.push(rx);
                 let mut lines = Scanner::line_stage(&self.merge.opts)?;
-                let cuts = &cuts;
                 s.spawn(move || {
                     let mut buf = Vec::new();
                     for i in (w..segments).step_by(threads) {
-                        let seg = scan_segment(&mut lines, src, cuts[i], cuts[i + 1], &mut buf);
+                        let seg = scan(&mut lines, cuts[i], cuts[i + 1], &mut buf);
                         if tx.send(seg).is_err() {
                             return;
                         }

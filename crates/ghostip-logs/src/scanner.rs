@@ -1,9 +1,10 @@
 //! Streams a log through the literal prefilter and the extractors, merging multi-line events.
 //!
 //! See [`Scanner`] for the entry point. Memory stays flat: the scanner reads into one buffer of
-//! about 2 MiB (1 MiB reads, at most 1 MiB of an unfinished line, 16 KiB of history for the
-//! look-back), lines longer than that are examined on their first MiB only, and lines without a
-//! needle are never copied, parsed or allocated for.
+//! about 512 KiB (256 KiB reads, scanned while they are still in the core's cache; 16 KiB of
+//! history for the look-back), which grows to at most about 1.3 MiB for a long line; a line of
+//! 1 MiB or more is examined on its first MiB only, and lines without a needle are never
+//! copied, parsed or allocated for.
 //!
 //! A scan has two stages: the line stage ([`crate::lines`]) finds candidate lines and extracts
 //! what each says, with no state across lines; the merge stage (here) applies, in input order,
@@ -143,8 +144,7 @@ impl Scanner {
 
     /// Scans bytes already in memory (a file the caller read or memory-mapped) without copying
     /// them, calling `sink` with every failure in input order. Same failures and counts as
-    /// [`Scanner::scan`] over the same bytes, except that a line longer than 1 MiB is always cut
-    /// at 1 MiB here (`scan` may keep up to about 2 MiB of a line that fits its buffer).
+    /// [`Scanner::scan`] over the same bytes.
     pub fn scan_slice(&mut self, data: &[u8], sink: &mut dyn FnMut(ConnFailure)) {
         let merge = &mut self.merge;
         let stats = &mut self.stats;

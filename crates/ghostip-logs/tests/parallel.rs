@@ -122,8 +122,33 @@ fn generated(bytes: usize, seed: u64, every: usize) -> Vec<u8> {
     data
 }
 
+/// The same scans over bytes in memory, in place (what a memory-mapped file gets): one thread
+/// (`scan_slice`) and `threads` threads (`scan_parallel_slice`).
+fn in_place(data: &[u8], threads: usize, segment: u64) -> [(Vec<ConnFailure>, ScanStats); 2] {
+    let mut one = Scanner::new(opts()).unwrap();
+    let mut one_out = Vec::new();
+    one.scan_slice(data, &mut |f| one_out.push(f));
+    let mut par = Scanner::new(opts()).unwrap();
+    let mut par_out = Vec::new();
+    let po = ParallelOptions {
+        threads: NonZeroUsize::new(threads).unwrap(),
+        segment_bytes: segment,
+    };
+    par.scan_parallel_slice(data, po, &mut |f| par_out.push(f))
+        .unwrap();
+    [(one_out, one.into_stats()), (par_out, par.into_stats())]
+}
+
 fn assert_same(data: &[u8], threads: usize, segment: u64) {
     let (want, want_stats) = sequential(data);
+    for (i, (got, got_stats)) in in_place(data, threads, segment).into_iter().enumerate() {
+        let what = ["scan_slice", "scan_parallel_slice"][i];
+        assert_eq!(got, want, "{what}, threads {threads}, segment {segment}");
+        assert_eq!(
+            got_stats, want_stats,
+            "{what}, threads {threads}, segment {segment}"
+        );
+    }
     let (got, got_stats) = parallel(data, data.len() as u64, threads, segment);
     assert_eq!(
         got.len(),
@@ -252,7 +277,74 @@ proptest! {
         let text = lines.join("\n");
         let (want, want_stats) = sequential(text.as_bytes());
         let (got, got_stats) = parallel(text.as_bytes(), text.len() as u64, threads, segment);
-        prop_assert_eq!(got, want);
-        prop_assert_eq!(got_stats, want_stats);
+        prop_assert_eq!(&got, &want);
+        prop_assert_eq!(&got_stats, &want_stats);
+        for (got, got_stats) in in_place(text.as_bytes(), threads, segment) {
+            prop_assert_eq!(&got, &want);
+            prop_assert_eq!(&got_stats, &want_stats);
+        }
     }
+}
+
+#[test]
+fn lines_around_the_overlong_limit_are_cut_the_same_in_every_path() {
+    // A line of 1 MiB or more is overlong and examined on its first MiB only, whichever way
+    // the bytes arrive (reads of any alignment, or in place).
+    let phrase = b" dial tcp 10.7.7.7:80: connect: connection refused";
+    let max = 1usize << 20;
+    for body in [
+        max - phrase.len() - 1,
+        max - phrase.len(),
+        max - 1,
+        max,
+        max + 1,
+    ] {
+        for lead in [0usize, 1, 100_000, 300_000] {
+            let mut data = b"x\n".repeat(lead / 2);
+            let mut line = vec![b'y'; body.saturating_sub(phrase.len())];
+            line.extend_from_slice(phrase);
+            data.extend_from_slice(&line);
+            data.extend_from_slice(b"\ndial tcp 10.6.6.6:80: connect: connection refused\n");
+            let (want, stats) = sequential(&data);
+            let overlong = line.len() >= max;
+            assert_eq!(
+                stats.overlong_lines,
+                u64::from(overlong),
+                "line {}",
+                line.len()
+            );
+            // The phrase ends the line: it is whole in the first MiB up to a 1 MiB line.
+            let found = if line.len() <= max { 2 } else { 1 };
+            assert_eq!(want.len(), found, "line {}", line.len());
+            assert_same(&data, 2, 64 << 10);
+        }
+    }
+}
+
+#[test]
+fn a_mapped_file_scans_like_the_read_path() {
+    let data = generated(3 << 20, 11, 30_000);
+    let dir = std::env::temp_dir().join(format!("ghostip-logs-mapped-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("app.log");
+    std::fs::write(&path, &data).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+    let map = ghostip_logs::map_settled(&file, later, std::time::Duration::ZERO)
+        .unwrap()
+        .unwrap();
+    let (want, want_stats) = sequential(&data);
+    for (threads, segment) in [(1, 64 << 10), (2, 64 << 10), (3, 1 << 20), (2, 8 << 20)] {
+        let mut scanner = Scanner::new(opts()).unwrap();
+        let mut got = Vec::new();
+        let po = ParallelOptions {
+            threads: NonZeroUsize::new(threads).unwrap(),
+            segment_bytes: segment,
+        };
+        scanner.scan_mapped(&map, po, &mut |f| got.push(f)).unwrap();
+        assert_eq!(got, want, "threads {threads}, segment {segment}");
+        assert_eq!(scanner.into_stats(), want_stats, "threads {threads}");
+    }
+    drop(map);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

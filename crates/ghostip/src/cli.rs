@@ -330,6 +330,21 @@ pub struct ExplainArgs {
     /// Default: the available cores, at most 8.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: Option<u16>,
+    /// Memory-map regular, uncompressed log files not modified in the last 5 seconds and scan
+    /// them in place (`auto`, faster: no copy into read buffers), or always read them
+    /// (`never`). The result is the same; `never` avoids the one risk of a map: a file
+    /// truncated while it is scanned (copytruncate rotation) would end the process (SIGBUS).
+    #[arg(long, value_enum, default_value_t = MmapMode::Auto, value_name = "WHEN")]
+    pub mmap: MmapMode,
+}
+
+/// `explain --mmap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MmapMode {
+    /// Map settled regular files, read the others.
+    Auto,
+    /// Read every file.
+    Never,
 }
 
 /// Parses `IP` or `IP:PORT` (port 53 by default), IPv6 as `[::1]:53` or bare.

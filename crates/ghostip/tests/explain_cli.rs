@@ -546,3 +546,43 @@ fn threads_gzip_and_stdin_give_the_one_thread_json() {
     assert_eq!(run("3", &gz, false), one, "gzip");
     assert_eq!(run("3", &plain, true), one, "stdin");
 }
+
+#[test]
+fn a_mapped_file_gives_the_json_of_the_read_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = generated_log();
+    let plain = dir.path().join("app.log");
+    std::fs::write(&plain, &data).unwrap();
+    // Not modified for an hour: `--mmap auto` maps it (a fresh file would be read).
+    let f = std::fs::File::options().write(true).open(&plain).unwrap();
+    f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600))
+        .unwrap();
+    drop(f);
+
+    let run = |threads: &str, mmap: &str| {
+        let mut c = ghostip();
+        c.args(["explain", "--db", "/nonexistent/x.db", "--threads", threads]);
+        c.args(["--mmap", mmap, "-o", "json"]).arg(&plain);
+        let out = c.assert().code(1).get_output().clone();
+        json(&out.stdout)
+    };
+    let read = run("1", "never");
+    assert!(
+        read["report"]["total"].as_u64().unwrap() > 500,
+        "{}",
+        read["report"]["total"]
+    );
+    assert_eq!(read["stats"]["bytes"].as_u64(), Some(data.len() as u64));
+    for threads in ["1", "2", "3"] {
+        assert_eq!(
+            run(threads, "auto"),
+            read,
+            "--mmap auto --threads {threads}"
+        );
+        assert_eq!(
+            run(threads, "never"),
+            read,
+            "--mmap never --threads {threads}"
+        );
+    }
+}

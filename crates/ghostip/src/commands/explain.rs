@@ -4,16 +4,18 @@
 use std::fs::File;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, bail};
 use ghostip_core::Time;
 use ghostip_logs::{
-    ConnFailure, ParallelOptions, ReadAt, ScanOptions, ScanStats, Scanner, is_gzip, open_reader,
+    ConnFailure, ParallelOptions, ReadAt, ScanOptions, ScanStats, Scanner, is_gzip, map_settled,
+    open_reader,
 };
 use jiff::tz::{Offset, TimeZone};
 
 use super::{Outcome, print_json};
-use crate::cli::{ExplainArgs, GlobalArgs, OutputFormat};
+use crate::cli::{ExplainArgs, GlobalArgs, MmapMode, OutputFormat};
 use crate::explain::{Explainer, HistorySource, TimeFilter, TruthHistory};
 use crate::ledger::{Ledger, default_db_path, parse_at};
 
@@ -62,18 +64,14 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
         if path == Path::new("-") {
             let reader =
                 open_reader(std::io::stdin()).with_context(|| format!("reading {name}"))?;
-            scanner.scan(reader, sink)
+            scanner
+                .scan(reader, sink)
+                .with_context(|| format!("reading {name}"))?;
         } else {
             let file = File::open(path).with_context(|| format!("opening {name}"))?;
-            match parallel_len(&file, threads).with_context(|| format!("reading {name}"))? {
-                Some(len) => scanner.scan_parallel(&file, len, ParallelOptions::new(threads), sink),
-                None => {
-                    let reader = open_reader(file).with_context(|| format!("reading {name}"))?;
-                    scanner.scan(reader, sink)
-                }
-            }
+            scan_file(&mut scanner, file, threads, args.mmap, sink)
+                .with_context(|| format!("reading {name}"))?;
         }
-        .with_context(|| format!("reading {name}"))?;
         stats.merge(scanner.stats());
         names.push(name);
     }
@@ -93,6 +91,32 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
     } else {
         Outcome::Clean
     })
+}
+
+/// A file is memory-mapped only when it was not modified for this long (see `--mmap`).
+const MMAP_SETTLE: Duration = Duration::from_secs(5);
+
+/// Scans one opened file: in place when `--mmap auto` maps it (settled, regular, not gzip),
+/// else with positional reads on `threads` threads (regular, not gzip), else as a stream.
+fn scan_file(
+    scanner: &mut Scanner,
+    file: File,
+    threads: NonZeroUsize,
+    mmap: MmapMode,
+    sink: &mut dyn FnMut(ConnFailure),
+) -> anyhow::Result<()> {
+    if mmap == MmapMode::Auto {
+        let map = map_settled(&file, SystemTime::now(), MMAP_SETTLE).context("mapping the file")?;
+        if let Some(map) = map.filter(|m| !is_gzip(m)) {
+            scanner.scan_mapped(&map, ParallelOptions::new(threads), sink)?;
+            return Ok(());
+        }
+    }
+    match parallel_len(&file, threads)? {
+        Some(len) => scanner.scan_parallel(&file, len, ParallelOptions::new(threads), sink)?,
+        None => scanner.scan(open_reader(file)?, sink)?,
+    }
+    Ok(())
 }
 
 /// `--threads`, else the available cores, at most 8.
