@@ -343,6 +343,12 @@ impl Session {
                     if self.sync.truth_synced() {
                         if !self.synced_once {
                             self.synced_once = true;
+                            tracing::info!(
+                                services = self.truth.services().count(),
+                                slices = self.truth.slice_count(),
+                                removed_while_listing = self.former.len(),
+                                "truth synced"
+                            );
                             self.refresh_paths(r.at, &mut actions);
                             actions.probe.push(ProbeCommand::SetSweep(self.sweep()));
                         }
