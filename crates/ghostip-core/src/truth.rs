@@ -829,6 +829,13 @@ mod tests {
         }
     }
 
+    fn stored_records(truth: &Truth, key: &ServiceKey) -> Vec<EndpointRecord> {
+        truth
+            .slices_of(key)
+            .flat_map(|s| s.endpoints.iter().map(|e| s.record(e)))
+            .collect()
+    }
+
     #[test]
     fn stored_endpoints_give_back_their_records() {
         let records = vec![
@@ -846,11 +853,7 @@ mod tests {
         let mut truth = Truth::new();
         truth.apply_slice(slice("web", records.clone()), t(0));
         let key = ServiceKey::new("shop", "web");
-        let stored: Vec<EndpointRecord> = truth
-            .slices_of(&key)
-            .flat_map(|s| s.endpoints.iter().map(|e| s.record(e)))
-            .collect();
-        assert_eq!(stored, records);
+        assert_eq!(stored_records(&truth, &key), records);
         // No room kept from the (larger) records.
         for s in truth.slices_of(&key) {
             assert_eq!(s.endpoints.capacity(), s.endpoints.len());
@@ -884,11 +887,7 @@ mod tests {
             1
         );
         let key = ServiceKey::new("shop", "web");
-        let stored: Vec<EndpointRecord> = truth
-            .slices_of(&key)
-            .flat_map(|s| s.endpoints.iter().map(|e| s.record(e)))
-            .collect();
-        assert_eq!(stored, records);
+        assert_eq!(stored_records(&truth, &key), records);
         // Same lengths, other names: the endpoints' spans are equal, the slice is not.
         let renamed = named(&["web-c", "", &long, "web-d"]);
         assert_eq!(truth.apply_slice(slice("web", renamed), t(1)).len(), 1);

@@ -283,13 +283,9 @@ impl Scanner {
         opts: ParallelOptions,
         sink: &mut dyn FnMut(ConnFailure),
     ) -> Result<(), ScanError> {
-        let len = data.len() as u64;
-        let cuts = if opts.threads.get() == 1 || len <= opts.segment_bytes {
-            None
-        } else {
-            // Reading a slice cannot fail.
-            segment_cuts(data, len, opts.segment_bytes).ok().flatten()
-        };
+        let cuts = (opts.threads.get() > 1)
+            .then(|| slice_cuts(data, opts))
+            .flatten();
         let Some(cuts) = cuts else {
             self.scan_slice(data, sink);
             return Ok(());
@@ -313,14 +309,7 @@ impl Scanner {
         sink: &mut dyn FnMut(ConnFailure),
     ) -> Result<(), ScanError> {
         let data: &[u8] = map;
-        let len = data.len() as u64;
-        let cuts = if len <= opts.segment_bytes {
-            None
-        } else {
-            // Reading a slice cannot fail.
-            segment_cuts(data, len, opts.segment_bytes).ok().flatten()
-        };
-        let Some(cuts) = cuts else {
+        let Some(cuts) = slice_cuts(data, opts) else {
             self.scan_slice(data, sink);
             return Ok(());
         };
@@ -377,4 +366,14 @@ impl Scanner {
         self.merge.flush(&mut self.stats, sink);
         result
     }
+}
+
+/// Segment boundaries of an in-memory log, or `None` when it fits in one segment.
+fn slice_cuts(data: &[u8], opts: ParallelOptions) -> Option<Vec<u64>> {
+    let len = data.len() as u64;
+    if len <= opts.segment_bytes {
+        return None;
+    }
+    // Reading a slice cannot fail.
+    segment_cuts(data, len, opts.segment_bytes).ok().flatten()
 }
