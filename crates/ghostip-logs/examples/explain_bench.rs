@@ -59,16 +59,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .and_then(|s| s.parse::<usize>().ok())
         .and_then(std::num::NonZeroUsize::new)
         .filter(|n| n.get() >= 2);
+    let new_scanner = || {
+        Scanner::new(ScanOptions {
+            year: Some(2024),
+            ..ScanOptions::default()
+        })
+    };
     let mut best_par = f64::MAX;
     let mmap = std::env::var_os("EXPLAIN_BENCH_MMAP").is_some();
     let mut best_map = f64::MAX;
     for _ in 0..runs {
         if mmap {
             let t = Instant::now();
-            let mut scanner = Scanner::new(ScanOptions {
-                year: Some(2024),
-                ..ScanOptions::default()
-            })?;
+            let mut scanner = new_scanner()?;
             let file = std::fs::File::open(path)?;
             let now = std::time::SystemTime::now();
             let map = map_settled(&file, now, std::time::Duration::ZERO)?.ok_or("not mapped")?;
@@ -79,10 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         if let Some(n) = threads {
             let t = Instant::now();
-            let mut scanner = Scanner::new(ScanOptions {
-                year: Some(2024),
-                ..ScanOptions::default()
-            })?;
+            let mut scanner = new_scanner()?;
             let file = std::fs::File::open(path)?;
             let len = file.metadata()?.len();
             let mut k = 0u64;
@@ -90,10 +90,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             best_par = best_par.min(t.elapsed().as_secs_f64());
         }
         let t = Instant::now();
-        let mut scanner = Scanner::new(ScanOptions {
-            year: Some(2024),
-            ..ScanOptions::default()
-        })?;
+        let mut scanner = new_scanner()?;
         let mut n = 0u64;
         scanner.scan(open_reader(std::fs::File::open(path)?)?, &mut |_| n += 1)?;
         best_scan = best_scan.min(t.elapsed().as_secs_f64());
@@ -120,10 +117,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut best = f64::MAX;
         for _ in 0..runs {
             let t = Instant::now();
-            let mut scanner = Scanner::new(ScanOptions {
-                year: Some(2024),
-                ..ScanOptions::default()
-            })?;
+            let mut scanner = new_scanner()?;
             let mut n = 0u64;
             scanner.scan_slice(&data, &mut |_| n += 1);
             best = best.min(t.elapsed().as_secs_f64());
