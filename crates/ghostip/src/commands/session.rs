@@ -436,7 +436,6 @@ impl Session {
             .map(|p| p.port)
     }
 
-    /// For a slice event, the pods that own its service's endpoints now.
     /// Owners of the endpoints an event may remove from their Service, read before the truth
     /// forgets them: those of the stored slice that its new version no longer lists (all of
     /// them when the slice is deleted or moves to another Service). Nothing on the initial
