@@ -118,7 +118,29 @@ spec:
         $lifecycle
 EOF
   KC_TIMEOUT=200 kc -n "$SCEN_NS" rollout status deployment/web --timeout=180s >/dev/null
-  wait_for - 60 "3 ready endpoints in the web EndpointSlice and no terminating web pod" web_settled
+  if ! poll 90 web_settled; then
+    web_diagnose >&2
+    die "timed out after 90s waiting for: 3 ready endpoints in the web EndpointSlice and no terminating web pod"
+  fi
+}
+
+# What the lab shows when web does not settle: pods with their conditions,
+# the EndpointSlice's endpoints, node readiness and podsync's last actions on
+# demo pods.
+web_diagnose() {
+  echo "--- web pods (name node ip phase ready deletionTimestamp)"
+  kc -n "$SCEN_NS" get pods -l app=web -o json | jq -r '.items[] | [.metadata.name, .spec.nodeName,
+    (.status.podIP // "-"), .status.phase,
+    ((.status.conditions // []) | map(select(.type == "Ready") | .status) | first // "-"),
+    (.metadata.deletionTimestamp // "-")] | @tsv'
+  echo "--- web EndpointSlices (address ready serving terminating)"
+  kc -n "$SCEN_NS" get endpointslices -l kubernetes.io/service-name=web -o json | jq -r '.items[] |
+    .metadata.name as $n | (.endpoints // [])[] | [$n, .addresses[0], .conditions.ready,
+    .conditions.serving, .conditions.terminating] | @tsv'
+  echo "--- nodes"
+  kc get nodes --no-headers
+  echo "--- podsync, last demo/ events"
+  grep '"demo/' "$LAB_STATE/logs/podsync.jsonl" 2>/dev/null | tail -n 25
 }
 
 web_ready_ips() {

@@ -377,6 +377,14 @@ fn watch_records_a_truth_gap_and_resumes_within_5s_of_the_api_server() {
         &format!("watch --listen 127.0.0.1:{port}"),
     ]));
     let _ = child.wait();
+    // kube-controller-manager's informers come back from the outage on client-go's
+    // reflector backoff (up to 30 s), and the ReplicaSet controller's consistency check
+    // (StaleControllerConsistencyReplicaSet, on by default since 1.36) requeues a
+    // ReplicaSet with exponential backoff while its pod informer lags its own writes.
+    // The next test's rollout could then wait a minute or more for old pods to be
+    // deleted; a restart gives the later tests a settled control plane.
+    let (code, _, err) = run(lab("component").args(["restart", "kube-controller-manager"]));
+    assert_eq!(code, 0, "restarting kube-controller-manager: {err}");
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
