@@ -97,7 +97,8 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
 const MMAP_SETTLE: Duration = Duration::from_secs(5);
 
 /// Scans one opened file: in place when `--mmap auto` maps it (settled, regular, not gzip),
-/// else with positional reads on `threads` threads (regular, not gzip), else as a stream.
+/// else with positional reads on `threads` threads (regular, not gzip, also for one thread),
+/// else as a stream.
 fn scan_file(
     scanner: &mut Scanner,
     file: File,
@@ -112,7 +113,7 @@ fn scan_file(
             return Ok(());
         }
     }
-    match parallel_len(&file, threads)? {
+    match parallel_len(&file)? {
         Some(len) => scanner.scan_parallel(&file, len, ParallelOptions::new(threads), sink)?,
         None => scanner.scan(open_reader(file)?, sink)?,
     }
@@ -130,12 +131,11 @@ fn scan_threads(flag: Option<u16>) -> NonZeroUsize {
     NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN)
 }
 
-/// The length to scan `file` in parallel: `None` (read it as a stream) with one thread, for
-/// anything but a regular file (a pipe, a FIFO, a device) and for gzip.
-fn parallel_len(file: &File, threads: NonZeroUsize) -> std::io::Result<Option<u64>> {
-    if threads.get() == 1 {
-        return Ok(None);
-    }
+/// The length to scan `file` with positional reads (on one thread or more): `None` (read it
+/// as a stream) for anything but a regular file (a pipe, a FIFO, a device) and for gzip.
+/// One thread takes this path too: the stream's `BufReader` (there to sniff the gzip magic)
+/// would copy every byte a second time.
+fn parallel_len(file: &File) -> std::io::Result<Option<u64>> {
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Ok(None);
