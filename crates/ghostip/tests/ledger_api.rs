@@ -348,6 +348,36 @@ fn reapplying_a_pod_continues_its_interval_and_fills_in_fields() {
 }
 
 #[test]
+fn the_kubelets_final_zero_grace_does_not_replace_the_requested_one() {
+    let (_d, mut l) = fresh();
+    let mut a = pod("a", &["10.0.0.1"], 0);
+    l.apply_pod(&a, t(1)).unwrap();
+    // `kubectl delete` (or a rollout): deletionTimestamp = request + 30 s grace.
+    a.deletion = Some(t(50));
+    a.grace_period_seconds = Some(30);
+    l.apply_pod(&a, t(20)).unwrap();
+    // The kubelet's last delete, after the containers stopped: grace 0, same timestamp.
+    a.grace_period_seconds = Some(0);
+    l.apply_pod(&a, t(45)).unwrap();
+    let o = &l.history(ip("10.0.0.1")).unwrap()[0];
+    assert_eq!(o.terminating, Some(t(50)));
+    assert_eq!(
+        o.grace_period_seconds,
+        Some(30),
+        "deletion requested at 50 - 30 = 20 s"
+    );
+    // Before any deletion a changed spec still updates it.
+    let mut b = pod("b", &["10.0.0.2"], 0);
+    l.apply_pod(&b, t(1)).unwrap();
+    b.grace_period_seconds = Some(60);
+    l.apply_pod(&b, t(2)).unwrap();
+    assert_eq!(
+        l.history(ip("10.0.0.2")).unwrap()[0].grace_period_seconds,
+        Some(60)
+    );
+}
+
+#[test]
 fn a_changed_ip_closes_the_old_one() {
     let (_d, mut l) = fresh();
     l.apply_pod(&pod("a", &["10.0.0.1"], 0), t(0)).unwrap();

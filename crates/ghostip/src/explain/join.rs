@@ -82,8 +82,9 @@ pub struct Joined {
 
 /// When the pod's deletion was requested, from every sign the history has, the earliest:
 /// - `deletionTimestamp` minus the grace period (the API server sets it to the request time plus
-///   the grace period; the grace the ledger keeps may be the final `0` of the kubelet's last
-///   delete, so this alone can be the deadline);
+///   the grace period; the ledger keeps the grace that came with the first deletionTimestamp,
+///   but a history from elsewhere may hold the final `0` of the kubelet's last delete, so this
+///   alone can be the deadline);
 /// - the first time an EndpointSlice marked the pod's endpoint terminating (the ledger's
 ///   memberships);
 /// - no later than the end of its ownership of the IP.

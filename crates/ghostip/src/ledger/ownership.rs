@@ -275,7 +275,14 @@ pub(crate) fn apply_pod(
                 let n_created = row.created.or(created);
                 let n_ready = row.ready.or(ready);
                 let n_terminating = row.terminating.or(terminating);
-                let n_grace = pod.grace_period_seconds.or(row.grace);
+                // The grace period that came with the first deletionTimestamp stays: the
+                // kubelet's final delete sets it to 0, and deletionTimestamp minus the grace
+                // is when the deletion was requested.
+                let n_grace = if row.terminating.is_some() {
+                    row.grace.or(pod.grace_period_seconds)
+                } else {
+                    pod.grace_period_seconds.or(row.grace)
+                };
                 let n_prestop = prestop.or(row.prestop);
                 let changed = node != row.node
                     || owner_kind != row.owner_kind
