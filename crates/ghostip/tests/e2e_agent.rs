@@ -444,8 +444,9 @@ fn agent_without_net_admin_names_the_capability_and_keeps_probing_dns() {
 }
 
 /// The deploy/ manifests are accepted by a real API server (server-side dry run: admission,
-/// defaulting and schema validation, nothing persisted). The Prometheus Operator CRDs are
-/// not installed in the lab, so monitoring.yaml is checked by `tests/deploy_manifests.rs` only.
+/// defaulting and schema validation, nothing persisted; unknown fields are errors).
+/// monitoring.yaml is checked against the Prometheus Operator's own ServiceMonitor and
+/// PrometheusRule CRDs, which `lab/up` installs.
 #[test]
 #[ignore = "needs the lab (GHOSTIP_LAB=1, root)"]
 fn deploy_manifests_pass_a_server_side_dry_run() {
@@ -461,8 +462,18 @@ fn deploy_manifests_pass_a_server_side_dry_run() {
         deploy.join("namespace.yaml").to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{out}{err}");
-    let mut args = vec!["apply".to_string(), "--dry-run=server".to_string()];
-    for f in ["rbac.yaml", "agent.yaml", "watch.yaml", "cilium-exec.yaml"] {
+    let mut args = vec![
+        "apply".to_string(),
+        "--dry-run=server".to_string(),
+        "--validate=strict".to_string(),
+    ];
+    for f in [
+        "rbac.yaml",
+        "agent.yaml",
+        "watch.yaml",
+        "cilium-exec.yaml",
+        "monitoring.yaml",
+    ] {
         args.push("-f".into());
         args.push(deploy.join(f).to_string_lossy().into_owned());
     }
@@ -476,6 +487,8 @@ fn deploy_manifests_pass_a_server_side_dry_run() {
         "deployment.apps/ghostip-watch",
         "clusterrole.rbac.authorization.k8s.io/ghostip-truth-reader",
         "validatingadmissionpolicy.admissionregistration.k8s.io/ghostip-cilium-exec-only",
+        "servicemonitor.monitoring.coreos.com/ghostip",
+        "prometheusrule.monitoring.coreos.com/ghostip",
     ] {
         assert!(out.contains(kind), "{kind} not applied:\n{out}");
     }
