@@ -272,18 +272,20 @@ const COALESCE_PAUSE: Duration = Duration::from_millis(3);
 /// (17,874 reads for a 74.7 MB dump, which cost the parsing thread 0.16–0.19 s of CPU
 /// against 0.10–0.11 s when the same bytes arrived in 1 MiB blocks). After a read that
 /// did not fill the buffer (the pipe is drained), this waits [`COALESCE_PAUSE`] so the
-/// writer fills the enlarged pipe meanwhile. Used only when the pipe holds
-/// [`PIPE_SIZE`]: at iptables-save's ~35 MB/s a pause fills about a tenth of it, so the
-/// writer never blocks on a full pipe and the read ends no later than without it.
+/// writer fills the enlarged pipe meanwhile. It pauses only when the pipe holds
+/// [`PIPE_SIZE`] (`pause` is `None` otherwise): at iptables-save's ~35 MB/s a pause fills
+/// about a tenth of it, so the writer never blocks on a full pipe and the read ends no later
+/// than without it.
 struct Coalescing<R> {
     inner: R,
+    pause: Option<Duration>,
     drained: bool,
 }
 
 impl<R: Read> Read for Coalescing<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.drained {
-            std::thread::sleep(COALESCE_PAUSE);
+        if let (true, Some(pause)) = (self.drained, self.pause) {
+            std::thread::sleep(pause);
         }
         let n = self.inner.read(buf)?;
         self.drained = n > 0 && n < buf.len();
@@ -360,21 +362,15 @@ pub fn run_and_parse(
             let enlarged = rustix::pipe::fcntl_setpipe_size(&out, PIPE_SIZE)
                 .is_ok_and(|size| size >= PIPE_SIZE);
             let mut counting = Counting { inner: out, n: 0 };
-            let parsed = if enlarged {
-                let coalescing = Coalescing {
-                    inner: &mut counting,
-                    drained: false,
-                };
-                ghostip_datapath::parse_reader_packed(
-                    format,
-                    BufReader::with_capacity(256 * 1024, coalescing),
-                )
-            } else {
-                ghostip_datapath::parse_reader_packed(
-                    format,
-                    BufReader::with_capacity(256 * 1024, &mut counting),
-                )
+            let coalescing = Coalescing {
+                inner: &mut counting,
+                pause: enlarged.then_some(COALESCE_PAUSE),
+                drained: false,
             };
+            let parsed = ghostip_datapath::parse_reader_packed(
+                format,
+                BufReader::with_capacity(256 * 1024, coalescing),
+            );
             (Some(parsed), counting.n)
         }
         None => (None, 0),
@@ -576,6 +572,7 @@ mod tests {
         let mut got = Vec::new();
         Coalescing {
             inner: &mut calls,
+            pause: Some(COALESCE_PAUSE),
             drained: false,
         }
         .read_to_end(&mut got)

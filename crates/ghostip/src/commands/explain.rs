@@ -113,7 +113,7 @@ fn scan_file(
             return Ok(());
         }
     }
-    match parallel_len(&file)? {
+    match positional_len(&file)? {
         Some(len) => scanner.scan_parallel(&file, len, ParallelOptions::new(threads), sink)?,
         None => scanner.scan(open_reader(file)?, sink)?,
     }
@@ -135,7 +135,7 @@ fn scan_threads(flag: Option<u16>) -> NonZeroUsize {
 /// as a stream) for anything but a regular file (a pipe, a FIFO, a device) and for gzip.
 /// One thread takes this path too: the stream's `BufReader` (there to sniff the gzip magic)
 /// would copy every byte a second time.
-fn parallel_len(file: &File) -> std::io::Result<Option<u64>> {
+fn positional_len(file: &File) -> std::io::Result<Option<u64>> {
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Ok(None);
