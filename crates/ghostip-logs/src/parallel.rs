@@ -54,6 +54,21 @@ impl ReadAt for [u8] {
     }
 }
 
+/// A mapped file read at offsets that drops each probe's pages as soon as it was read: where
+/// the page cache holds the file in huge folios, one probe maps a whole 2 MiB folio, so the
+/// probes for the segment cuts (one every 4 MiB) would otherwise map half the file before
+/// the first segment is scanned.
+struct ReleasingProbes<'a>(&'a MappedLog);
+
+impl ReadAt for ReleasingProbes<'_> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let n = ReadAt::read_at(&**self.0, buf, offset)?;
+        let start = to_usize(offset);
+        self.0.release(start..start.saturating_add(n));
+        Ok(n)
+    }
+}
+
 /// Threads and segment size of [`Scanner::scan_parallel`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParallelOptions {
@@ -309,13 +324,29 @@ impl Scanner {
         sink: &mut dyn FnMut(ConnFailure),
     ) -> Result<(), ScanError> {
         let data: &[u8] = map;
-        let Some(cuts) = slice_cuts(data, opts) else {
+        let len = data.len() as u64;
+        let cuts = if len > opts.segment_bytes {
+            // Reading a map cannot fail.
+            segment_cuts(&ReleasingProbes(map), len, opts.segment_bytes)
+                .ok()
+                .flatten()
+        } else {
+            None
+        };
+        let Some(cuts) = cuts else {
             self.scan_slice(data, sink);
+            map.release(0..data.len());
             return Ok(());
         };
         self.run_segments(&cuts, opts.threads, sink, &|lines, start, end, _buf| {
             let seg = slice_segment(lines, data, start, end);
-            map.release(to_usize(start)..to_usize(end));
+            // The segment's look-back read the previous segment's last bytes again, after
+            // (or while) the thread that scanned it released them; where the page cache holds
+            // the file in huge folios, that one read maps a whole 2 MiB folio back in. So the
+            // release covers the look-back too; the previous segment's own release covers the
+            // rest of it whichever thread ends last.
+            let from = to_usize(start).saturating_sub(HISTORY + 1);
+            map.release(from..to_usize(end));
             seg
         })
     }

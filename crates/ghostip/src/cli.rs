@@ -330,12 +330,13 @@ pub struct ExplainArgs {
     /// Default: the available cores, at most 8.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: Option<u16>,
-    /// Read every log file (`never`, the default: memory flat in the input's size), or
-    /// memory-map regular, uncompressed files not modified in the last 5 seconds and scan them
-    /// in place (`auto`: about a fifth faster, no copy into read buffers, but the resident set
-    /// grows with the file, and a file truncated while it is scanned, e.g. by copytruncate
-    /// rotation, ends the process with SIGBUS). The result is the same.
-    #[arg(long, value_enum, default_value_t = MmapMode::Never, value_name = "WHEN")]
+    /// Memory-map regular, uncompressed files not modified in the last 5 seconds and scan them
+    /// in place (`auto`, the default, as ripgrep does for a file it is given: no copy into read
+    /// buffers, the resident set bounded by the 4 MiB segments in flight), or read every file (`never`). The
+    /// result is the same. A mapped file truncated while it is scanned (a quiet log that
+    /// copytruncate rotation empties mid-scan) ends the process with SIGBUS: use `never` on
+    /// logs that may be rotated under the scan.
+    #[arg(long, value_enum, default_value_t = MmapMode::Auto, value_name = "WHEN")]
     pub mmap: MmapMode,
 }
 
