@@ -31,7 +31,7 @@ use ghostip::dns::names::NameConfig;
 use ghostip::dns::paths::PathConfig;
 use ghostip::kube::{Received, ResourceKind, SyncState, TruthEvent};
 use ghostip_core::engine::EngineConfig;
-use ghostip_core::truth::PodRecord;
+use ghostip_core::truth::{PodRecord, ServiceChange};
 use ghostip_core::{PathInfo, PathKind, PodRef, Time};
 use ghostip_datapath::Format;
 use ghostip_datapath::generate::{GenModel, GenSpec, THIS_NODE};
@@ -152,9 +152,9 @@ fn main() {
     let with_tracker = std::env::var_os("AGENT_RSS_NO_TRACKER").is_none();
     let mut feed = |s: &mut Session, event: TruthEvent| {
         let r = Received { at: t, event };
-        s.on_truth(&r);
+        let actions = s.on_truth(&r);
         if with_tracker {
-            tracker_events(&mut tracker, s, &r);
+            tracker_events(&mut tracker, s, &r, &actions.changes);
         }
     };
     for k in &kinds {
@@ -280,7 +280,12 @@ fn main() {
     );
 }
 
-fn tracker_events(tracker: &mut DatapathTracker, s: &mut Session, r: &Received) {
-    let out = tracker.on_truth(&s.truth, &mut s.engine, &r.event, r.at);
+fn tracker_events(
+    tracker: &mut DatapathTracker,
+    s: &mut Session,
+    r: &Received,
+    changes: &[ServiceChange],
+) {
+    let out = tracker.on_truth(&s.truth, &mut s.engine, &r.event, changes, r.at);
     drop(out);
 }

@@ -7,10 +7,8 @@
 //! [`DatapathTracker::on_read`] feeds one read's table to the engine through
 //! `ghostip_datapath::against_truth::for_each_observation`.
 
-use std::collections::{BTreeSet, HashMap};
-
 use ghostip_core::engine::{Discrepancy, Engine, EngineEvent};
-use ghostip_core::truth::Truth;
+use ghostip_core::truth::{ServiceChange, Truth};
 use ghostip_core::{ChangeTime, Observation, PathIdx, ServiceKey, Time};
 use ghostip_datapath::PackedTable;
 use ghostip_datapath::against_truth::{self, Family};
@@ -40,15 +38,15 @@ pub struct ReadOutcome {
 }
 
 /// The tracker of one node's datapath path.
+///
+/// It keeps no copy of the truth: which Services an event touched comes from the truth
+/// itself (at 10 k Services and 20 k slices a slice-to-Service map of its own was about
+/// 6 MiB), and which Services have a set on the path from the engine.
 #[derive(Debug)]
 pub struct DatapathTracker {
     node: String,
     path: PathIdx,
     family: Family,
-    /// Which Service each EndpointSlice belongs to, to route a deletion.
-    slice_owner: HashMap<(String, String), ServiceKey>,
-    /// Services whose desired set was given to the engine.
-    known: BTreeSet<ServiceKey>,
 }
 
 impl DatapathTracker {
@@ -58,8 +56,6 @@ impl DatapathTracker {
             node: node.into(),
             path,
             family: Family::V4,
-            slice_owner: HashMap::new(),
-            known: BTreeSet::new(),
         }
     }
 
@@ -73,46 +69,34 @@ impl DatapathTracker {
         self.family = family;
     }
 
-    /// Applies a truth event the session already applied to `truth`.
+    /// Applies a truth event the session already applied to `truth`; `changes` are the
+    /// Services whose endpoints the truth said changed with it ([`ServiceChange`]s: the slice's
+    /// Service and the one it left, a deleted slice's Service, the slices and Services a
+    /// relist missed).
+    ///
+    /// A Service event re-derives that Service's set whatever the truth reported: its ports,
+    /// NodePorts and traffic policies shape the datapath, not its DNS answers.
     pub fn on_truth(
         &mut self,
         truth: &Truth,
         engine: &mut Engine,
         event: &TruthEvent,
+        changes: &[ServiceChange],
         at: Time,
     ) -> TruthOutcome {
         let mut out = TruthOutcome::default();
-        let received = ChangeTime::received_at(at);
-        let touched: Vec<(ServiceKey, ChangeTime)> = match event {
-            TruthEvent::SliceApplied(s) => {
-                let key = s.service_key();
-                let old = self
-                    .slice_owner
-                    .insert((s.namespace.clone(), s.name.clone()), key.clone());
-                let change = ChangeTime {
-                    t0: s.trigger_time.unwrap_or(at),
-                    received: at,
-                    from_trigger_annotation: s.trigger_time.is_some(),
-                };
-                let mut v = vec![(key.clone(), change)];
-                if let Some(old) = old.filter(|o| o != &key) {
-                    v.push((old, received));
-                }
-                v
-            }
-            TruthEvent::SliceDeleted { namespace, name } => self
-                .slice_owner
-                .remove(&(namespace.clone(), name.clone()))
-                .map(|k| vec![(k, received)])
-                .unwrap_or_default(),
-            TruthEvent::ServiceApplied(s) => vec![(s.key.clone(), received)],
-            TruthEvent::ServiceDeleted(k) => vec![(k.clone(), received)],
-            _ => Vec::new(),
+        let own = match event {
+            TruthEvent::ServiceApplied(s) => Some(&s.key),
+            TruthEvent::ServiceDeleted(k) => Some(k),
+            _ => None,
         };
+        if let Some(key) = own.filter(|k| !changes.iter().any(|c| &c.service == *k)) {
+            self.set_desired(truth, engine, key, ChangeTime::received_at(at), &mut out);
+        }
         // Before the truth synced (and during a gap) the engine only takes the sets as a
         // baseline, so the initial LIST opens no trackings.
-        for (key, change) in touched {
-            self.set_desired(truth, engine, &key, change, &mut out);
+        for c in changes {
+            self.set_desired(truth, engine, &c.service, c.at, &mut out);
         }
         out
     }
@@ -125,18 +109,16 @@ impl DatapathTracker {
         change: ChangeTime,
         out: &mut TruthOutcome,
     ) {
+        let before = engine.desired_on_path(self.path, key);
+        // A Service never given a set (e.g. deleted before the truth listed it): nothing to say.
+        if truth.service(key).is_none() && before.is_none() {
+            return;
+        }
         let set = against_truth::desired(truth, key, Some(&self.node), self.family);
-        if truth.service(key).is_none() && !self.known.contains(key) {
-            return;
-        }
         // `desired_on_path` is sorted, like the set's iteration order.
-        if engine
-            .desired_on_path(self.path, key)
-            .is_some_and(|before| before.iter().eq(set.iter()))
-        {
+        if before.is_some_and(|before| before.iter().eq(set.iter())) {
             return;
         }
-        self.known.insert(key.clone());
         out.changed = true;
         out.events
             .extend(engine.set_desired_on_path(self.path, key, set, change));
@@ -210,6 +192,107 @@ mod tests {
             .unwrap()
     }
 
+    /// The path's sets follow the truth's own changes: a slice deleted by name and a slice
+    /// that a relist (after a watch gap) no longer lists both empty their Service's set, and
+    /// only then is a re-read asked for; a deleted Service that never had a set says nothing.
+    #[test]
+    fn deleted_and_unlisted_slices_empty_their_services_sets() {
+        let model = GenModel::generate(&GenSpec::new(3, 9));
+        let (services, slices) = model.truth_records();
+        let mut truth = Truth::new();
+        let mut engine = Engine::new(EngineConfig::default());
+        let path = engine.add_path(
+            PathInfo {
+                id: format!("iptables/{THIS_NODE}"),
+                kind: PathKind::Iptables,
+                description: "datapath".into(),
+                node: Some(THIS_NODE.into()),
+            },
+            Duration::from_secs(2),
+        );
+        let mut tracker = DatapathTracker::new(THIS_NODE, path);
+        let mut feed = |truth: &mut Truth, engine: &mut Engine, event: TruthEvent, at: Time| {
+            let changes = match &event {
+                TruthEvent::ServiceApplied(s) => {
+                    truth.apply_service(s.clone(), at).into_iter().collect()
+                }
+                TruthEvent::ServiceDeleted(k) => truth.delete_service(k, at).into_iter().collect(),
+                TruthEvent::SliceApplied(s) => truth.apply_slice(s.clone(), at),
+                TruthEvent::SliceDeleted { namespace, name } => truth
+                    .delete_slice(namespace, name, at)
+                    .into_iter()
+                    .collect(),
+                _ => Vec::new(),
+            };
+            tracker.on_truth(truth, engine, &event, &changes, at)
+        };
+        for svc in services.clone() {
+            feed(
+                &mut truth,
+                &mut engine,
+                TruthEvent::ServiceApplied(svc),
+                t(0),
+            );
+        }
+        for slice in slices.clone() {
+            assert!(
+                feed(
+                    &mut truth,
+                    &mut engine,
+                    TruthEvent::SliceApplied(slice),
+                    t(0)
+                )
+                .changed
+            );
+        }
+        engine.truth_synced(t(0));
+        let key = |i: usize| services[i].key.clone();
+        for i in 0..3 {
+            assert!(!engine.desired_on_path(path, &key(i)).unwrap().is_empty());
+        }
+
+        // Deleted by name: the truth knows the slice's Service.
+        let gone = TruthEvent::SliceDeleted {
+            namespace: slices[0].namespace.clone(),
+            name: slices[0].name.clone(),
+        };
+        let out = feed(&mut truth, &mut engine, gone, t(5));
+        assert!(out.changed);
+        assert_eq!(engine.desired_on_path(path, &key(0)), Some(&[][..]));
+
+        // A relist that misses slice 1: the truth deletes it when the relist ends.
+        truth.begin_slice_relist();
+        for slice in slices.iter().skip(2).cloned() {
+            assert!(
+                !feed(
+                    &mut truth,
+                    &mut engine,
+                    TruthEvent::SliceApplied(slice),
+                    t(9)
+                )
+                .changed
+            );
+        }
+        let changes = truth.finish_slice_relist(t(9));
+        let done = TruthEvent::RelistDone(crate::kube::ResourceKind::EndpointSlices);
+        let out = tracker.on_truth(&truth, &mut engine, &done, &changes, t(9));
+        assert!(out.changed);
+        assert_eq!(engine.desired_on_path(path, &key(1)), Some(&[][..]));
+        assert!(!engine.desired_on_path(path, &key(2)).unwrap().is_empty());
+
+        // Nothing changes for a Service the path never had.
+        let stranger = ghostip_core::ServiceKey::new("elsewhere", "unknown");
+        let out = tracker.on_truth(
+            &truth,
+            &mut engine,
+            &TruthEvent::ServiceDeleted(stranger.clone()),
+            &[],
+            t(10),
+        );
+        assert!(!out.changed);
+        assert!(engine.desired_on_path(path, &stranger).is_none());
+    }
+
     /// A read of the real parser's packed table: an agreeing dump changes nothing; a dump
     /// missing one endpoint opens one tracking and records that Service's observation.
     #[test]
@@ -229,7 +312,13 @@ mod tests {
         let mut tracker = DatapathTracker::new(THIS_NODE, path);
         let (services, _) = model.truth_records();
         for svc in services {
-            tracker.on_truth(&truth, &mut engine, &TruthEvent::ServiceApplied(svc), t(0));
+            tracker.on_truth(
+                &truth,
+                &mut engine,
+                &TruthEvent::ServiceApplied(svc),
+                &[],
+                t(0),
+            );
         }
         engine.truth_synced(t(0));
         let clean = tracker.on_read(&truth, &mut engine, &packed(&model), t(1));

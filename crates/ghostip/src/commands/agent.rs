@@ -476,13 +476,19 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
         let now = Time::now();
         match step {
             Step::Stopped => break,
-            Step::Truth(r) => {
+            Step::Truth(r, changes) => {
                 ready.store(p.session.judging(), Ordering::Relaxed);
                 if let crate::kube::TruthEvent::WatchFailed { kind, error } = &r.event {
                     tracing::warn!(%kind, %error, "watch failed; retrying with backoff (truth gap)");
                 }
                 if let Some(t) = tracker.as_mut() {
-                    let out = t.on_truth(&p.session.truth, &mut p.session.engine, &r.event, r.at);
+                    let out = t.on_truth(
+                        &p.session.truth,
+                        &mut p.session.engine,
+                        &r.event,
+                        &changes,
+                        r.at,
+                    );
                     if out.changed && synced_sent {
                         schedule.on_change(now);
                     }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use ghostip_core::engine::{Discrepancy, EngineEvent, Tracking, Verdict};
+use ghostip_core::truth::ServiceChange;
 use ghostip_core::{Layer, Time};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -30,8 +31,8 @@ use crate::metrics::{ErrorLabels, Metrics, QueryLabels, StaleLabels, StuckLabels
 /// What happened in one step.
 #[derive(Debug)]
 pub enum Step {
-    /// A truth event was applied.
-    Truth(Box<Received>),
+    /// A truth event was applied; with it the Services whose endpoints it changed.
+    Truth(Box<Received>, Vec<ServiceChange>),
     /// A probe answer was applied.
     Probe,
     /// Time advanced.
@@ -152,10 +153,11 @@ impl Pipeline {
             _ = self.cancel.cancelled() => Step::Stopped,
             r = self.truth.next() => match r {
                 Some(r) => {
-                    let actions = self.session.on_truth(&r);
+                    let mut actions = self.session.on_truth(&r);
+                    let changes = std::mem::take(&mut actions.changes);
                     self.ledger_truth(&r).await;
                     self.act(actions).await;
-                    Step::Truth(Box::new(r))
+                    Step::Truth(Box::new(r), changes)
                 }
                 None => Step::Stopped,
             },

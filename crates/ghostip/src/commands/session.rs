@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ghostip_core::corefile::{Corefile, ExpectedLag};
 use ghostip_core::engine::{Death, DeathSource, Discrepancy, Engine, EngineConfig, EngineEvent};
-use ghostip_core::truth::{PodRecord, Truth};
+use ghostip_core::truth::{PodRecord, ServiceChange, Truth};
 use ghostip_core::{
     ChangeTime, Layer, ObservationResult, PathIdx, PathKind, Protocol, ServiceKey, Target, Time,
 };
@@ -113,6 +113,8 @@ pub struct Actions {
     pub events: Vec<EngineEvent>,
     /// Truth sync transitions (gaps).
     pub sync: Vec<SyncTransition>,
+    /// The Services whose endpoints the truth event changed (all of them, filter or not).
+    pub changes: Vec<ServiceChange>,
 }
 
 /// The session.
@@ -309,7 +311,7 @@ impl Session {
             _ => r,
         };
         let changes = apply_to_truth(&mut self.truth, r);
-        for c in changes {
+        for c in &changes {
             for (ip, pod) in owners
                 .iter()
                 .filter(|(_, (svc, _))| svc == &c.service)
@@ -358,6 +360,7 @@ impl Session {
             }
             actions.sync.push(t);
         }
+        actions.changes = changes;
         actions
     }
 

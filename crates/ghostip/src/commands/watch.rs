@@ -83,7 +83,7 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
     loop {
         match p.next().await {
             Step::Stopped => break,
-            Step::Truth(r) => {
+            Step::Truth(r, _) => {
                 ready.store(p.session.judging(), Ordering::Relaxed);
                 if let crate::kube::TruthEvent::WatchFailed { kind, error } = &r.event {
                     tracing::warn!(%kind, %error, "watch failed; retrying with backoff (truth gap)");
