@@ -324,16 +324,7 @@ impl Scanner {
         sink: &mut dyn FnMut(ConnFailure),
     ) -> Result<(), ScanError> {
         let data: &[u8] = map;
-        let len = data.len() as u64;
-        let cuts = if len > opts.segment_bytes {
-            // Reading a map cannot fail.
-            segment_cuts(&ReleasingProbes(map), len, opts.segment_bytes)
-                .ok()
-                .flatten()
-        } else {
-            None
-        };
-        let Some(cuts) = cuts else {
+        let Some(cuts) = in_memory_cuts(&ReleasingProbes(map), data.len(), opts) else {
             self.scan_slice(data, sink);
             map.release(0..data.len());
             return Ok(());
@@ -401,10 +392,20 @@ impl Scanner {
 
 /// Segment boundaries of an in-memory log, or `None` when it fits in one segment.
 fn slice_cuts(data: &[u8], opts: ParallelOptions) -> Option<Vec<u64>> {
-    let len = data.len() as u64;
+    in_memory_cuts(data, data.len(), opts)
+}
+
+/// Segment boundaries of `len` bytes in memory read through `src`, or `None` when they fit in
+/// one segment.
+fn in_memory_cuts<S: ReadAt + ?Sized>(
+    src: &S,
+    len: usize,
+    opts: ParallelOptions,
+) -> Option<Vec<u64>> {
+    let len = len as u64;
     if len <= opts.segment_bytes {
         return None;
     }
-    // Reading a slice cannot fail.
-    segment_cuts(data, len, opts.segment_bytes).ok().flatten()
+    // Reading memory cannot fail.
+    segment_cuts(src, len, opts.segment_bytes).ok().flatten()
 }

@@ -185,6 +185,21 @@ mod tests {
         Time::from_second(1_800_000_000 + s).unwrap()
     }
 
+    /// An engine with this node's datapath path registered.
+    fn engine_with_path() -> (Engine, PathIdx) {
+        let mut engine = Engine::new(EngineConfig::default());
+        let path = engine.add_path(
+            PathInfo {
+                id: format!("iptables/{THIS_NODE}"),
+                kind: PathKind::Iptables,
+                description: "datapath".into(),
+                node: Some(THIS_NODE.into()),
+            },
+            Duration::from_secs(2),
+        );
+        (engine, path)
+    }
+
     fn packed(model: &GenModel) -> PackedTable {
         let dump = model.iptables_save();
         ghostip_datapath::parse_reader_packed(Format::Iptables, dump.as_bytes())
@@ -200,16 +215,7 @@ mod tests {
         let model = GenModel::generate(&GenSpec::new(3, 9));
         let (services, slices) = model.truth_records();
         let mut truth = Truth::new();
-        let mut engine = Engine::new(EngineConfig::default());
-        let path = engine.add_path(
-            PathInfo {
-                id: format!("iptables/{THIS_NODE}"),
-                kind: PathKind::Iptables,
-                description: "datapath".into(),
-                node: Some(THIS_NODE.into()),
-            },
-            Duration::from_secs(2),
-        );
+        let (mut engine, path) = engine_with_path();
         let mut tracker = DatapathTracker::new(THIS_NODE, path);
         let mut feed = |truth: &mut Truth, engine: &mut Engine, event: TruthEvent, at: Time| {
             let changes = match &event {
@@ -299,16 +305,7 @@ mod tests {
     fn packed_reads_are_judged_service_by_service() {
         let model = GenModel::generate(&GenSpec::new(20, 90));
         let truth = model.truth(t(0));
-        let mut engine = Engine::new(EngineConfig::default());
-        let path = engine.add_path(
-            PathInfo {
-                id: format!("iptables/{THIS_NODE}"),
-                kind: PathKind::Iptables,
-                description: "datapath".into(),
-                node: Some(THIS_NODE.into()),
-            },
-            Duration::from_secs(2),
-        );
+        let (mut engine, path) = engine_with_path();
         let mut tracker = DatapathTracker::new(THIS_NODE, path);
         let (services, _) = model.truth_records();
         for svc in services {
