@@ -106,7 +106,7 @@ kube_proxy_synced() {
 # timeouts are 0 (leave as is), as hack/local-up-cluster.sh does.
 start_kube_proxy() {
   local node=$1 mode; mode=$(<"$LAB_STATE/proxy-mode")
-  start_proc "kube-proxy-$node" "$(node_netns "$node")" "$LAB_BIN/kube-proxy" \
+  PATH=$(lab_path) start_proc "kube-proxy-$node" "$(node_netns "$node")" "$LAB_BIN/kube-proxy" \
     --kubeconfig="$LAB_KUBECONFIG" --hostname-override="$node" --proxy-mode="$mode" \
     --cluster-cidr="$LAB_CLUSTER_CIDR" \
     --conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 --conntrack-tcp-timeout-close-wait=0 \

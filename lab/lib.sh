@@ -76,9 +76,30 @@ lab_present() {
   return 1
 }
 
+# The iptables backend of the nodes (lab/up --iptables-backend): `legacy` and
+# `nft` are a directory of iptables* links to that xtables binary, put first
+# on the PATH of kube-proxy, in_node and lab/exec; `host` uses the host's
+# alternatives as they are.
+setup_iptables_backend() {
+  local backend=$1 dir=$LAB_STATE/iptables-bin multi n
+  echo "$backend" >"$LAB_STATE/iptables-backend"
+  [[ $backend == host ]] && return 0
+  multi=$(command -v "xtables-$backend-multi") || die "xtables-$backend-multi not found (package iptables)"
+  mkdir -p "$dir"
+  for n in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
+    ln -sfn "$multi" "$dir/$n"
+  done
+}
+
+# lab_path: the PATH for commands in the node namespaces (the backend's
+# iptables first, when one was chosen).
+lab_path() {
+  if [[ -d $LAB_STATE/iptables-bin ]]; then echo "$LAB_STATE/iptables-bin:$PATH"; else echo "$PATH"; fi
+}
+
 # Run a command in the hub / a node / a pod namespace.
 in_hub() { ip netns exec "$LAB_HUB" "$@"; }
-in_node() { local n=$1; shift; ip netns exec "$(node_netns "$n")" "$@"; }
+in_node() { local n=$1; shift; PATH=$(lab_path) ip netns exec "$(node_netns "$n")" "$@"; }
 
 # kubectl, run in the hub against the lab apiserver; bounded by KC_TIMEOUT s.
 kc() { ip netns exec "$LAB_HUB" env KUBECONFIG="$LAB_KUBECONFIG" timeout "${KC_TIMEOUT:-60}" "$LAB_BIN/kubectl" "$@"; }
