@@ -29,6 +29,9 @@ use crate::model::{
     ServiceKey, Target, Time,
 };
 
+mod target_set;
+pub use target_set::TargetSet;
+
 /// Tunables of the engine.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EngineConfig {
@@ -280,12 +283,11 @@ struct PathState {
 
 /// What one layer should hold for one service.
 ///
-/// Sized for clusters with 100 k+ endpoints: the set is a sorted vector (24 bytes per
+/// Sized for clusters with 100 k+ endpoints: the set is a [`TargetSet`] (8 bytes per IPv4
 /// target) and only changes made while judging are dated, for `change_memory`.
 #[derive(Debug, Default)]
 struct Desired {
-    /// Sorted and deduplicated.
-    set: Vec<Target>,
+    set: TargetSet,
     /// Targets that left, with when, so a later observation can date its staleness. Sorted.
     departed: Vec<(Target, ChangeTime)>,
     /// Targets that joined and when. Sorted.
@@ -294,7 +296,7 @@ struct Desired {
 
 impl Desired {
     fn contains(&self, t: &Target) -> bool {
-        self.set.binary_search(t).is_ok()
+        self.set.contains(t)
     }
 
     fn departed(&self, t: &Target) -> Option<ChangeTime> {
@@ -579,11 +581,9 @@ impl Engine {
     }
 
     /// The set `path` should hold for `service`, when it was set per path.
-    pub fn desired_on_path(&self, path: PathIdx, service: &ServiceKey) -> Option<&[Target]> {
+    pub fn desired_on_path(&self, path: PathIdx, service: &ServiceKey) -> Option<&TargetSet> {
         let sid = *self.service_ids.get(service)?;
-        self.path_desired
-            .get(&(path, sid))
-            .map(|d| d.set.as_slice())
+        self.path_desired.get(&(path, sid)).map(|d| &d.set)
     }
 
     /// Opens stale trackings for `removed` and missing ones for `added` on one path.
@@ -635,9 +635,9 @@ impl Engine {
     }
 
     /// The set `layer` should hold for `service`.
-    pub fn desired(&self, layer: Layer, service: &ServiceKey) -> Option<&[Target]> {
+    pub fn desired(&self, layer: Layer, service: &ServiceKey) -> Option<&TargetSet> {
         let sid = *self.service_ids.get(service)?;
-        self.desired.get(&(layer, sid)).map(|d| d.set.as_slice())
+        self.desired.get(&(layer, sid)).map(|d| &d.set)
     }
 
     fn intern(&mut self, service: &ServiceKey) -> u32 {
@@ -801,7 +801,7 @@ impl Engine {
             .set
             .iter()
             .filter(|t| !holds(t))
-            .map(|t| (*t, desired.arrived(t)))
+            .map(|t| (t, desired.arrived(&t)))
             .collect();
 
         for (target, ttl, change) in stale_now {
@@ -1045,7 +1045,7 @@ fn update_desired(
     change: ChangeTime,
     dated: bool,
 ) -> (Vec<Target>, Vec<Target>) {
-    let old: BTreeSet<Target> = entry.set.iter().copied().collect();
+    let old: BTreeSet<Target> = entry.set.iter().collect();
     let removed: Vec<Target> = old.difference(&set).copied().collect();
     let added: Vec<Target> = set.difference(&old).copied().collect();
     if dated {
@@ -1059,8 +1059,7 @@ fn update_desired(
         }
     }
     if !removed.is_empty() || !added.is_empty() {
-        entry.set = set.into_iter().collect();
-        entry.set.shrink_to_fit();
+        entry.set = TargetSet::from_sorted(set);
     }
     (removed, added)
 }

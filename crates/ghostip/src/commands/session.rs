@@ -377,7 +377,7 @@ impl Session {
         let old: BTreeSet<Target> = self
             .engine
             .desired(Layer::Dns, key)
-            .map(|d| d.iter().copied().collect())
+            .map(|d| d.iter().collect())
             .unwrap_or_default();
         let events = self
             .engine

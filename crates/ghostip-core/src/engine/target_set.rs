@@ -1,0 +1,135 @@
+//! A sorted set of targets stored compactly: what one layer or path should hold for one Service.
+//!
+//! A [`Target`] is 22 bytes (an `IpAddr` and an optional port). At 150 000 endpoints the
+//! engine keeps two sets per endpoint on an agent (the DNS layer's and the node's datapath
+//! path's), so IPv4 targets (nearly all of them) are packed into one `u64` each: the
+//! address, whether there is a port, the port, in that order of significance. That order
+//! is `Target`'s own (`Ipv4Addr` by value, `None` before `Some`, ports by value), and every
+//! IPv4 address sorts before every IPv6 one, so iterating the packed targets and then the
+//! others yields the set in `Target` order.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use crate::model::Target;
+
+/// A sorted, deduplicated set of targets (IPv4 ones in 8 bytes).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TargetSet {
+    v4: Box<[u64]>,
+    other: Box<[Target]>,
+}
+
+fn pack(ip: Ipv4Addr, port: Option<u16>) -> u64 {
+    (u64::from(u32::from(ip)) << 17)
+        | (u64::from(port.is_some()) << 16)
+        | u64::from(port.unwrap_or(0))
+}
+
+fn unpack(p: u64) -> Target {
+    let ip = Ipv4Addr::from((p >> 17) as u32);
+    let port = (p & (1 << 16) != 0).then_some((p & 0xffff) as u16);
+    Target {
+        ip: IpAddr::V4(ip),
+        port,
+    }
+}
+
+impl TargetSet {
+    /// The set of `targets`, which must be sorted and deduplicated (as a `BTreeSet`
+    /// iterates); the order is kept as given.
+    pub fn from_sorted(targets: impl IntoIterator<Item = Target>) -> Self {
+        let mut v4 = Vec::new();
+        let mut other = Vec::new();
+        for t in targets {
+            match t.ip {
+                IpAddr::V4(ip) => v4.push(pack(ip, t.port)),
+                IpAddr::V6(_) => other.push(t),
+            }
+        }
+        Self {
+            v4: v4.into_boxed_slice(),
+            other: other.into_boxed_slice(),
+        }
+    }
+
+    /// Whether `t` is in the set.
+    pub fn contains(&self, t: &Target) -> bool {
+        match t.ip {
+            IpAddr::V4(ip) => self.v4.binary_search(&pack(ip, t.port)).is_ok(),
+            IpAddr::V6(_) => self.other.binary_search(t).is_ok(),
+        }
+    }
+
+    /// The targets in order.
+    pub fn iter(&self) -> impl Iterator<Item = Target> + '_ {
+        self.v4
+            .iter()
+            .map(|p| unpack(*p))
+            .chain(self.other.iter().copied())
+    }
+
+    /// How many targets.
+    pub fn len(&self) -> usize {
+        self.v4.len() + self.other.len()
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::net::Ipv6Addr;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn target() -> impl Strategy<Value = Target> {
+        let ip = prop_oneof![
+            4 => any::<u32>().prop_map(|v| IpAddr::V4(Ipv4Addr::from(v))),
+            1 => any::<u128>().prop_map(|v| IpAddr::V6(Ipv6Addr::from(v))),
+        ];
+        (ip, proptest::option::of(any::<u16>())).prop_map(|(ip, port)| Target { ip, port })
+    }
+
+    proptest! {
+        /// Packing keeps `Target`'s order, so the set iterates as the `BTreeSet` it was
+        /// built from and answers membership like it.
+        #[test]
+        fn agrees_with_a_btreeset(
+            set in proptest::collection::btree_set(target(), 0..64),
+            probes in proptest::collection::vec(target(), 0..16),
+        ) {
+            let packed = TargetSet::from_sorted(set.iter().copied());
+            prop_assert_eq!(packed.len(), set.len());
+            prop_assert_eq!(packed.iter().collect::<Vec<_>>(), set.iter().copied().collect::<Vec<_>>());
+            for t in set.iter().chain(&probes) {
+                prop_assert_eq!(packed.contains(t), set.contains(t));
+            }
+        }
+    }
+
+    #[test]
+    fn edges_of_the_packing() {
+        let set: BTreeSet<Target> = [
+            Target::ip(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+            Target {
+                ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                port: Some(0),
+            },
+            Target {
+                ip: IpAddr::V4(Ipv4Addr::BROADCAST),
+                port: Some(u16::MAX),
+            },
+            Target::ip(IpAddr::V6(Ipv6Addr::UNSPECIFIED)),
+        ]
+        .into();
+        let packed = TargetSet::from_sorted(set.iter().copied());
+        assert_eq!(packed.iter().collect::<BTreeSet<_>>(), set);
+        assert!(!packed.contains(&Target::ip(IpAddr::V4(Ipv4Addr::BROADCAST))));
+    }
+}
