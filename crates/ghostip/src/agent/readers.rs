@@ -247,6 +247,15 @@ fn read_stat(path: &str) -> Option<CpuTimes> {
     CpuTimes::parse_stat(&text)
 }
 
+/// CPU time the calling thread has used so far: nanoseconds from `schedstat`, else the
+/// ticks of `stat`.
+pub fn thread_cpu() -> Option<Duration> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| crate::agent::cost::parse_schedstat(&s))
+        .or_else(|| read_stat("/proc/thread-self/stat").map(|t| t.own))
+}
+
 /// Counts the bytes passing through a reader.
 struct Counting<R> {
     inner: R,
@@ -305,7 +314,7 @@ pub fn run_and_parse(
 ) -> Result<ReadOutcome, ReaderError> {
     let started = Instant::now();
     let proc_before = read_stat("/proc/self/stat");
-    let thread_before = read_stat("/proc/thread-self/stat");
+    let thread_before = thread_cpu();
     let mut child = Command::new(program)
         .args(args)
         .env("LC_ALL", "C")
@@ -375,7 +384,7 @@ pub fn run_and_parse(
         }
         None => (None, 0),
     };
-    let thread_after = read_stat("/proc/thread-self/stat");
+    let thread_after = thread_cpu();
     // The parse ended at EOF: the child closed stdout, so it is exiting (or was killed).
     let status = lock(&child).wait();
     let _ = done_tx.send(());
@@ -414,7 +423,7 @@ pub fn run_and_parse(
         _ => Duration::ZERO,
     };
     let parse_cpu = match (thread_before, thread_after) {
-        (Some(b), Some(a)) => a.since(b).own,
+        (Some(b), Some(a)) => a.saturating_sub(b),
         _ => Duration::ZERO,
     };
     Ok(ReadOutcome {

@@ -153,6 +153,8 @@ struct ReadView {
     cpu_s: f64,
     child_cpu_s: f64,
     parse_cpu_s: f64,
+    /// CPU of comparing the table with the truth (the engine's observations).
+    diff_cpu_s: f64,
     wall_s: f64,
     bytes: u64,
     frontends: usize,
@@ -533,10 +535,15 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
             let dp = source.as_ref().map_or("none", |s| s.datapath().as_str());
             match result {
                 Ok(o) => {
-                    cap.record(now, o.cpu());
+                    let before = readers::thread_cpu();
+                    let out = t.on_read(&p.session.truth, &mut p.session.engine, &o.table, started);
+                    let diff_cpu = before
+                        .zip(readers::thread_cpu())
+                        .map_or(Duration::ZERO, |(b, a)| a.saturating_sub(b));
+                    // The audit's cost: the dump program, the parse and the diff.
+                    cap.record(now, o.cpu() + diff_cpu);
                     let period = cap.audit_period();
                     schedule.finished(now, period);
-                    let out = t.on_read(&p.session.truth, &mut p.session.engine, &o.table, started);
                     if let Some(info) = &dp_path_info {
                         for obs in out.recorded {
                             let _ = writer
@@ -554,9 +561,10 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
                     let view = ReadView {
                         reason: Some(reason),
                         at: Some(started),
-                        cpu_s: o.cpu().as_secs_f64(),
+                        cpu_s: (o.cpu() + diff_cpu).as_secs_f64(),
                         child_cpu_s: o.child_cpu.as_secs_f64(),
                         parse_cpu_s: o.parse_cpu.as_secs_f64(),
+                        diff_cpu_s: diff_cpu.as_secs_f64(),
                         wall_s: o.wall.as_secs_f64(),
                         bytes: o.bytes,
                         frontends: o.table.frontends.len(),
@@ -579,6 +587,9 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
                             datapath = dp,
                             reason = reason.as_str(),
                             cpu_s = view.cpu_s,
+                            child_cpu_s = view.child_cpu_s,
+                            parse_cpu_s = view.parse_cpu_s,
+                            diff_cpu_s = view.diff_cpu_s,
                             wall_s = view.wall_s,
                             bytes = view.bytes,
                             frontends = view.frontends,
