@@ -594,6 +594,12 @@ fn parse_rule<'a>(toks: &mut Tokens<'a>) -> Rule<'a> {
     r
 }
 
+/// The last space-separated token of `b` (all of `b` without a space).
+fn last_token(b: &[u8]) -> &[u8] {
+    b.get(memchr::memrchr(b' ', b).map_or(0, |i| i + 1)..)
+        .unwrap_or_default()
+}
+
 /// Options whose next token [`parse_rule`] reads as their value.
 fn takes_value(tok: &[u8]) -> bool {
     matches!(
@@ -998,11 +1004,12 @@ impl Parser {
         if self.kube_layout(class, chain, body) {
             return true;
         }
-        // One pass for backslashes (escapes: general path) and quotes: at most one quoted
-        // token, and the target not inside or after it.
+        // One pass for backslashes (escapes), tabs (the tokenizer splits on them too,
+        // the scans below only on spaces) and quotes: at most one quoted token, and the
+        // target not inside or after it.
         let (mut q1, mut q2) = (None, None);
-        for i in memchr::memchr2_iter(b'\\', b'"', body) {
-            if body.get(i) == Some(&b'\\') || q2.is_some() {
+        for i in memchr::memchr3_iter(b'\\', b'"', b'\t', body) {
+            if body.get(i) != Some(&b'"') || q2.is_some() {
                 return false;
             }
             if q1.is_none() {
@@ -1018,11 +1025,7 @@ impl Parser {
             return false;
         }
         // `-j` must not be the value of the option before it (the tokenizer would read it so).
-        let before = body.get(..idx).unwrap_or_default();
-        let prev = before
-            .get(memchr::memrchr(b' ', before).map_or(0, |i| i + 1)..)
-            .unwrap_or_default();
-        if takes_value(prev) {
+        if takes_value(last_token(body.get(..idx).unwrap_or_default())) {
             return false;
         }
         let after = body.get(idx + 4..).unwrap_or_default();
@@ -1036,8 +1039,13 @@ impl Parser {
                     1
                 } else {
                     match FIND_TO_DEST.find(rest) {
-                        Some(at) => at,
-                        None => return false,
+                        // Not the value of the option before it.
+                        Some(at)
+                            if !takes_value(last_token(rest.get(..at).unwrap_or_default())) =>
+                        {
+                            at
+                        }
+                        _ => return false,
                     }
                 };
                 let from_dest = rest.get(at + 17..).unwrap_or_default();
@@ -1069,8 +1077,13 @@ impl Parser {
                     (Some(q1), Some(q2)) => {
                         // One quoted token: the comment, if `--comment` is right before it
                         // and is the rule's last `--comment`.
+                        // Nor the value of the option before it (`--comment --comment "…"`:
+                        // the tokenizer reads the second `--comment` as the first one's value).
                         let before = body.get(..q1).unwrap_or_default();
-                        if !before.ends_with(b" --comment ")
+                        let Some(opt) = before.strip_suffix(b" --comment ") else {
+                            return false;
+                        };
+                        if takes_value(last_token(opt))
                             || FIND_COMMENT
                                 .find(body.get(q2..).unwrap_or_default())
                                 .is_some()
