@@ -1128,10 +1128,11 @@ impl Parser {
         let mut c = Cursor(body.get(chain.len()..).unwrap_or_default());
         match class {
             Class::Sep => {
+                // kube-proxy leaves the comment out above 1 000 endpoints
+                // (`largeClusterEndpointsThreshold`), which is how a large dump looks.
                 let matched = c.lit(b" -p ")
                     && c.word().is_some()
-                    && c.lit(b" -m comment --comment ")
-                    && c.comment().is_some()
+                    && (!c.lit(b" -m comment --comment ") || c.comment().is_some())
                     && c.lit(b" -m ")
                     && c.word().is_some()
                     && c.lit(b" -j DNAT --to-destination ");
@@ -1148,11 +1149,14 @@ impl Parser {
                 true
             }
             Class::Svc | Class::Svl | Class::Ext | Class::Fw | Class::Xlb => {
-                if !c.lit(b" -m comment --comment ") {
-                    return false;
-                }
-                let Some((comment, quoted)) = c.comment() else {
-                    return false;
+                // Without the comment above 1 000 endpoints, as for `KUBE-SEP` above.
+                let (comment, quoted) = if c.lit(b" -m comment --comment ") {
+                    match c.comment() {
+                        Some(cq) => cq,
+                        None => return false,
+                    }
+                } else {
+                    (&[][..], false)
                 };
                 if c.lit(b" -m statistic --mode random --probability ") && c.word().is_none() {
                     return false;
@@ -1893,8 +1897,48 @@ mod tests {
         }
         assert!(entries >= 40, "{entries}");
         assert_eq!(p.entries.len(), entries);
+        // Above 1 000 endpoints kube-proxy writes these rules without comments: lines of the
+        // lab's real kube-proxy 1.36.3 at 150 007 endpoints (`lab/scenarios/large-truth
+        // --cluster-ip`, `iptables-save -t nat` in node-1).
+        let mut large = Parser::default();
+        for body in [
+            "KUBE-SEP-222G7KHXNUYF5DMR -p tcp -m tcp -j DNAT --to-destination 100.64.244.113:8080",
+            "KUBE-SVC-225ZWSX6OBJKOH5T -m statistic --mode random --probability 0.06666666688 -j KUBE-SEP-MV6SZLZG344WRPS4",
+            "KUBE-SVC-225ZWSX6OBJKOH5T -j KUBE-SEP-222G7KHXNUYF5DMR",
+        ] {
+            let chain = body.split(' ').next().unwrap();
+            let class = classify(chain.as_bytes());
+            assert!(
+                large.kube_layout(class, chain.as_bytes(), body.as_bytes()),
+                "{body}"
+            );
+        }
+        assert_eq!((large.dnats.len(), large.jumps.len()), (1, 2));
+        assert!(large.jumps.iter().all(|j| j.1 == PAddr::NONE));
+        // And they give what the general path gives.
+        let dump = "*nat
+:KUBE-SEP-222G7KHXNUYF5DMR - [0:0]
+:KUBE-SEP-MV6SZLZG344WRPS4 - [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-SVC-225ZWSX6OBJKOH5T - [0:0]
+-A KUBE-SEP-222G7KHXNUYF5DMR -s 100.64.244.113/32 -j KUBE-MARK-MASQ
+-A KUBE-SEP-222G7KHXNUYF5DMR -p tcp -m tcp -j DNAT --to-destination 100.64.244.113:8080
+-A KUBE-SEP-MV6SZLZG344WRPS4 -s 100.64.30.9/32 -j KUBE-MARK-MASQ
+-A KUBE-SEP-MV6SZLZG344WRPS4 -p tcp -m tcp -j DNAT --to-destination 100.64.30.9:8080
+-A KUBE-SERVICES -d 10.96.51.57/32 -p tcp -m comment --comment \"large/svc-4760:http cluster IP\" -m tcp --dport 8080 -j KUBE-SVC-225ZWSX6OBJKOH5T
+-A KUBE-SVC-225ZWSX6OBJKOH5T ! -s 10.244.0.0/16 -d 10.96.51.57/32 -p tcp -m comment --comment \"large/svc-4760:http cluster IP\" -m tcp --dport 8080 -j KUBE-MARK-MASQ
+-A KUBE-SVC-225ZWSX6OBJKOH5T -m statistic --mode random --probability 0.50000000000 -j KUBE-SEP-MV6SZLZG344WRPS4
+-A KUBE-SVC-225ZWSX6OBJKOH5T -j KUBE-SEP-222G7KHXNUYF5DMR
+COMMIT
+";
+        let fast = parse_str(dump).unwrap();
+        assert_eq!(fast, general_path(dump));
+        assert_eq!(fast.backend_count(), 2);
         // Another option anywhere, an escape or a second target: not this path.
         for body in [
+            r#"KUBE-SEP-AAAAAAAAAAAAAAAA -p tcp -m tcp -j DNAT --to-destination 10.0.0.1:80 -j X"#,
+            r#"KUBE-SVC-AAAAAAAAAAAAAAAA -m statistic --mode random --probability 0.5 -m recent --rcheck -j KUBE-SEP-AAAAAAAAAAAAAAAA"#,
+            r#"KUBE-SVC-AAAAAAAAAAAAAAAA -m statistic --mode random -j KUBE-SEP-AAAAAAAAAAAAAAAA"#,
             r#"KUBE-SEP-AAAAAAAAAAAAAAAA -p tcp -m comment --comment "a"b" -m tcp -j DNAT --to-destination 10.0.0.1:80"#,
             r#"KUBE-SEP-AAAAAAAAAAAAAAAA -p tcp -m comment --comment "a" -m tcp -j DNAT --to-destination 10.0.0.1:80 -j X"#,
             r#"KUBE-SEP-AAAAAAAAAAAAAAAA -p tcp -m recent --comment "a" -m tcp -j DNAT --to-destination 10.0.0.1:80"#,
