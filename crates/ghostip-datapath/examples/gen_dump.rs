@@ -1,6 +1,9 @@
 //! Writes a generated kube-proxy-shaped dump to stdout.
 //!
-//! `cargo run --release -p ghostip-datapath --example gen_dump -- iptables|nft-json|nft-script SERVICES ENDPOINTS [--inline-dnat] [--empty-every N]`
+//! `cargo run --release -p ghostip-datapath --example gen_dump -- iptables|nft-json|nft-script SERVICES ENDPOINTS [--inline-dnat] [--empty-every N] [--endpoint-comments]`
+//!
+//! kube-proxy writes no comment on endpoint rules above 1 000 endpoints; so does the
+//! generator, unless `--endpoint-comments` (the layout of smaller clusters).
 //!
 //! `iptables` output loads with `iptables-restore`; `nft-script` with `nft -f`.
 #![allow(clippy::print_stderr)]
@@ -18,12 +21,15 @@ fn main() -> ExitCode {
         args.get(2).and_then(|s| s.parse::<usize>().ok()),
     ) else {
         eprintln!(
-            "usage: gen_dump iptables|nft-json|nft-script SERVICES ENDPOINTS [--inline-dnat] [--empty-every N]"
+            "usage: gen_dump iptables|nft-json|nft-script SERVICES ENDPOINTS [--inline-dnat] [--empty-every N] [--endpoint-comments]"
         );
         return ExitCode::from(2);
     };
     let mut spec = GenSpec::new(services, endpoints);
     spec.nft_inline_dnat = args.iter().any(|a| a == "--inline-dnat");
+    if args.iter().any(|a| a == "--endpoint-comments") {
+        spec.large_cluster = Some(false);
+    }
     if let Some(i) = args.iter().position(|a| a == "--empty-every") {
         spec.empty_every = args.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or(0);
     }

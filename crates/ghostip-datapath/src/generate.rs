@@ -63,7 +63,16 @@ pub struct GenSpec {
     /// nftables: the newest kube-proxy layout (`dnat ip to numgen … map { … }` in the
     /// service chain, no endpoint chains) instead of one chain per endpoint.
     pub nft_inline_dnat: bool,
+    /// iptables: kube-proxy's large-cluster mode, which leaves the comment out of each
+    /// endpoint's rules (`KUBE-SEP-…` and the `KUBE-SVC-…` jumps to them). `None`: as
+    /// kube-proxy decides, above [`LARGE_CLUSTER_ENDPOINTS`] endpoints.
+    pub large_cluster: Option<bool>,
 }
+
+/// kube-proxy's `largeClusterEndpointsThreshold`: above this many endpoints in the
+/// cluster, its iptables mode writes no comment on endpoint rules (the lab's kube-proxy
+/// 1.36.3 at 150 007 endpoints does exactly that).
+pub const LARGE_CLUSTER_ENDPOINTS: usize = 1000;
 
 impl GenSpec {
     /// `services` service ports and `endpoints` endpoints, with a realistic mix of
@@ -81,6 +90,7 @@ impl GenSpec {
             affinity_every: 13,
             empty_every: 0,
             nft_inline_dnat: false,
+            large_cluster: None,
         }
     }
 }
@@ -143,6 +153,9 @@ pub struct GenModel {
     pub services: Vec<GenService>,
     /// Render the newest nftables layout.
     pub nft_inline_dnat: bool,
+    /// iptables: comment each endpoint's rules (kube-proxy below its large-cluster
+    /// threshold, see [`GenSpec::large_cluster`]).
+    pub endpoint_comments: bool,
 }
 
 fn every(n: usize, i: usize) -> bool {
@@ -256,6 +269,9 @@ impl GenModel {
         GenModel {
             services,
             nft_inline_dnat: spec.nft_inline_dnat,
+            endpoint_comments: !spec
+                .large_cluster
+                .unwrap_or(spec.endpoints > LARGE_CLUSTER_ENDPOINTS),
         }
     }
 
@@ -647,24 +663,28 @@ impl GenModel {
                 let Some(e) = s.endpoints.get(j) else {
                     return Ok(());
                 };
-                let (p, n) = (s.proto_lower(), s.port_name());
-                writeln!(
-                    w,
-                    "-A {name} -s {}/32 -m comment --comment \"{n}\" -j KUBE-MARK-MASQ",
-                    e.ip()
-                )?;
+                let p = s.proto_lower();
+                let c = self.endpoint_comment(&s.port_name());
+                writeln!(w, "-A {name} -s {}/32{c} -j KUBE-MARK-MASQ", e.ip())?;
                 if s.affinity {
                     writeln!(
                         w,
-                        "-A {name} -p {p} -m comment --comment \"{n}\" -m recent --set --name {name} --mask 255.255.255.255 --rsource -m {p} -j DNAT --to-destination {e}"
+                        "-A {name} -p {p}{c} -m recent --set --name {name} --mask 255.255.255.255 --rsource -m {p} -j DNAT --to-destination {e}"
                     )
                 } else {
-                    writeln!(
-                        w,
-                        "-A {name} -p {p} -m comment --comment \"{n}\" -m {p} -j DNAT --to-destination {e}"
-                    )
+                    writeln!(w, "-A {name} -p {p}{c} -m {p} -j DNAT --to-destination {e}")
                 }
             }
+        }
+    }
+
+    /// ` -m comment --comment "TEXT"` on an endpoint's rule, or nothing in kube-proxy's
+    /// large-cluster mode.
+    fn endpoint_comment(&self, text: &str) -> String {
+        if self.endpoint_comments {
+            format!(" -m comment --comment \"{text}\"")
+        } else {
+            String::new()
         }
     }
 
@@ -682,24 +702,26 @@ impl GenModel {
         if s.affinity {
             for (j, e) in eps.iter().enumerate() {
                 let sep = self.sep_name(i, j);
+                let c = self.endpoint_comment(&format!("{n} -> {e}"));
                 writeln!(
                     w,
-                    "-A {name} -m comment --comment \"{n} -> {e}\" -m recent --rcheck --seconds 10800 --reap --name {sep} --mask 255.255.255.255 --rsource -j {sep}"
+                    "-A {name}{c} -m recent --rcheck --seconds 10800 --reap --name {sep} --mask 255.255.255.255 --rsource -j {sep}"
                 )?;
             }
         }
         let count = eps.len();
         for (j, e) in eps.iter().enumerate() {
             let sep = self.sep_name(i, j);
+            let c = self.endpoint_comment(&format!("{n} -> {e}"));
             if j + 1 < count {
                 // iptables stores the probability as a fraction of 2^31 and prints it so.
                 let p = ((1.0 / (count - j) as f64) * 2_147_483_648.0).round() / 2_147_483_648.0;
                 writeln!(
                     w,
-                    "-A {name} -m comment --comment \"{n} -> {e}\" -m statistic --mode random --probability {p:.11} -j {sep}"
+                    "-A {name}{c} -m statistic --mode random --probability {p:.11} -j {sep}"
                 )?;
             } else {
-                writeln!(w, "-A {name} -m comment --comment \"{n} -> {e}\" -j {sep}")?;
+                writeln!(w, "-A {name}{c} -j {sep}")?;
             }
         }
         Ok(())

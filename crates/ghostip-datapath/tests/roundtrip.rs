@@ -52,11 +52,12 @@ fn service_strategy(i: usize) -> impl Strategy<Value = GenService> {
 }
 
 fn model_strategy() -> impl Strategy<Value = GenModel> {
-    (0usize..8, any::<bool>()).prop_flat_map(|(n, inline)| {
+    (0usize..8, any::<bool>(), any::<bool>()).prop_flat_map(|(n, inline, comments)| {
         let services: Vec<_> = (0..n).map(service_strategy).collect();
         services.prop_map(move |services| GenModel {
             services,
             nft_inline_dnat: inline,
+            endpoint_comments: comments,
         })
     })
 }
