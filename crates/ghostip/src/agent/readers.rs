@@ -256,6 +256,14 @@ pub fn thread_cpu() -> Option<Duration> {
         .or_else(|| read_stat("/proc/thread-self/stat").map(|t| t.own))
 }
 
+/// CPU the calling thread used since `before` (a [`thread_cpu`] reading); zero when either
+/// reading failed.
+pub fn thread_cpu_since(before: Option<Duration>) -> Duration {
+    before
+        .zip(thread_cpu())
+        .map_or(Duration::ZERO, |(b, a)| a.saturating_sub(b))
+}
+
 /// Counts the bytes passing through a reader.
 struct Counting<R> {
     inner: R,
@@ -384,7 +392,7 @@ pub fn run_and_parse(
         }
         None => (None, 0),
     };
-    let thread_after = thread_cpu();
+    let parse_cpu = thread_cpu_since(thread_before);
     // The parse ended at EOF: the child closed stdout, so it is exiting (or was killed).
     let status = lock(&child).wait();
     let _ = done_tx.send(());
@@ -420,10 +428,6 @@ pub fn run_and_parse(
     };
     let child_cpu = match (proc_before, proc_after) {
         (Some(b), Some(a)) => a.since(b).children,
-        _ => Duration::ZERO,
-    };
-    let parse_cpu = match (thread_before, thread_after) {
-        (Some(b), Some(a)) => a.saturating_sub(b),
         _ => Duration::ZERO,
     };
     Ok(ReadOutcome {

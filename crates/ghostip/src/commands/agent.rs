@@ -537,9 +537,7 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
                 Ok(o) => {
                     let before = readers::thread_cpu();
                     let out = t.on_read(&p.session.truth, &mut p.session.engine, &o.table, started);
-                    let diff_cpu = before
-                        .zip(readers::thread_cpu())
-                        .map_or(Duration::ZERO, |(b, a)| a.saturating_sub(b));
+                    let diff_cpu = readers::thread_cpu_since(before);
                     // The audit's cost: the dump program, the parse and the diff.
                     cap.record(now, o.cpu() + diff_cpu);
                     let period = cap.audit_period();
