@@ -1075,10 +1075,9 @@ impl Parser {
                 };
                 let hint = match (q1, q2) {
                     (Some(q1), Some(q2)) => {
-                        // One quoted token: the comment, if `--comment` is right before it
-                        // and is the rule's last `--comment`.
-                        // Nor the value of the option before it (`--comment --comment "…"`:
-                        // the tokenizer reads the second `--comment` as the first one's value).
+                        // One quoted token: the comment, if `--comment` is right before it,
+                        // is not itself the value of the option before it (`--comment
+                        // --comment "…"`), and is the rule's last `--comment`.
                         let before = body.get(..q1).unwrap_or_default();
                         let Some(opt) = before.strip_suffix(b" --comment ") else {
                             return false;
@@ -1993,8 +1992,13 @@ COMMIT
         #[test]
         fn fast_paths_agree_with_the_general_path(
             edits in proptest::collection::vec((0usize..10_000, 0u8..9, 0usize..64), 0..12),
+            large_cluster in proptest::bool::ANY,
         ) {
-            let dump = GenModel::generate(&GenSpec::new(8, 30)).iptables_save();
+            // Both of kube-proxy's layouts: with endpoint comments and without (above
+            // 1 000 endpoints).
+            let mut spec = GenSpec::new(8, 30);
+            spec.large_cluster = Some(large_cluster);
+            let dump = GenModel::generate(&spec).iptables_save();
             let mut lines: Vec<String> = dump.lines().map(str::to_string).collect();
             for (line, kind, at) in edits {
                 let n = line % lines.len();
