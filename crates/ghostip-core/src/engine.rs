@@ -785,8 +785,11 @@ impl Engine {
             .open_per_service
             .get(&(obs.path, sid))
             .is_some_and(|n| *n > 0);
-        let agrees =
-            held.len() == desired.set.len() && held.iter().all(|h| desired.contains(&h.target));
+        // A datapath read holds its targets sorted: one pass over both usually decides;
+        // DNS answers come in any order and take the searches.
+        let agrees = held.len() == desired.set.len()
+            && (desired.set.equals_in_order(held.iter().map(|h| h.target))
+                || held.iter().all(|h| desired.contains(&h.target)));
         if agrees && !has_open {
             return events; // The common case: the path is right and nothing is being measured.
         }

@@ -485,6 +485,11 @@ impl Truth {
         self.services.values().map(|s| &s.record)
     }
 
+    /// Number of Services held.
+    pub fn service_count(&self) -> usize {
+        self.services.len()
+    }
+
     /// One service.
     pub fn service(&self, key: &ServiceKey) -> Option<&ServiceRecord> {
         self.services.get(key).map(|s| &s.record)

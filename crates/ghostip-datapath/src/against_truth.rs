@@ -142,6 +142,8 @@ impl<'a> ServiceIndex<'a> {
     /// Indexes every non-headless Service of `truth`.
     pub fn new(truth: &'a Truth) -> Self {
         let mut ix = ServiceIndex::default();
+        ix.by_name.reserve(truth.service_count());
+        ix.cluster.reserve(truth.service_count());
         for svc in truth.services() {
             ix.by_name
                 .insert((svc.key.namespace.as_str(), svc.key.name.as_str()), svc);
@@ -347,8 +349,9 @@ pub struct ObservationCounts {
 /// order, so that only one Service's held set exists at once: the same observations
 /// as [`observations`] of the same dump.
 ///
-/// Backends are grouped per Service through one 8-byte row each (Service number,
-/// backend number), not through a set per Service.
+/// Frontends are grouped per Service by a counting sort (4 bytes per frontend), not
+/// through a set per Service; a Service's targets are the backends of its frontends,
+/// already sorted when it has one frontend.
 pub fn for_each_observation(
     table: &PackedTable,
     truth: &Truth,
@@ -363,14 +366,23 @@ pub fn for_each_observation(
         .filter(|svc| !svc.headless && svc.cluster_ips.iter().any(|ip| family.contains(*ip)))
         .map(|svc| &svc.key)
         .collect();
-    let mut ids: FxMap<&ServiceKey, u32> = FxMap::default();
+    // Service numbers by record address: the records live in `truth` for the whole call,
+    // and hashing an address is cheaper than hashing a namespace and a name.
+    let mut ids: FxMap<*const ServiceRecord, u32> = FxMap::default();
     ids.reserve(keys.len());
-    for (i, k) in keys.iter().enumerate() {
-        ids.insert(*k, u32::try_from(i).unwrap_or(u32::MAX));
+    for (i, svc) in truth
+        .services()
+        .filter(|svc| !svc.headless && svc.cluster_ips.iter().any(|ip| family.contains(*ip)))
+        .enumerate()
+    {
+        ids.insert(
+            std::ptr::from_ref(svc),
+            u32::try_from(i).unwrap_or(u32::MAX),
+        );
     }
-    let backends = table.all_backends();
     let mut counts = ObservationCounts::default();
-    let mut rows: Vec<u64> = Vec::with_capacity(backends.len());
+    // Each frontend's Service number (`u32::MAX`: no Service).
+    let mut service_of: Vec<u32> = Vec::with_capacity(table.frontends.len());
     for f in &table.frontends {
         let parts = FrontendParts {
             ip: f.ip,
@@ -381,67 +393,80 @@ pub fn for_each_observation(
         };
         let Some(m) = index.lookup_parts(&parts) else {
             counts.unknown_frontends += 1;
+            service_of.push(u32::MAX);
             continue;
         };
-        let key = &m.service.key;
-        let id = match ids.get(key) {
-            Some(id) => *id,
-            None => {
-                let id = u32::try_from(keys.len()).unwrap_or(u32::MAX);
-                keys.push(key);
-                ids.insert(key, id);
-                id
-            }
-        };
-        let range = table.backend_range(f);
-        for (i, b) in backends
-            .get(range.clone())
-            .unwrap_or_default()
-            .iter()
-            .enumerate()
-        {
-            if !b.is_active() && truth.endpoint(key, table.ip(b)).is_some() {
-                counts.draining += 1;
-            } else {
-                rows.push((u64::from(id) << 32) | (range.start + i) as u64);
-            }
-        }
+        let id = *ids.entry(std::ptr::from_ref(m.service)).or_insert_with(|| {
+            keys.push(&m.service.key);
+            u32::try_from(keys.len() - 1).unwrap_or(u32::MAX)
+        });
+        service_of.push(id);
     }
     drop(ids);
     drop(index);
-    rows.sort_unstable();
-    let mut order: Vec<u32> = (0..u32::try_from(keys.len()).unwrap_or(u32::MAX)).collect();
-    order.sort_unstable_by_key(|&i| keys.get(i as usize).copied());
-    // Where each Service's rows start.
-    let mut starts = vec![0usize; keys.len() + 1];
-    for r in &rows {
-        if let Some(s) = starts.get_mut((r >> 32) as usize + 1) {
-            *s += 1;
+    // The frontends grouped by Service (a counting sort, frontends in table order within
+    // a Service): `grouped[starts[s]..starts[s + 1]]` are Service `s`'s.
+    let mut starts = vec![0u32; keys.len() + 1];
+    for &s in &service_of {
+        if let Some(n) = starts.get_mut(s as usize + 1) {
+            *n += 1;
         }
     }
     for i in 1..starts.len() {
         let prev = starts.get(i - 1).copied().unwrap_or(0);
-        if let Some(s) = starts.get_mut(i) {
-            *s += prev;
+        if let Some(n) = starts.get_mut(i) {
+            *n += prev;
         }
     }
+    let mut grouped = vec![0u32; starts.last().copied().unwrap_or(0) as usize];
+    let mut next = starts.clone();
+    for (fi, &s) in service_of.iter().enumerate() {
+        if let Some(n) = next.get_mut(s as usize)
+            && let Some(slot) = grouped.get_mut(*n as usize)
+        {
+            *slot = u32::try_from(fi).unwrap_or(u32::MAX);
+            *n += 1;
+        }
+    }
+    drop((service_of, next));
+    let mut order: Vec<u32> = (0..u32::try_from(keys.len()).unwrap_or(u32::MAX)).collect();
+    order.sort_unstable_by_key(|&i| keys.get(i as usize).copied());
     let mut targets: Vec<Target> = Vec::new();
     for i in order {
         let Some(key) = keys.get(i as usize) else {
             continue;
         };
-        let lo = starts.get(i as usize).copied().unwrap_or(0);
-        let hi = starts.get(i as usize + 1).copied().unwrap_or(lo);
+        let lo = starts.get(i as usize).copied().unwrap_or(0) as usize;
+        let hi = starts.get(i as usize + 1).copied().unwrap_or(0) as usize;
         targets.clear();
-        targets.extend(
-            rows.get(lo..hi)
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|r| backends.get((r & 0xffff_ffff) as usize))
-                .map(|b| table.target(b)),
-        );
-        targets.sort_unstable();
-        targets.dedup();
+        let mut first = 0;
+        for f in grouped
+            .get(lo..hi)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|&fi| table.frontends.get(fi as usize))
+        {
+            let start = targets.len();
+            for b in table.backends(f) {
+                if !b.is_active() && truth.endpoint(key, table.ip(b)).is_some() {
+                    counts.draining += 1;
+                } else {
+                    targets.push(table.target(b));
+                }
+            }
+            // A NodePort or an external address usually repeats the cluster IP's backends.
+            if start == 0 {
+                first = targets.len();
+            } else if targets.get(start..) == targets.get(..first) {
+                targets.truncate(start);
+            }
+        }
+        // One frontend's backends come sorted and unique: only a Service whose frontends
+        // (ports, NodePorts, external addresses) differ needs the sort.
+        if !targets.is_sorted_by(|a, b| a < b) {
+            targets.sort_unstable();
+            targets.dedup();
+        }
         counts.services += 1;
         emit(Observation {
             path,

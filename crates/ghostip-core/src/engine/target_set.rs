@@ -60,6 +60,28 @@ impl TargetSet {
         }
     }
 
+    /// Whether `targets`, in the order given, are exactly this set's targets in order: true
+    /// for the set's own sorted, deduplicated list, false for anything else (another order
+    /// included). One pass without searches: how a datapath read, whose targets come sorted,
+    /// is checked against the set (see `Engine::observe`).
+    pub fn equals_in_order(&self, targets: impl IntoIterator<Item = Target>) -> bool {
+        let mut v4 = self.v4.iter();
+        let mut other = self.other.iter();
+        for t in targets {
+            let same = match t.ip {
+                // IPv4 targets come before every other one.
+                IpAddr::V4(ip) => {
+                    other.len() == self.other.len() && v4.next() == Some(&pack(ip, t.port))
+                }
+                IpAddr::V6(_) => v4.len() == 0 && other.next() == Some(&t),
+            };
+            if !same {
+                return false;
+            }
+        }
+        v4.len() == 0 && other.len() == 0
+    }
+
     /// The targets in order.
     pub fn iter(&self) -> impl Iterator<Item = Target> + '_ {
         self.v4
@@ -110,6 +132,33 @@ mod tests {
             for t in set.iter().chain(&probes) {
                 prop_assert_eq!(packed.contains(t), set.contains(t));
             }
+        }
+
+        /// `equals_in_order` is list equality with the set's sorted targets: true for them,
+        /// false for any other list (reordered, shortened, extended, with a duplicate).
+        #[test]
+        fn equals_in_order_is_list_equality(
+            set in proptest::collection::btree_set(target(), 0..32),
+            list in proptest::collection::vec(target(), 0..32),
+            edit in 0usize..5,
+            at in any::<prop::sample::Index>(),
+        ) {
+            let packed = TargetSet::from_sorted(set.iter().copied());
+            let sorted: Vec<Target> = set.iter().copied().collect();
+            prop_assert!(packed.equals_in_order(sorted.iter().copied()));
+            let mut edited = sorted.clone();
+            if !edited.is_empty() {
+                let i = at.index(edited.len());
+                match edit {
+                    0 => { edited.remove(i); }
+                    1 => { let t = edited[i]; edited.insert(i, t); }
+                    2 => edited.reverse(),
+                    3 => { let t = edited[i]; edited.push(t); }
+                    _ => edited.swap(0, i),
+                }
+            }
+            prop_assert_eq!(packed.equals_in_order(edited.iter().copied()), edited == sorted);
+            prop_assert_eq!(packed.equals_in_order(list.iter().copied()), list == sorted);
         }
     }
 

@@ -553,7 +553,30 @@ fn packed_observations_are_the_observations_of_the_full_table() {
         Protocol::Tcp,
         FrontendKind::ClusterIp,
     ));
-    for full in [&table, &odd] {
+    // A Service with several frontends whose backends differ (each frontend's sorted list
+    // is then not the Service's): one frontend gains a stray backend that sorts first.
+    let shared = odd
+        .frontends
+        .iter()
+        .filter_map(|f| f.service.as_ref())
+        .find(|s| {
+            odd.frontends
+                .iter()
+                .filter(|f| f.service.as_ref() == Some(*s))
+                .count()
+                > 1
+        })
+        .cloned()
+        .unwrap();
+    let mut extra = odd.clone();
+    let f = extra
+        .frontends
+        .iter_mut()
+        .rfind(|f| f.service.as_ref() == Some(&shared))
+        .unwrap();
+    f.backends
+        .push(Backend::active("10.0.0.1".parse().unwrap(), 80));
+    for full in [&table, &odd, &extra] {
         let want = observations(full, &truth, PathIdx(3), Family::V4, t(20));
         let packed = PackedTable::from(full.clone());
         let mut got = Vec::new();
