@@ -1,5 +1,7 @@
 //! The `ghostip` binary: parses the command line, runs one command, maps the outcome to an exit code.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
+
+mod allocator;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -10,6 +12,9 @@ use ghostip::commands::{self, Outcome};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Agent(_)) {
+        allocator::tune_for_agent();
+    }
     init_logging(
         &cli.global.log,
         matches!(cli.command, Command::Watch(_) | Command::Agent(_)),
