@@ -229,11 +229,6 @@ struct ChainKey {
 }
 
 impl ChainKey {
-    /// The key as one number, in the key's order.
-    fn wide(self) -> u128 {
-        (u128::from(self.hi) << 64) | (u128::from(self.mid) << 32) | u128::from(self.lo)
-    }
-
     /// Tag for names that do not pack (interned).
     const NAMED: u32 = 7;
 
@@ -247,6 +242,17 @@ impl ChainKey {
 
     fn tag(self) -> usize {
         (self.hi >> 16) as usize & 7
+    }
+
+    /// 32 bits that sort like the key (equal keys have equal prefixes, a smaller key never
+    /// a larger prefix): the tag, then the first 29 bits of kube-proxy's hash, or the
+    /// interned number of another name.
+    fn prefix(self) -> u32 {
+        if self.tag() == Self::NAMED as usize {
+            (Self::NAMED << 29) | self.lo.min((1 << 29) - 1)
+        } else {
+            ((self.tag() as u32) << 29) | (self.body() >> 35) as u32
+        }
     }
 
     /// The 64 bits below the tag: uniformly spread for kube-proxy's hashed names, so a
@@ -1454,28 +1460,37 @@ impl Parser {
 
 /// Replaces the address of each jump row whose target is a chain with exactly one DNAT
 /// row by that DNAT's address, flagged [`PAddr::RESOLVED`] (the comment's endpoint is only
-/// used for targets without rules, so it is not needed there). The targets are sorted and
-/// merged with the sorted DNAT rows: one sequential pass instead of a lookup (a cache
-/// miss) per jump.
+/// used for targets without rules, so it is not needed there). The jumps are ordered by
+/// their target's [`ChainKey::prefix`] (8 bytes per jump) and merged with the sorted DNAT
+/// rows: one sequential pass instead of a lookup (a cache miss) per jump; the few rows
+/// that share a prefix are told apart by their whole key.
 fn resolve_direct(jumps: &mut [JumpRow], dnats: &[(ChainKey, PAddr)]) {
-    let wide = ChainKey::wide;
-    let mut order: Vec<u128> = jumps
+    let mut order: Vec<u64> = jumps
         .iter()
         .enumerate()
-        .map(|(i, (to, _))| (wide(*to) << 32) | i as u128)
+        .map(|(i, (to, _))| (u64::from(to.prefix()) << 32) | i as u64)
         .collect();
     bucket_sort(&mut order);
     let mut d = 0usize;
     for o in order {
-        let key = o >> 32;
-        while dnats.get(d).is_some_and(|r| wide(r.0) < key) {
+        let prefix = (o >> 32) as u32;
+        while dnats.get(d).is_some_and(|r| r.0.prefix() < prefix) {
             d += 1;
         }
-        let one = dnats.get(d).filter(|r| wide(r.0) == key).map(|r| r.1);
-        let more = dnats.get(d + 1).is_some_and(|r| wide(r.0) == key);
-        if let (Some(a), false) = (one, more)
-            && let Some(row) = jumps.get_mut((o & 0xffff_ffff) as usize)
+        let Some(row) = jumps.get_mut((o & 0xffff_ffff) as usize) else {
+            continue;
+        };
+        // The rows of this prefix are sorted by key: skip the smaller keys.
+        let mut e = d;
+        while dnats
+            .get(e)
+            .is_some_and(|r| r.0.prefix() == prefix && r.0 < row.0)
         {
+            e += 1;
+        }
+        let one = dnats.get(e).filter(|r| r.0 == row.0).map(|r| r.1);
+        let more = dnats.get(e + 1).is_some_and(|r| r.0 == row.0);
+        if let (Some(a), false) = (one, more) {
             row.1 = PAddr {
                 family: a.family | PAddr::RESOLVED,
                 ..a
@@ -1484,15 +1499,14 @@ fn resolve_direct(jumps: &mut [JumpRow], dnats: &[(ChainKey, PAddr)]) {
     }
 }
 
-/// Sorts `(chain key << 32) | index` values in place: one counting pass by their top 16
+/// Sorts `(prefix << 32) | index` values in place: one counting pass by their top 16
 /// bits (the key's tag and the first bits of kube-proxy's hash, which are spread evenly),
 /// a pass that moves each value into its bucket (cycle by cycle, no second array), then a
 /// sort of each bucket's few values. The result is the same as `sort_unstable` (the values
 /// are distinct).
-fn bucket_sort(v: &mut [u128]) {
-    /// The top 16 bits of a key: `hi` (bits 96.. of a value) is below 2^19.
-    fn bucket(x: u128) -> usize {
-        ((x >> 99) & 0xffff) as usize
+fn bucket_sort(v: &mut [u64]) {
+    fn bucket(x: u64) -> usize {
+        (x >> 48) as usize
     }
     const N: usize = 1 << 16;
     if v.len() < 4096 {
@@ -1828,13 +1842,13 @@ mod tests {
         fn bucket_sort_agrees_with_sort(
             raw in proptest::collection::vec((0u32..8, proptest::prelude::any::<u64>(), 0u8..3), 0..6000),
         ) {
-            let v: Vec<u128> = raw
+            let v: Vec<u64> = raw
                 .iter()
                 .enumerate()
                 .map(|(i, &(tag, body, spread))| {
                     let hi = (tag << 16) | match spread { 0 => 0, 1 => (body >> 60) as u32, _ => (body >> 48) as u32 & 0xffff };
                     let key = ChainKey { hi, mid: (body >> 16) as u32, lo: body as u32 };
-                    (key.wide() << 32) | i as u128
+                    (u64::from(key.prefix()) << 32) | i as u64
                 })
                 .collect();
             let mut expected = v.clone();
@@ -1842,6 +1856,27 @@ mod tests {
             let mut v = v;
             bucket_sort(&mut v);
             proptest::prop_assert_eq!(v, expected);
+        }
+
+        /// A key's prefix never sorts against the key: `a < b` gives `prefix(a) <=
+        /// prefix(b)`, for packed names and interned ones.
+        #[test]
+        fn prefixes_sort_like_keys(
+            a in (0u32..8, proptest::prelude::any::<u64>()),
+            b in (0u32..8, proptest::prelude::any::<u64>()),
+        ) {
+            let key = |(tag, body): (u32, u64)| if tag == ChainKey::NAMED {
+                ChainKey::named(body as u32)
+            } else {
+                ChainKey { hi: (tag << 16) | (body >> 48) as u32, mid: (body >> 16) as u32, lo: (body as u32) << 16 }
+            };
+            let (ka, kb) = (key(a), key(b));
+            if ka < kb {
+                proptest::prop_assert!(ka.prefix() <= kb.prefix());
+            }
+            if ka == kb {
+                proptest::prop_assert_eq!(ka.prefix(), kb.prefix());
+            }
         }
     }
 

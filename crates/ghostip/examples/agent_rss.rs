@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use ghostip::agent::cost::{CostCap, CostConfig, CpuTimes};
+use ghostip::agent::cost::{CostCap, CostConfig};
 use ghostip::agent::readers::run_and_parse;
 use ghostip::agent::tracker::DatapathTracker;
 use ghostip::commands::session::{ServiceFilter, Session, SessionConfig};
@@ -46,13 +46,6 @@ fn status_kib(field: &str) -> u64 {
 
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
-}
-
-fn thread_cpu() -> Duration {
-    std::fs::read_to_string("/proc/thread-self/stat")
-        .ok()
-        .and_then(|s| CpuTimes::parse_stat(&s))
-        .map_or(Duration::ZERO, |c| c.own)
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -234,9 +227,10 @@ fn main() {
         mib(status_kib("VmHWM:")),
         mib(status_kib("VmRSS:"))
     );
-    let diff_cpu_before = thread_cpu();
+    // The thread's CPU in nanoseconds, as the agent measures it.
+    let diff_cpu_before = ghostip::agent::readers::thread_cpu();
     let out = tracker.on_read(&s.truth, &mut s.engine, &read.table, Time::now());
-    let diff_cpu = thread_cpu().saturating_sub(diff_cpu_before);
+    let diff_cpu = ghostip::agent::readers::thread_cpu_since(diff_cpu_before);
     let total_wall = wall.elapsed();
     let stale = tracker.stale_now(&s.engine);
     let open = s.engine.open_count();
@@ -255,7 +249,7 @@ fn main() {
     );
     let cpu = read.child_cpu + read.parse_cpu + diff_cpu;
     println!(
-        "audit CPU: reader {:.2} s, parse {:.2} s, diff {:.2} s, total {:.2} s; wall {:.2} s",
+        "audit CPU: reader {:.2} s, parse {:.3} s, diff {:.3} s, total {:.2} s; wall {:.2} s",
         read.child_cpu.as_secs_f64(),
         read.parse_cpu.as_secs_f64(),
         diff_cpu.as_secs_f64(),
