@@ -1477,10 +1477,15 @@ fn resolve_direct(jumps: &mut [JumpRow], dnats: &mut [(ChainKey, PAddr)]) {
         .collect();
     bucket_sort(&mut order);
     let mut d = 0usize;
+    let mut at = dnats.first().map(|r| r.0.prefix());
     for o in order {
         let prefix = (o >> 32) as u32;
-        while dnats.get(d).is_some_and(|r| r.0.prefix() < prefix) {
+        while at.is_some_and(|p| p < prefix) {
             d += 1;
+            at = dnats.get(d).map(|r| r.0.prefix());
+        }
+        if at != Some(prefix) {
+            continue; // No DNAT in a chain of this prefix.
         }
         let Some(row) = jumps.get_mut((o & 0xffff_ffff) as usize) else {
             continue;
@@ -1489,7 +1494,7 @@ fn resolve_direct(jumps: &mut [JumpRow], dnats: &mut [(ChainKey, PAddr)]) {
         let mut e = d;
         while dnats
             .get(e)
-            .is_some_and(|r| r.0.prefix() == prefix && r.0 < row.0)
+            .is_some_and(|r| r.0 < row.0 && r.0.prefix() == prefix)
         {
             e += 1;
         }
@@ -1512,19 +1517,27 @@ fn resolve_direct(jumps: &mut [JumpRow], dnats: &mut [(ChainKey, PAddr)]) {
 /// up (a chain whose one DNAT was taken is looked up again only when an entry rule jumps
 /// to it or it has jumps of its own), and gives their memory back: at 150 000 endpoints
 /// that is nearly every row, 3 MB the resolution no longer needs while it builds the
-/// frontends.
+/// frontends. `dnats` is sorted by chain.
 fn drop_resolved_dnats(dnats: &mut Vec<(ChainKey, PAddr)>, runs: &[Run], entries: &[Entry]) {
-    let mut roots: Vec<ChainKey> = entries.iter().map(|e| e.target).collect();
-    roots.sort_unstable();
-    roots.dedup();
-    dnats.retain_mut(|(key, a)| {
-        if a.family & PAddr::TAKEN == 0 {
-            return true;
+    const KEEP: u16 = PAddr::TAKEN << 1;
+    let bands = Bands::new(dnats, |d| d.0);
+    let roots = entries.iter().map(|e| e.target);
+    for key in roots.chain(runs.iter().map(|r| r.0)) {
+        let range = bands.range(dnats, key, |d| d.0);
+        for row in dnats.get_mut(range).unwrap_or_default() {
+            row.1.family |= KEEP;
         }
-        a.family &= !PAddr::TAKEN;
-        roots.binary_search(key).is_ok() || runs.binary_search_by_key(key, |r| r.0).is_ok()
-    });
-    dnats.shrink_to_fit();
+    }
+    // Nearly every row goes: the kept ones are copied out and the whole vector freed.
+    let kept: Vec<(ChainKey, PAddr)> = dnats
+        .iter()
+        .filter(|(_, a)| a.family & PAddr::TAKEN == 0 || a.family & KEEP != 0)
+        .map(|&(key, a)| {
+            let family = a.family & !(PAddr::TAKEN | KEEP);
+            (key, PAddr { family, ..a })
+        })
+        .collect();
+    *dnats = kept;
 }
 
 /// Sorts `(prefix << 32) | index` values in place: one counting pass by their top 16

@@ -186,15 +186,30 @@ impl FrontendSink for PackedTable {
     }
 
     fn frontend(&mut self, mut f: Frontend) {
-        f.backends.sort_by_key(|b| (b.ip, b.port));
-        f.backends.dedup_by(|b, a| a.ip == b.ip && a.port == b.port);
         f.flags.sort();
         f.flags.dedup();
-        let start = u32::try_from(self.backends.len()).unwrap_or(u32::MAX);
-        for b in &f.backends {
-            let p = self.pack(b);
-            self.backends.push(p);
+        let first = self.backends.len();
+        if f.backends.iter().all(|b| b.ip.is_ipv4()) {
+            // Packed IPv4 backends sort as 8-byte values (address, then port), a stable
+            // sort keeping the first of equal ones as the general path below does.
+            for b in &f.backends {
+                let p = self.pack(b);
+                self.backends.push(p);
+            }
+            if let Some(tail) = self.backends.get_mut(first..) {
+                tail.sort_by_key(|b| (b.addr, b.port));
+                let kept = dedup_sorted(tail);
+                self.backends.truncate(first + kept);
+            }
+        } else {
+            f.backends.sort_by_key(|b| (b.ip, b.port));
+            f.backends.dedup_by(|b, a| a.ip == b.ip && a.port == b.port);
+            for b in &f.backends {
+                let p = self.pack(b);
+                self.backends.push(p);
+            }
         }
+        let start = u32::try_from(first).unwrap_or(u32::MAX);
         let end = u32::try_from(self.backends.len()).unwrap_or(u32::MAX);
         self.frontends.push(PackedFrontend {
             ip: f.ip,
@@ -207,6 +222,23 @@ impl FrontendSink for PackedTable {
             end,
         });
     }
+}
+
+/// Moves the first of each run of equal addresses and ports in sorted IPv4 backends to the
+/// front; returns how many there are.
+fn dedup_sorted(v: &mut [PackedBackend]) -> usize {
+    let mut kept = 0usize;
+    for r in 0..v.len() {
+        let Some(&b) = v.get(r) else { break };
+        let last = kept.checked_sub(1).and_then(|i| v.get(i));
+        if last.is_none_or(|l| (l.addr, l.port) != (b.addr, b.port)) {
+            if let Some(slot) = v.get_mut(kept) {
+                *slot = b;
+            }
+            kept += 1;
+        }
+    }
+    kept
 }
 
 impl From<LbTable> for PackedTable {
@@ -274,5 +306,42 @@ mod tests {
             ]
         );
         assert!(p.backends(&p.frontends[1]).is_empty());
+    }
+
+    proptest::proptest! {
+        /// IPv4 backends sorted and deduplicated as packed values keep what sorting and
+        /// deduplicating the backends themselves keeps: the first of equal ones, state included.
+        #[test]
+        fn packed_sort_keeps_the_first_of_equal_backends(
+            raw in proptest::collection::vec((0u8..4, 0u16..3, proptest::prelude::any::<bool>()), 0..24),
+        ) {
+            let backends: Vec<Backend> = raw
+                .iter()
+                .map(|&(host, port, active)| {
+                    let mut b = Backend::active(IpAddr::V4(Ipv4Addr::new(10, 0, 0, host)), port);
+                    if !active {
+                        b.state = BackendState::Terminating;
+                    }
+                    b
+                })
+                .collect();
+            let mut f = Frontend::new("10.96.0.1".parse().unwrap(), 80, Protocol::Tcp, FrontendKind::ClusterIp);
+            f.backends = backends.clone();
+            let mut p = PackedTable::new(Format::Iptables);
+            p.frontend(f);
+            let mut want = backends;
+            want.sort_by_key(|b| (b.ip, b.port));
+            want.dedup_by(|b, a| a.ip == b.ip && a.port == b.port);
+            let got: Vec<(IpAddr, u16, bool)> = p
+                .backends(&p.frontends[0])
+                .iter()
+                .map(|b| (p.ip(b), b.port(), b.is_active()))
+                .collect();
+            let want: Vec<(IpAddr, u16, bool)> = want
+                .iter()
+                .map(|b| (b.ip, b.port, b.state == BackendState::Active))
+                .collect();
+            proptest::prop_assert_eq!(got, want);
+        }
     }
 }
