@@ -361,24 +361,19 @@ pub fn for_each_observation(
     mut emit: impl FnMut(Observation),
 ) -> ObservationCounts {
     let index = ServiceIndex::new(truth);
-    let mut keys: Vec<&ServiceKey> = truth
-        .services()
-        .filter(|svc| !svc.headless && svc.cluster_ips.iter().any(|ip| family.contains(*ip)))
-        .map(|svc| &svc.key)
-        .collect();
     // Service numbers by record address: the records live in `truth` for the whole call,
     // and hashing an address is cheaper than hashing a namespace and a name.
+    let mut keys: Vec<&ServiceKey> = Vec::new();
     let mut ids: FxMap<*const ServiceRecord, u32> = FxMap::default();
-    ids.reserve(keys.len());
-    for (i, svc) in truth
+    for svc in truth
         .services()
         .filter(|svc| !svc.headless && svc.cluster_ips.iter().any(|ip| family.contains(*ip)))
-        .enumerate()
     {
         ids.insert(
             std::ptr::from_ref(svc),
-            u32::try_from(i).unwrap_or(u32::MAX),
+            u32::try_from(keys.len()).unwrap_or(u32::MAX),
         );
+        keys.push(&svc.key);
     }
     let mut counts = ObservationCounts::default();
     // Each frontend's Service number (`u32::MAX`: no Service).
