@@ -1005,6 +1005,18 @@ impl Engine {
         self.open.values()
     }
 
+    /// Whether `path` has an open tracking for `service`: two hash lookups, where a scan
+    /// of [`Engine::open_trackings`] would cost one step per open tracking.
+    pub fn has_open_tracking(&self, path: PathIdx, service: &ServiceKey) -> bool {
+        // Nothing open (a converged node) needs no hash of the name.
+        !self.open_per_service.is_empty()
+            && self
+                .service_ids
+                .get(service)
+                .and_then(|sid| self.open_per_service.get(&(path, *sid)))
+                .is_some_and(|n| *n > 0)
+    }
+
     /// Closed trackings, oldest first (bounded by `history_limit`).
     pub fn closed_trackings(&self) -> &[Tracking] {
         &self.closed

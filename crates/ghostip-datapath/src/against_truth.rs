@@ -347,7 +347,8 @@ pub struct ObservationCounts {
 
 /// [`observations`] of a [`PackedTable`], handed to `emit` one at a time in Service
 /// order, so that only one Service's held set exists at once: the same observations
-/// as [`observations`] of the same dump.
+/// as [`observations`] of the same dump. `emit` borrows each one (the same buffers are
+/// refilled for the next Service); it clones the ones it keeps.
 ///
 /// Frontends are grouped per Service by a counting sort (4 bytes per frontend), not
 /// through a set per Service; a Service's targets are the backends of its frontends,
@@ -358,13 +359,14 @@ pub fn for_each_observation(
     path: PathIdx,
     family: Family,
     at: Time,
-    mut emit: impl FnMut(Observation),
+    mut emit: impl FnMut(&Observation),
 ) -> ObservationCounts {
     let index = ServiceIndex::new(truth);
     // Service numbers by record address: the records live in `truth` for the whole call,
     // and hashing an address is cheaper than hashing a namespace and a name.
     let mut keys: Vec<&ServiceKey> = Vec::new();
     let mut ids: FxMap<*const ServiceRecord, u32> = FxMap::default();
+    ids.reserve(truth.service_count());
     for svc in truth
         .services()
         .filter(|svc| !svc.headless && svc.cluster_ips.iter().any(|ip| family.contains(*ip)))
@@ -375,6 +377,8 @@ pub fn for_each_observation(
         );
         keys.push(&svc.key);
     }
+    // The truth lists its Services in key order: the numbers given so far are in order.
+    let in_truth_order = keys.len();
     let mut counts = ObservationCounts::default();
     // Each frontend's Service number (`u32::MAX`: no Service).
     let mut service_of: Vec<u32> = Vec::with_capacity(table.frontends.len());
@@ -425,8 +429,20 @@ pub fn for_each_observation(
     }
     drop((service_of, next));
     let mut order: Vec<u32> = (0..u32::try_from(keys.len()).unwrap_or(u32::MAX)).collect();
-    order.sort_unstable_by_key(|&i| keys.get(i as usize).copied());
+    // Only Services numbered by the frontends (outside the family filter) can be out of
+    // order; without them the sort would compare 10 000 names to change nothing.
+    if keys.len() > in_truth_order {
+        order.sort_unstable_by_key(|&i| keys.get(i as usize).copied());
+    }
     let mut targets: Vec<Target> = Vec::new();
+    // One observation, refilled for each Service: its name and held set reuse their memory.
+    let mut obs = Observation {
+        path,
+        service: ServiceKey::new("", ""),
+        at,
+        result: ObservationResult::Held(Vec::new()),
+        latency: None,
+    };
     for i in order {
         let Some(key) = keys.get(i as usize) else {
             continue;
@@ -463,21 +479,17 @@ pub fn for_each_observation(
             targets.dedup();
         }
         counts.services += 1;
-        emit(Observation {
-            path,
-            service: (*key).clone(),
-            at,
-            result: ObservationResult::Held(
-                targets
-                    .iter()
-                    .map(|t| HeldTarget {
-                        target: *t,
-                        ttl: None,
-                    })
-                    .collect(),
-            ),
-            latency: None,
-        });
+        // Field by field: a derived `clone_from` would allocate new strings.
+        obs.service.namespace.clone_from(&key.namespace);
+        obs.service.name.clone_from(&key.name);
+        if let ObservationResult::Held(held) = &mut obs.result {
+            held.clear();
+            held.extend(targets.iter().map(|t| HeldTarget {
+                target: *t,
+                ttl: None,
+            }));
+        }
+        emit(&obs);
     }
     counts
 }

@@ -297,6 +297,16 @@ fn stale_found_without_seeing_the_change_is_dated_by_the_departure_when_known() 
         .collect();
     assert_eq!(open.len(), 1);
     assert_eq!(open[0].change.map(|c| c.t0), Some(t(0)));
+    // The lookup agrees with a scan of the open trackings.
+    let other = ServiceKey::new("prod", "other");
+    for path in [p, p2] {
+        for s in [svc(), other.clone()] {
+            let scan = e.open_trackings().any(|t| t.path == path && t.service == s);
+            assert_eq!(e.has_open_tracking(path, &s), scan, "{path:?} {s}");
+        }
+    }
+    assert!(e.has_open_tracking(p2, &svc()));
+    assert!(!e.has_open_tracking(p2, &other));
     // Unknown departure: an IP that was never in the truth.
     e.observe(&obs(p, t(2_000), &[(ip(7), 3), (ip(2), 3), (ip(3), 3)]));
     let t7 = e.open_trackings().find(|t| t.target == ip(7)).unwrap();

@@ -581,7 +581,7 @@ fn packed_observations_are_the_observations_of_the_full_table() {
         let packed = PackedTable::from(full.clone());
         let mut got = Vec::new();
         let counts = for_each_observation(&packed, &truth, PathIdx(3), Family::V4, t(20), |o| {
-            got.push(o)
+            got.push(o.clone())
         });
         assert_eq!(got, want.observations);
         assert_eq!(counts.services, want.observations.len());
@@ -597,7 +597,7 @@ fn packed_observations_are_the_observations_of_the_full_table() {
     assert_eq!(streamed.backend_count(), table.backend_count());
     let mut got = Vec::new();
     for_each_observation(&streamed, &truth, PathIdx(3), Family::V4, t(20), |o| {
-        got.push(o)
+        got.push(o.clone())
     });
     let want = observations(&table, &truth, PathIdx(3), Family::V4, t(20));
     assert_eq!(got, want.observations);

@@ -137,12 +137,9 @@ impl DatapathTracker {
         let path = self.path;
         let counts =
             against_truth::for_each_observation(table, truth, path, self.family, at, |o| {
-                let events = engine.observe(&o);
-                let open = engine
-                    .open_trackings()
-                    .any(|t| t.path == path && t.service == o.service);
-                if open || !events.is_empty() {
-                    out.recorded.push(o);
+                let events = engine.observe(o);
+                if !events.is_empty() || engine.has_open_tracking(path, &o.service) {
+                    out.recorded.push(o.clone());
                 }
                 out.events.extend(events);
             });
