@@ -522,6 +522,8 @@ struct Parser {
     runs: Vec<Run>,
     /// (target chain, endpoint named by the jump's comment).
     jumps: Vec<JumpRow>,
+    /// The name and key of the last packed jump source (see [`Parser::source_key`]).
+    last_source: ([u8; 32], usize, Option<ChainKey>),
     /// `:KUBE-…` chain declarations seen since the last rule.
     declared: usize,
     /// Masquerade, mark and return rules (see [`Parser::ignore_mark`]).
@@ -732,6 +734,22 @@ impl Parser {
                 ChainKey::named(next)
             }
         }
+    }
+
+    /// [`pack_chain`] of a jump rule's own chain. A chain's rules are consecutive, so the
+    /// name is usually the previous jump's: comparing 25 bytes is cheaper than packing them.
+    fn source_key(&mut self, chain: &[u8]) -> Option<ChainKey> {
+        let (bytes, len, key) = &mut self.last_source;
+        if key.is_some() && bytes.get(..*len) == Some(chain) {
+            return *key;
+        }
+        let packed = pack_chain(chain)?;
+        if let Some(dst) = bytes.get_mut(..chain.len()) {
+            dst.copy_from_slice(chain);
+            *len = chain.len();
+            *key = Some(packed);
+        }
+        Some(packed)
     }
 
     fn paddr(&mut self, sa: SocketAddr) -> PAddr {
@@ -1079,7 +1097,7 @@ impl Parser {
             Class::Svc | Class::Svl | Class::Ext | Class::Fw | Class::Xlb
                 if rest.is_empty() && is_lb_chain(classify(target)) =>
             {
-                let (Some(from), Some(to)) = (pack_chain(chain), pack_chain(target)) else {
+                let (Some(from), Some(to)) = (self.source_key(chain), pack_chain(target)) else {
                     return false;
                 };
                 let hint = match (q1, q2) {
@@ -1173,7 +1191,7 @@ impl Parser {
                     return false;
                 }
                 // The target is the rest of the line; a packed name has no space or tab.
-                let (Some(from), Some(to)) = (pack_chain(chain), pack_chain(c.0)) else {
+                let (Some(from), Some(to)) = (self.source_key(chain), pack_chain(c.0)) else {
                     return false;
                 };
                 // An unquoted comment has no space, so it names no endpoint.
@@ -1316,9 +1334,7 @@ impl Parser {
         resolve_direct(&mut jumps, &mut dnats);
         let dnat_rows = dnats.len();
         drop_resolved_dnats(&mut dnats, &runs, &self.entries);
-        let mut affinity = std::mem::take(&mut self.affinity);
-        affinity.sort_unstable();
-        affinity.dedup();
+        let affinity = KeySet::new(std::mem::take(&mut self.affinity));
         let dnat_bands = Bands::new(&dnats, |d| d.0);
         let run_bands = Bands::new(&runs, |r| r.0);
         let dnats_of = |c: ChainKey| -> &[(ChainKey, PAddr)] {
@@ -1345,7 +1361,7 @@ impl Parser {
                 _ => None,
             }
         };
-        let has_affinity = |c: ChainKey| !affinity.is_empty() && affinity.binary_search(&c).is_ok();
+        let has_affinity = |c: ChainKey| affinity.contains(c);
         // Each DNAT is usually reached from one frontend, some from a NodePort or an
         // external address too.
         sink.expect(
@@ -1460,6 +1476,45 @@ impl Parser {
             sink.frontend(fe);
         }
         Ok(out)
+    }
+}
+
+/// A set of chain keys asked about once per jump (the chains with session affinity): a
+/// bit per 16-bit key prefix answers most questions with one load from 8 KiB, and only
+/// a set bit leads to the binary search. The tag is in the prefix, so the `KUBE-SEP`
+/// targets of jumps never share a bit with the `KUBE-SVC` chains that carry affinity.
+struct KeySet {
+    bits: Vec<u64>,
+    keys: Vec<ChainKey>,
+}
+
+impl KeySet {
+    fn new(mut keys: Vec<ChainKey>) -> Self {
+        keys.sort_unstable();
+        keys.dedup();
+        let mut bits = Vec::new();
+        if !keys.is_empty() {
+            bits = vec![0u64; (1 << 16) / 64];
+            for k in &keys {
+                let b = Self::bit(*k);
+                if let Some(w) = bits.get_mut(b / 64) {
+                    *w |= 1 << (b % 64);
+                }
+            }
+        }
+        Self { bits, keys }
+    }
+
+    fn bit(k: ChainKey) -> usize {
+        (k.prefix() >> 16) as usize
+    }
+
+    fn contains(&self, k: ChainKey) -> bool {
+        let b = Self::bit(k);
+        self.bits
+            .get(b / 64)
+            .is_some_and(|w| w & (1 << (b % 64)) != 0)
+            && self.keys.binary_search(&k).is_ok()
     }
 }
 
@@ -1940,6 +1995,25 @@ COMMIT
 
         /// A key's prefix never sorts against the key: `a < b` gives `prefix(a) <=
         /// prefix(b)`, for packed names and interned ones.
+        #[test]
+        fn key_set_is_a_sorted_search(
+            keys in proptest::collection::vec((0u32..7, proptest::prelude::any::<u64>()), 0..40),
+            probes in proptest::collection::vec((0u32..7, proptest::prelude::any::<u64>()), 0..40),
+        ) {
+            let key = |(tag, body): (u32, u64)| ChainKey {
+                hi: (tag << 16) | (body >> 48) as u32,
+                mid: (body >> 16) as u32,
+                lo: (body as u32) << 16,
+            };
+            let keys: Vec<ChainKey> = keys.into_iter().map(key).collect();
+            let set = KeySet::new(keys.clone());
+            // Members, keys that share a member's bit (its prefix) but not the key, and others.
+            let near = keys.iter().map(|k| ChainKey { lo: k.lo ^ (1 << 16), ..*k });
+            for k in keys.iter().copied().chain(near).chain(probes.into_iter().map(key)) {
+                proptest::prop_assert_eq!(set.contains(k), keys.contains(&k));
+            }
+        }
+
         #[test]
         fn prefixes_sort_like_keys(
             a in (0u32..8, proptest::prelude::any::<u64>()),
