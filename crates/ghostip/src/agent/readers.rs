@@ -282,7 +282,7 @@ impl<R: Read> Read for Counting<R> {
 /// `/proc/sys/fs/pipe-max-size` allows it without privileges).
 const PIPE_SIZE: usize = 1 << 20;
 /// How long [`Coalescing`] waits after a read that drained the pipe.
-const COALESCE_PAUSE: Duration = Duration::from_millis(3);
+const COALESCE_PAUSE: Duration = Duration::from_millis(10);
 
 /// Reads a pipe in large gulps. `iptables-save` writes its dump 4 KiB at a time, and a
 /// parser faster than the writer would otherwise wake up and read after every write
@@ -291,8 +291,11 @@ const COALESCE_PAUSE: Duration = Duration::from_millis(3);
 /// did not fill the buffer (the pipe is drained), this waits [`COALESCE_PAUSE`] so the
 /// writer fills the enlarged pipe meanwhile. It pauses only when the pipe holds
 /// [`PIPE_SIZE`] (`pause` is `None` otherwise): at iptables-save's ~35 MB/s a pause fills
-/// about a tenth of it, so the writer never blocks on a full pipe and the read ends no later
-/// than without it.
+/// about a third of it (350 KB, more than the parser's 256 KiB buffer, so the next read
+/// fills the buffer), the writer does not block on a full pipe and the read ends no later
+/// than without it. Measured with the kernel's own rules at 150 000 endpoints
+/// (docs/BENCHMARKS.md, "Agent"): 3 ms left the parse 0.08–0.10 s of CPU, 10 ms 0.08–0.09 s,
+/// and 25 ms filled the pipe (the audit took 0.5 s longer).
 struct Coalescing<R> {
     inner: R,
     pause: Option<Duration>,
