@@ -1993,8 +1993,7 @@ COMMIT
             proptest::prop_assert_eq!(v, expected);
         }
 
-        /// A key's prefix never sorts against the key: `a < b` gives `prefix(a) <=
-        /// prefix(b)`, for packed names and interned ones.
+        /// The affinity set answers exactly like a binary search of its sorted keys.
         #[test]
         fn key_set_is_a_sorted_search(
             keys in proptest::collection::vec((0u32..7, proptest::prelude::any::<u64>()), 0..40),
@@ -2014,6 +2013,8 @@ COMMIT
             }
         }
 
+        /// A key's prefix never sorts against the key: `a < b` gives `prefix(a) <=
+        /// prefix(b)`, for packed names and interned ones.
         #[test]
         fn prefixes_sort_like_keys(
             a in (0u32..8, proptest::prelude::any::<u64>()),
