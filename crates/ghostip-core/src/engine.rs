@@ -781,10 +781,7 @@ impl Engine {
             return events;
         };
         let first = (obs.path, sid, min_target(), Discrepancy::Stale);
-        let has_open = self
-            .open_per_service
-            .get(&(obs.path, sid))
-            .is_some_and(|n| *n > 0);
+        let has_open = self.open_on(obs.path, sid);
         // A datapath read holds its targets sorted: one pass over both usually decides;
         // DNS answers come in any order and take the searches.
         let agrees = held.len() == desired.set.len()
@@ -1013,8 +1010,14 @@ impl Engine {
             && self
                 .service_ids
                 .get(service)
-                .and_then(|sid| self.open_per_service.get(&(path, *sid)))
-                .is_some_and(|n| *n > 0)
+                .is_some_and(|sid| self.open_on(path, *sid))
+    }
+
+    /// Whether `path` has an open tracking for the Service numbered `sid`.
+    fn open_on(&self, path: PathIdx, sid: u32) -> bool {
+        self.open_per_service
+            .get(&(path, sid))
+            .is_some_and(|n| *n > 0)
     }
 
     /// Closed trackings, oldest first (bounded by `history_limit`).
