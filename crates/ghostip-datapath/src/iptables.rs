@@ -1520,50 +1520,59 @@ impl KeySet {
 
 /// Replaces the address of each jump row whose target is a chain with exactly one DNAT
 /// row by that DNAT's address, flagged [`PAddr::RESOLVED`] (the comment's endpoint is only
-/// used for targets without rules, so it is not needed there). The jumps are ordered by
-/// their target's [`ChainKey::prefix`] (8 bytes per jump) and merged with the sorted DNAT
-/// rows: one sequential pass instead of a lookup (a cache miss) per jump; the few rows
-/// that share a prefix are told apart by their whole key.
+/// used for targets without rules, so it is not needed there). `dnats` is sorted by key.
+///
+/// The jumps are read in their own order and each looks its target up in a bucket index
+/// of the DNAT rows' largest tag band (the `KUBE-SEP` chains): the first row of each value
+/// of the top 16 bits of the hash (256 KiB, stays in cache), then the two or three rows of
+/// that bucket, which are consecutive. Each lookup is one cache miss that does not depend
+/// on the previous one, so the processor overlaps them; sorting the jumps by target and
+/// merging, as before, chased a dependent miss per jump through the sort. Targets of
+/// other tags (rare) use [`Bands::range`].
 fn resolve_direct(jumps: &mut [JumpRow], dnats: &mut [(ChainKey, PAddr)]) {
-    let mut order: Vec<u64> = jumps
-        .iter()
-        .enumerate()
-        .map(|(i, (to, _))| (u64::from(to.prefix()) << 32) | i as u64)
-        .collect();
-    bucket_sort(&mut order);
-    let mut d = 0usize;
-    let mut at = dnats.first().map(|r| r.0.prefix());
-    for o in order {
-        let prefix = (o >> 32) as u32;
-        while at.is_some_and(|p| p < prefix) {
-            d += 1;
-            at = dnats.get(d).map(|r| r.0.prefix());
+    const BITS: u32 = 16;
+    let bands = Bands::new(dnats, |d| d.0);
+    let (tag, lo, hi) = (0..8)
+        .map(|t| {
+            let s = bands.start.get(t).copied().unwrap_or(0);
+            let e = bands.start.get(t + 1).copied().unwrap_or(s);
+            (t, s, e)
+        })
+        .max_by_key(|&(_, s, e)| e - s)
+        .unwrap_or((0, 0, 0));
+    let bucket = |k: ChainKey| (k.body() >> (64 - BITS)) as usize;
+    // `first[b]..first[b + 1]`: the band's rows whose bucket is `b`.
+    let mut first = vec![0u32; (1 << BITS) + 1];
+    for (key, _) in dnats.get(lo..hi).unwrap_or_default() {
+        if let Some(c) = first.get_mut(bucket(*key) + 1) {
+            *c += 1;
         }
-        if at != Some(prefix) {
-            continue; // No DNAT in a chain of this prefix.
-        }
-        let Some(row) = jumps.get_mut((o & 0xffff_ffff) as usize) else {
+    }
+    // Counts to starts: `first[b]` is where bucket `b` begins, `first[b + 1]` where it ends.
+    let mut at = u32::try_from(lo).unwrap_or(u32::MAX);
+    for c in first.iter_mut() {
+        at = at.saturating_add(*c);
+        *c = at;
+    }
+    for row in jumps.iter_mut() {
+        let range = if row.0.tag() == tag {
+            let b = bucket(row.0);
+            let at = |i: usize| first.get(i).copied().unwrap_or(0) as usize;
+            at(b)..at(b + 1)
+        } else {
+            bands.range(dnats, row.0, |d| d.0)
+        };
+        let Some(rows) = dnats.get_mut(range) else {
             continue;
         };
-        // The rows of this prefix are sorted by key: skip the smaller keys.
-        let mut e = d;
-        while dnats
-            .get(e)
-            .is_some_and(|r| r.0 < row.0 && r.0.prefix() == prefix)
-        {
-            e += 1;
-        }
-        let one = dnats.get(e).filter(|r| r.0 == row.0).map(|r| r.1);
-        let more = dnats.get(e + 1).is_some_and(|r| r.0 == row.0);
-        if let (Some(a), false) = (one, more) {
-            let family = a.family & !PAddr::TAKEN;
+        let mut hit = rows.iter_mut().filter(|r| r.0 == row.0);
+        if let (Some(taken), None) = (hit.next(), hit.next()) {
+            let family = taken.1.family & !PAddr::TAKEN;
             row.1 = PAddr {
                 family: family | PAddr::RESOLVED,
-                ..a
+                ..taken.1
             };
-            if let Some(taken) = dnats.get_mut(e) {
-                taken.1.family = family | PAddr::TAKEN;
-            }
+            taken.1.family = family | PAddr::TAKEN;
         }
     }
 }
@@ -1593,78 +1602,6 @@ fn drop_resolved_dnats(dnats: &mut Vec<(ChainKey, PAddr)>, runs: &[Run], entries
         })
         .collect();
     *dnats = kept;
-}
-
-/// Sorts `(prefix << 32) | index` values in place: one counting pass by their top 16
-/// bits (the key's tag and the first bits of kube-proxy's hash, which are spread evenly),
-/// a pass that moves each value into its bucket (cycle by cycle, no second array), then a
-/// sort of each bucket's few values. The result is the same as `sort_unstable` (the values
-/// are distinct).
-fn bucket_sort(v: &mut [u64]) {
-    fn bucket(x: u64) -> usize {
-        (x >> 48) as usize
-    }
-    const N: usize = 1 << 16;
-    if v.len() < 4096 {
-        v.sort_unstable();
-        return;
-    }
-    let mut start = vec![0u32; N + 1];
-    for &x in v.iter() {
-        if let Some(c) = start.get_mut(bucket(x) + 1) {
-            *c += 1;
-        }
-    }
-    for b in 0..N {
-        let before = start.get(b).copied().unwrap_or(0);
-        if let Some(c) = start.get_mut(b + 1) {
-            *c += before;
-        }
-    }
-    // `next[b]`: the first slot of bucket `b` not yet holding one of its values.
-    let mut next = start.clone();
-    for b in 0..N {
-        let end = start.get(b + 1).copied().unwrap_or(0);
-        loop {
-            let at = next.get(b).copied().unwrap_or(end);
-            if at >= end {
-                break;
-            }
-            // Carry the value at `at` to its bucket, taking the one there, until a value
-            // of bucket `b` comes back.
-            let Some(mut x) = v.get(at as usize).copied() else {
-                break;
-            };
-            loop {
-                let d = bucket(x);
-                if d == b {
-                    break;
-                }
-                let Some(slot) = next.get_mut(d) else {
-                    return;
-                };
-                let Some(dst) = v.get_mut(*slot as usize) else {
-                    return;
-                };
-                std::mem::swap(&mut x, dst);
-                *slot += 1;
-            }
-            if let Some(dst) = v.get_mut(at as usize) {
-                *dst = x;
-            }
-            if let Some(n) = next.get_mut(b) {
-                *n += 1;
-            }
-        }
-    }
-    for w in start.windows(2) {
-        if let [a, b] = *w
-            && b - a > 1
-            && let Some(part) = v.get_mut(a as usize..b as usize)
-        {
-            part.sort_unstable();
-        }
-    }
 }
 
 /// Jump runs sorted by source chain with one run per chain. Dumps list a chain's rules
@@ -1971,26 +1908,50 @@ COMMIT
     }
 
     proptest::proptest! {
-        /// The bucket sort gives what `sort_unstable` gives, with keys crowded in a few
-        /// buckets or spread over all of them.
+        /// The bucket lookup resolves exactly the jumps whose target has one DNAT row, as a
+        /// scan of all rows does, with keys crowded in a few buckets or spread over all of
+        /// them, several tags, and chains with no, one or two DNAT rows.
         #[test]
-        fn bucket_sort_agrees_with_sort(
-            raw in proptest::collection::vec((0u32..8, proptest::prelude::any::<u64>(), 0u8..3), 0..6000),
+        fn resolve_direct_agrees_with_a_scan(
+            raw in proptest::collection::vec((0u32..8, proptest::prelude::any::<u64>(), 0u8..3, 0u8..3), 0..3000),
+            picks in proptest::collection::vec((proptest::prelude::any::<proptest::sample::Index>(), proptest::prelude::any::<bool>()), 0..3000),
         ) {
-            let v: Vec<u64> = raw
+            let keys: Vec<ChainKey> = raw
                 .iter()
-                .enumerate()
-                .map(|(i, &(tag, body, spread))| {
+                .map(|&(tag, body, spread, _)| {
                     let hi = (tag << 16) | match spread { 0 => 0, 1 => (body >> 60) as u32, _ => (body >> 48) as u32 & 0xffff };
-                    let key = ChainKey { hi, mid: (body >> 16) as u32, lo: body as u32 };
-                    (u64::from(key.prefix()) << 32) | i as u64
+                    ChainKey { hi, mid: (body >> 16) as u32 & if spread == 0 { 0xf } else { u32::MAX }, lo: body as u32 }
                 })
                 .collect();
-            let mut expected = v.clone();
-            expected.sort_unstable();
-            let mut v = v;
-            bucket_sort(&mut v);
-            proptest::prop_assert_eq!(v, expected);
+            let mut dnats: Vec<(ChainKey, PAddr)> = Vec::new();
+            for (i, (&key, &(_, _, _, rows))) in keys.iter().zip(&raw).enumerate() {
+                for r in 0..rows {
+                    dnats.push((key, PAddr { ip: i as u32, port: u16::from(r), family: 4 }));
+                }
+            }
+            dnats.sort_by_key(|d| d.0);
+            let mut jumps: Vec<JumpRow> = picks
+                .iter()
+                .filter(|_| !keys.is_empty())
+                .map(|(at, own)| {
+                    let key = if *own { keys[at.index(keys.len())] } else { ChainKey { hi: 4 << 16, mid: 7, lo: at.index(1000) as u32 } };
+                    (key, PAddr::NONE)
+                })
+                .collect();
+            let mut expected = jumps.clone();
+            let mut expected_dnats = dnats.clone();
+            for row in &mut expected {
+                let hits: Vec<usize> = (0..expected_dnats.len()).filter(|&i| expected_dnats[i].0 == row.0).collect();
+                if let [one] = hits[..] {
+                    let a = expected_dnats[one].1;
+                    let family = a.family & !PAddr::TAKEN;
+                    row.1 = PAddr { family: family | PAddr::RESOLVED, ..a };
+                    expected_dnats[one].1.family = family | PAddr::TAKEN;
+                }
+            }
+            resolve_direct(&mut jumps, &mut dnats);
+            proptest::prop_assert_eq!(jumps, expected);
+            proptest::prop_assert_eq!(dnats, expected_dnats);
         }
 
         /// The affinity set answers exactly like a binary search of its sorted keys.
