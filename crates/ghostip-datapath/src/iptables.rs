@@ -306,9 +306,26 @@ fn no_space_or_control(b: &[u8]) -> bool {
     clean && words.remainder().iter().all(|&c| c > b' ')
 }
 
-/// A byte of an IPv4 or IPv6 address with an optional prefix length.
-fn is_addr_byte(b: u8) -> bool {
-    b.is_ascii_hexdigit() || matches!(b, b'.' | b':' | b'/')
+/// The length of the token `b` starts with: its bytes above the space (eight at a time).
+fn graphic_len(b: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let mut n = 0;
+    while let Some(w) = b.get(n..n + 8) {
+        let x = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+        // High bit of a lane set when its byte is below 0x21; the lowest such lane is
+        // exact (a borrow only flags lanes above a flagged one).
+        let low = x.wrapping_sub(0x21 * ONES) & !x & (0x80 * ONES);
+        if low != 0 {
+            return n + (low.trailing_zeros() / 8) as usize;
+        }
+        n += 8;
+    }
+    n + b
+        .get(n..)
+        .unwrap_or_default()
+        .iter()
+        .take_while(|&&c| c > b' ')
+        .count()
 }
 
 /// Eight base32 digits as a 40-bit number, `None` if one is not a base32 digit: the
@@ -1047,11 +1064,7 @@ impl Parser {
             if !is_lb_chain(classify(chain)) || !no_space_or_control(chain) {
                 return None;
             }
-            let addr =
-                c.0.iter()
-                    .take(44)
-                    .take_while(|&&b| is_addr_byte(b))
-                    .count();
+            let addr = graphic_len(c.0);
             c.0 = c.0.get(addr..)?;
             if addr == 0
                 || (c.lit(b" -m comment --comment ") && c.comment().is_none())
@@ -1065,12 +1078,14 @@ impl Parser {
         }
         if chain.get(5..9) == Some(b"SEP-") {
             let key = pack_chain(chain)?;
-            let matched = c.lit(b" -p ")
-                && c.word().is_some()
-                && (!c.lit(b" -m comment --comment ") || c.comment().is_some())
-                && c.lit(b" -m ")
-                && c.word().is_some()
-                && c.lit(b" -j DNAT --to-destination ");
+            // kube-proxy's large-cluster TCP layout as one literal, else token by token.
+            let matched = c.lit(b" -p tcp -m tcp -j DNAT --to-destination ")
+                || c.lit(b" -p ")
+                    && c.word().is_some()
+                    && (!c.lit(b" -m comment --comment ") || c.comment().is_some())
+                    && c.lit(b" -m ")
+                    && c.word().is_some()
+                    && c.lit(b" -j DNAT --to-destination ");
             if !matched {
                 return None;
             }
