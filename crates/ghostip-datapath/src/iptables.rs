@@ -738,7 +738,7 @@ fn service_from_comment(comment: &str) -> Option<ServiceRef> {
 fn service_token(comment: &str) -> Option<&str> {
     let c = comment.strip_prefix("portal for ").unwrap_or(comment);
     let first = c.split(' ').next()?;
-    ServiceRef::parse_kube_proxy(first).map(|_| first)
+    ServiceRef::kube_proxy_parts(first).map(|_| first)
 }
 
 /// The endpoint named by `… -> 10.0.0.1:80` in a jump's comment.

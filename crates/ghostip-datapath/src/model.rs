@@ -316,6 +316,13 @@ impl ServiceRef {
 
     /// Parses kube-proxy's `ns/name:port` (port optional, as in `default/nginx cluster IP`).
     pub fn parse_kube_proxy(s: &str) -> Option<ServiceRef> {
+        let (ns, name, port) = Self::kube_proxy_parts(s)?;
+        Some(ServiceRef::new(ns, name, port))
+    }
+
+    /// The namespace, name and port name of kube-proxy's `ns/name:port`, without
+    /// allocating (for callers that only check the shape).
+    pub(crate) fn kube_proxy_parts(s: &str) -> Option<(&str, &str, &str)> {
         let (ns, rest) = s.split_once('/')?;
         let (name, port) = match rest.split_once(':') {
             Some((n, p)) => (n, p),
@@ -324,7 +331,7 @@ impl ServiceRef {
         if ns.is_empty() || name.is_empty() || name.contains('/') {
             return None;
         }
-        Some(ServiceRef::new(ns, name, port))
+        Some((ns, name, port))
     }
 }
 
