@@ -274,11 +274,15 @@ struct PathState {
     expected_lag: Duration,
     removed: bool,
     stats: PathStats,
-    /// Last held set per service (interned id) with TTLs and when.
+    /// When each service (interned id) was last held with a TTL, and that TTL.
     ///
     /// Only the time and the smallest TTL are kept (a DNS answer's records share the
     /// TTL of their cached RRset): 16 bytes per (path, service) instead of the whole set.
-    last_held: FxHashMap<u32, (Time, Option<u32>)>,
+    /// A held set without TTLs removes the entry instead of storing "no TTL": it predicts
+    /// nothing, and a datapath path (whose reads never carry TTLs) then keeps no entry at
+    /// all, where it used to insert one per Service on every read (10 000 hash inserts
+    /// and about 0.5 MiB at 10 000 Services).
+    last_held: FxHashMap<u32, (Time, u32)>,
 }
 
 /// What one layer should hold for one service.
@@ -688,7 +692,7 @@ impl Engine {
         let mut predicted_expiry = None;
         let mut ttl_seen = None;
         if kind == Discrepancy::Stale
-            && let Some((at, Some(ttl))) = p.last_held.get(&sid).copied()
+            && let Some((at, ttl)) = p.last_held.get(&sid).copied()
         {
             predicted_expiry = at.checked_add(Duration::from_secs(u64::from(ttl))).ok();
             ttl_seen = Some(ttl);
@@ -767,8 +771,16 @@ impl Engine {
         let layer = p.info.layer();
         let expected_lag = p.expected_lag;
         if !held.is_empty() {
-            p.last_held
-                .insert(sid, (obs.at, held.iter().filter_map(|h| h.ttl).min()));
+            match held.iter().filter_map(|h| h.ttl).min() {
+                Some(ttl) => {
+                    p.last_held.insert(sid, (obs.at, ttl));
+                }
+                // The last held set had no TTL: no prediction, as before this one had one.
+                None if !p.last_held.is_empty() => {
+                    p.last_held.remove(&sid);
+                }
+                None => {}
+            }
         }
         if !judging {
             return events;

@@ -86,6 +86,33 @@ fn synced() -> (Engine, PathIdx) {
     (e, p)
 }
 
+/// A held set without TTLs forgets the TTL of the one before it: a target removed after
+/// it opens a tracking with no predicted expiry. And a path whose observations never carry
+/// a TTL (a datapath read) keeps no per-Service entry for it at all.
+#[test]
+fn a_held_set_without_ttls_predicts_no_expiry() {
+    let (mut e, p) = synced();
+    e.observe(&obs(p, t(-5_000), &[(ip(1), 25), (ip(2), 25), (ip(3), 25)]));
+    let mut no_ttl = obs(p, t(-4_000), &[(ip(1), 0), (ip(2), 0), (ip(3), 0)]);
+    if let ObservationResult::Held(h) = &mut no_ttl.result {
+        for t in h {
+            t.ttl = None;
+        }
+    }
+    e.observe(&no_ttl);
+    assert!(e.paths[p.0 as usize].last_held.is_empty());
+    let ev = remove_ip1_at_t0(&mut e);
+    let opened = ev
+        .iter()
+        .find_map(|e| match e {
+            EngineEvent::Opened(t) if t.kind == Discrepancy::Stale => Some(t.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(opened.ttl_seen, None);
+    assert_eq!(opened.predicted_expiry, None);
+}
+
 #[test]
 fn exact_window_for_a_removed_ip() {
     let (mut e, p) = synced();
