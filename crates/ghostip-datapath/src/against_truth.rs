@@ -125,11 +125,27 @@ pub struct FrontendParts<'f> {
 }
 
 /// Frontend → Service port, built once from the truth's Services.
+///
+/// The Services are listed once, in the truth's order (which is key order), and the maps
+/// name a Service port by its position there ([`PortAt`], 8 bytes) rather than by a
+/// reference and a port name (24 bytes): smaller tables to fill and probe, and a caller
+/// that numbers Services ([`for_each_observation`]) gets the number from the lookup
+/// instead of from a map of its own. A Service named by the dump (external and
+/// load-balancer addresses) is found by a binary search of that list, not through a
+/// third map of every Service's name, which only a few hundred frontends need.
 #[derive(Debug, Default)]
 pub struct ServiceIndex<'a> {
-    cluster: FxMap<(IpAddr, u16, ghostip_core::Protocol), (&'a ServiceRecord, Option<&'a str>)>,
-    node_ports: FxMap<(u16, ghostip_core::Protocol), (&'a ServiceRecord, Option<&'a str>)>,
-    by_name: FxMap<(&'a str, &'a str), &'a ServiceRecord>,
+    services: Vec<&'a ServiceRecord>,
+    cluster: FxMap<(IpAddr, u16, ghostip_core::Protocol), PortAt>,
+    node_ports: FxMap<(u16, ghostip_core::Protocol), PortAt>,
+}
+
+/// A Service port of a [`ServiceIndex`]: the Service's position in its list and the
+/// port's position in the Service's `ports`.
+#[derive(Clone, Copy, Debug)]
+struct PortAt {
+    service: u32,
+    port: u32,
 }
 
 const PROTOCOLS: [ghostip_core::Protocol; 3] = [
@@ -141,27 +157,33 @@ const PROTOCOLS: [ghostip_core::Protocol; 3] = [
 impl<'a> ServiceIndex<'a> {
     /// Indexes every non-headless Service of `truth`.
     pub fn new(truth: &'a Truth) -> Self {
-        let mut ix = ServiceIndex::default();
-        ix.by_name.reserve(truth.service_count());
+        let mut ix = ServiceIndex {
+            services: Vec::with_capacity(truth.service_count()),
+            ..ServiceIndex::default()
+        };
         ix.cluster.reserve(truth.service_count());
-        for svc in truth.services() {
-            ix.by_name
-                .insert((svc.key.namespace.as_str(), svc.key.name.as_str()), svc);
+        for (service, svc) in (0u32..).zip(truth.services()) {
+            ix.services.push(svc);
             if svc.headless {
                 continue;
             }
-            for p in &svc.ports {
+            for (port, p) in (0u32..).zip(&svc.ports) {
+                let at = PortAt { service, port };
                 for ip in &svc.cluster_ips {
-                    ix.cluster
-                        .insert((*ip, p.port, p.protocol), (svc, p.name.as_deref()));
+                    ix.cluster.insert((*ip, p.port, p.protocol), at);
                 }
                 if let Some(np) = p.node_port {
-                    ix.node_ports
-                        .insert((np, p.protocol), (svc, p.name.as_deref()));
+                    ix.node_ports.insert((np, p.protocol), at);
                 }
             }
         }
         ix
+    }
+
+    /// The Services, in the truth's order (a [`ServiceIndex::position`] is an index
+    /// here), once the lookups are done: the maps are freed.
+    fn into_services(self) -> Vec<&'a ServiceRecord> {
+        self.services
     }
 
     /// The Service port `f` serves, if the truth knows it.
@@ -177,6 +199,25 @@ impl<'a> ServiceIndex<'a> {
 
     /// [`ServiceIndex::lookup`] of a frontend given by its parts.
     pub fn lookup_parts(&self, f: &FrontendParts<'_>) -> Option<PortMatch<'a>> {
+        let (at, external) = self.find(f)?;
+        let svc = *self.services.get(at.service as usize)?;
+        let port = svc.ports.get(at.port as usize)?;
+        Some(PortMatch {
+            service: svc,
+            port_name: port.name.as_deref(),
+            external,
+        })
+    }
+
+    /// The position in [`ServiceIndex::into_services`] of the Service `f` serves: what
+    /// [`ServiceIndex::lookup_parts`] finds, without reading the Service's record for a
+    /// cluster IP or a NodePort.
+    fn position(&self, f: &FrontendParts<'_>) -> Option<u32> {
+        self.find(f).map(|(at, _)| at.service)
+    }
+
+    /// The Service port `f` serves and whether it is reached from outside.
+    fn find(&self, f: &FrontendParts<'_>) -> Option<(PortAt, bool)> {
         let protocols: &[ghostip_core::Protocol] = match f.protocol.to_core() {
             Some(p) => &[p][..],
             None => &PROTOCOLS[..],
@@ -184,42 +225,44 @@ impl<'a> ServiceIndex<'a> {
         let one = |p: ghostip_core::Protocol| protocols.contains(&p);
         if matches!(f.kind, FrontendKind::ClusterIp | FrontendKind::Unknown) {
             for p in protocols {
-                if let Some((svc, port_name)) = self.cluster.get(&(f.ip, f.port, *p)) {
-                    return Some(PortMatch {
-                        service: svc,
-                        port_name: *port_name,
-                        external: false,
-                    });
+                if let Some(at) = self.cluster.get(&(f.ip, f.port, *p)) {
+                    return Some((*at, false));
                 }
             }
         }
         if matches!(f.kind, FrontendKind::NodePort | FrontendKind::Unknown) {
             for p in protocols {
-                if let Some((svc, port_name)) = self.node_ports.get(&(f.port, *p)) {
-                    return Some(PortMatch {
-                        service: svc,
-                        port_name: *port_name,
-                        external: true,
-                    });
+                if let Some(at) = self.node_ports.get(&(f.port, *p)) {
+                    return Some((*at, true));
                 }
             }
         }
-        // External and load-balancer addresses (and anything else the dump names).
+        // External and load-balancer addresses (and anything else the dump names): the
+        // list is in key order, (namespace, name).
         let r = f.service?;
-        let svc = *self.by_name.get(&(r.namespace.as_str(), r.name.as_str()))?;
+        let service = self
+            .services
+            .binary_search_by(|svc| {
+                (svc.key.namespace.as_str(), svc.key.name.as_str())
+                    .cmp(&(r.namespace.as_str(), r.name.as_str()))
+            })
+            .ok()?;
+        let svc = *self.services.get(service)?;
         if svc.headless {
             return None;
         }
-        let port = svc.ports.iter().find(|p| {
+        let port = svc.ports.iter().position(|p| {
             one(p.protocol)
                 && (p.name.as_deref().unwrap_or("") == r.port_name
                     || (r.port_name.is_empty() && svc.ports.len() == 1))
         })?;
-        Some(PortMatch {
-            service: svc,
-            port_name: port.name.as_deref(),
-            external: f.kind != FrontendKind::ClusterIp,
-        })
+        Some((
+            PortAt {
+                service: u32::try_from(service).ok()?,
+                port: u32::try_from(port).ok()?,
+            },
+            f.kind != FrontendKind::ClusterIp,
+        ))
     }
 }
 
@@ -352,7 +395,10 @@ pub struct ObservationCounts {
 ///
 /// Frontends are grouped per Service by a counting sort (4 bytes per frontend), not
 /// through a set per Service; a Service's targets are the backends of its frontends,
-/// already sorted when it has one frontend.
+/// already sorted when it has one frontend. A Service is numbered by its position in
+/// the truth (the [`ServiceIndex`] lookup gives it), and the truth lists Services in key
+/// order, so walking the numbers in order emits in Service order with no map of numbers
+/// and no sort.
 pub fn for_each_observation(
     table: &PackedTable,
     truth: &Truth,
@@ -362,23 +408,6 @@ pub fn for_each_observation(
     mut emit: impl FnMut(&Observation),
 ) -> ObservationCounts {
     let index = ServiceIndex::new(truth);
-    // Service numbers by record address: the records live in `truth` for the whole call,
-    // and hashing an address is cheaper than hashing a namespace and a name.
-    let mut keys: Vec<&ServiceKey> = Vec::new();
-    let mut ids: FxMap<*const ServiceRecord, u32> = FxMap::default();
-    ids.reserve(truth.service_count());
-    for svc in truth
-        .services()
-        .filter(|svc| !svc.headless && svc.cluster_ips.iter().any(|ip| family.contains(*ip)))
-    {
-        ids.insert(
-            std::ptr::from_ref(svc),
-            u32::try_from(keys.len()).unwrap_or(u32::MAX),
-        );
-        keys.push(&svc.key);
-    }
-    // The truth lists its Services in key order: the numbers given so far are in order.
-    let in_truth_order = keys.len();
     let mut counts = ObservationCounts::default();
     // Each frontend's Service number (`u32::MAX`: no Service).
     let mut service_of: Vec<u32> = Vec::with_capacity(table.frontends.len());
@@ -390,22 +419,18 @@ pub fn for_each_observation(
             kind: f.kind,
             service: f.service.as_ref(),
         };
-        let Some(m) = index.lookup_parts(&parts) else {
-            counts.unknown_frontends += 1;
-            service_of.push(u32::MAX);
-            continue;
-        };
-        let id = *ids.entry(std::ptr::from_ref(m.service)).or_insert_with(|| {
-            keys.push(&m.service.key);
-            u32::try_from(keys.len() - 1).unwrap_or(u32::MAX)
-        });
-        service_of.push(id);
+        match index.position(&parts) {
+            Some(s) => service_of.push(s),
+            None => {
+                counts.unknown_frontends += 1;
+                service_of.push(u32::MAX);
+            }
+        }
     }
-    drop(ids);
-    drop(index);
+    let services = index.into_services();
     // The frontends grouped by Service (a counting sort, frontends in table order within
     // a Service): `grouped[starts[s]..starts[s + 1]]` are Service `s`'s.
-    let mut starts = vec![0u32; keys.len() + 1];
+    let mut starts = vec![0u32; services.len() + 1];
     for &s in &service_of {
         if let Some(n) = starts.get_mut(s as usize + 1) {
             *n += 1;
@@ -428,13 +453,6 @@ pub fn for_each_observation(
         }
     }
     drop((service_of, next));
-    let mut order: Vec<u32> = (0..u32::try_from(keys.len()).unwrap_or(u32::MAX)).collect();
-    // Only Services numbered by the frontends (outside the family filter) can be out of
-    // order; without them the sort would compare 10 000 names to change nothing.
-    if keys.len() > in_truth_order {
-        order.sort_unstable_by_key(|&i| keys.get(i as usize).copied());
-    }
-    let mut targets: Vec<Target> = Vec::new();
     // One observation, refilled for each Service: its name and held set reuse their memory.
     let mut obs = Observation {
         path,
@@ -443,13 +461,19 @@ pub fn for_each_observation(
         result: ObservationResult::Held(Vec::new()),
         latency: None,
     };
-    for i in order {
-        let Some(key) = keys.get(i as usize) else {
+    for (i, svc) in services.iter().enumerate() {
+        let lo = starts.get(i).copied().unwrap_or(0) as usize;
+        let hi = starts.get(i + 1).copied().unwrap_or(0) as usize;
+        // Every non-headless Service with a cluster IP of the path's family is observed
+        // (empty when the dump has none of its frontends), and any other the dump serves.
+        if lo == hi && (svc.headless || !svc.cluster_ips.iter().any(|ip| family.contains(*ip))) {
+            continue;
+        }
+        let key = &svc.key;
+        let ObservationResult::Held(held) = &mut obs.result else {
             continue;
         };
-        let lo = starts.get(i as usize).copied().unwrap_or(0) as usize;
-        let hi = starts.get(i as usize + 1).copied().unwrap_or(0) as usize;
-        targets.clear();
+        held.clear();
         let mut first = 0;
         for f in grouped
             .get(lo..hi)
@@ -457,38 +481,34 @@ pub fn for_each_observation(
             .iter()
             .filter_map(|&fi| table.frontends.get(fi as usize))
         {
-            let start = targets.len();
+            let start = held.len();
             for b in table.backends(f) {
                 if !b.is_active() && truth.endpoint(key, table.ip(b)).is_some() {
                     counts.draining += 1;
                 } else {
-                    targets.push(table.target(b));
+                    held.push(HeldTarget {
+                        target: table.target(b),
+                        ttl: None,
+                    });
                 }
             }
             // A NodePort or an external address usually repeats the cluster IP's backends.
             if start == 0 {
-                first = targets.len();
-            } else if targets.get(start..) == targets.get(..first) {
-                targets.truncate(start);
+                first = held.len();
+            } else if held.get(start..) == held.get(..first) {
+                held.truncate(start);
             }
         }
         // One frontend's backends come sorted and unique: only a Service whose frontends
         // (ports, NodePorts, external addresses) differ needs the sort.
-        if !targets.is_sorted_by(|a, b| a < b) {
-            targets.sort_unstable();
-            targets.dedup();
+        if !held.is_sorted_by(|a, b| a.target < b.target) {
+            held.sort_unstable_by_key(|h| h.target);
+            held.dedup_by_key(|h| h.target);
         }
         counts.services += 1;
         // Field by field: a derived `clone_from` would allocate new strings.
         obs.service.namespace.clone_from(&key.namespace);
         obs.service.name.clone_from(&key.name);
-        if let ObservationResult::Held(held) = &mut obs.result {
-            held.clear();
-            held.extend(targets.iter().map(|t| HeldTarget {
-                target: *t,
-                ttl: None,
-            }));
-        }
         emit(&obs);
     }
     counts

@@ -610,3 +610,51 @@ fn packed_observations_are_the_observations_of_the_full_table() {
         matches!(stale, ObservationResult::Held(h) if h.len() == model.services[0].endpoints.len())
     );
 }
+
+/// `for_each_observation` numbers Services by their place in the truth and walks the
+/// numbers in order: the observations stay those of `observations` whatever the truth
+/// holds between them (headless Services, Services of the other family, ones without a
+/// cluster IP) and for every family filter (with IPv6, only the Services the dump serves
+/// are observed, none of them through the filter).
+#[test]
+fn packed_observations_skip_the_services_the_path_does_not_serve() {
+    let model = GenModel::generate(&spec());
+    let dump = model.iptables_save();
+    let mut truth = model.truth(t(0));
+    let (services, _) = model.truth_records();
+    let near = |i: usize, suffix: &str| {
+        let mut s = services[i].clone();
+        s.key.name.push_str(suffix);
+        s
+    };
+    // Key order puts each right after (or before) a Service of the dump.
+    let mut headless = near(1, "-a");
+    headless.headless = true;
+    headless.cluster_ips.clear();
+    let mut v6 = near(2, "-a");
+    v6.cluster_ips = vec!["fd00::2".parse().unwrap()];
+    v6.ports.iter_mut().for_each(|p| p.node_port = None);
+    let mut no_ip = near(3, "-a");
+    no_ip.cluster_ips.clear();
+    no_ip.ports.iter_mut().for_each(|p| p.node_port = None);
+    let mut first = services[0].clone();
+    first.key.namespace = String::from("a");
+    first.cluster_ips = vec!["10.255.0.1".parse().unwrap()];
+    first.ports.iter_mut().for_each(|p| p.node_port = None);
+    for s in [headless, v6, no_ip, first] {
+        truth.apply_service(s, t(1));
+    }
+    let table = iptables::parse_str(&dump).unwrap();
+    let packed = PackedTable::from(table.clone());
+    for family in [Family::V4, Family::V6, Family::Both] {
+        let want = observations(&table, &truth, PathIdx(1), family, t(20));
+        let mut got = Vec::new();
+        let counts = for_each_observation(&packed, &truth, PathIdx(1), family, t(20), |o| {
+            got.push(o.clone())
+        });
+        assert_eq!(got, want.observations, "{family:?}");
+        assert_eq!(counts.services, want.observations.len());
+        assert_eq!(counts.unknown_frontends, want.unknown_frontends);
+        assert!(!got.is_empty());
+    }
+}
