@@ -26,7 +26,7 @@ use ghostip_core::{HeldTarget, Observation, ObservationResult, PathIdx, ServiceK
 use serde::Serialize;
 
 use crate::model::{Backend, BackendState, Frontend, FrontendKind, LbTable, Protocol, ServiceRef};
-use crate::packed::PackedTable;
+use crate::packed::{PackedBackend, PackedTable};
 use crate::text::FxMap;
 
 /// Most unknown frontends described in [`NodeDiff::unknown_samples`].
@@ -474,15 +474,28 @@ pub fn for_each_observation(
             continue;
         };
         held.clear();
+        // The first frontend that held anything: its targets are `held[..first]`, made
+        // from the packed backends `first_raw`, of which `first_draining` were draining.
         let mut first = 0;
+        let mut first_raw: &[PackedBackend] = &[];
+        let mut first_draining = 0;
         for f in grouped
             .get(lo..hi)
             .unwrap_or_default()
             .iter()
             .filter_map(|&fi| table.frontends.get(fi as usize))
         {
+            let raw = table.backends(f);
+            // A NodePort or an external address usually repeats the cluster IP's backends.
+            // The same packed backends make the same targets, which would be dropped again
+            // below: comparing 8-byte backends skips making and comparing the targets.
+            if raw == first_raw {
+                counts.draining += first_draining;
+                continue;
+            }
             let start = held.len();
-            for b in table.backends(f) {
+            let draining_before = counts.draining;
+            for b in raw {
                 if !b.is_active() && truth.endpoint(key, table.ip(b)).is_some() {
                     counts.draining += 1;
                 } else {
@@ -492,9 +505,10 @@ pub fn for_each_observation(
                     });
                 }
             }
-            // A NodePort or an external address usually repeats the cluster IP's backends.
             if start == 0 {
                 first = held.len();
+                first_raw = raw;
+                first_draining = counts.draining - draining_before;
             } else if held.get(start..) == held.get(..first) {
                 held.truncate(start);
             }

@@ -576,7 +576,28 @@ fn packed_observations_are_the_observations_of_the_full_table() {
         .unwrap();
     f.backends
         .push(Backend::active("10.0.0.1".parse().unwrap(), 80));
-    for full in [&table, &odd, &extra] {
+    // The same backend draining on every frontend of that Service: its repeated frontends
+    // count their draining backends too.
+    let mut drained = table.clone();
+    let ip = drained
+        .frontends
+        .iter()
+        .find(|f| f.service.as_ref() == Some(&shared))
+        .and_then(|f| f.backends.get(1))
+        .unwrap()
+        .ip;
+    for f in &mut drained.frontends {
+        if f.service.as_ref() == Some(&shared) {
+            for b in &mut f.backends {
+                if b.ip == ip {
+                    b.state = BackendState::Terminating;
+                }
+            }
+        }
+    }
+    let want = observations(&drained, &truth, PathIdx(3), Family::V4, t(20));
+    assert!(want.draining > 1, "{}", want.draining);
+    for full in [&table, &odd, &extra, &drained] {
         let want = observations(full, &truth, PathIdx(3), Family::V4, t(20));
         let packed = PackedTable::from(full.clone());
         let mut got = Vec::new();
