@@ -771,7 +771,15 @@ impl Engine {
         let layer = p.info.layer();
         let expected_lag = p.expected_lag;
         if !held.is_empty() {
-            match held.iter().filter_map(|h| h.ttl).min() {
+            // A datapath read holds 10 000s of targets and no TTL: asking whether there is
+            // one is a shorter loop than taking the smallest, and a DNS answer says yes at
+            // its first record.
+            let min_ttl = if held.iter().any(|h| h.ttl.is_some()) {
+                held.iter().filter_map(|h| h.ttl).min()
+            } else {
+                None
+            };
+            match min_ttl {
                 Some(ttl) => {
                     p.last_held.insert(sid, (obs.at, ttl));
                 }
@@ -797,7 +805,7 @@ impl Engine {
         // A datapath read holds its targets sorted: one pass over both usually decides;
         // DNS answers come in any order and take the searches.
         let agrees = held.len() == desired.set.len()
-            && (desired.set.equals_in_order(held.iter().map(|h| h.target))
+            && (desired.set.equals_in_order(held, |h| h.target)
                 || held.iter().all(|h| desired.contains(&h.target)));
         if agrees && !has_open {
             return events; // The common case: the path is right and nothing is being measured.

@@ -113,6 +113,28 @@ fn a_held_set_without_ttls_predicts_no_expiry() {
     assert_eq!(opened.predicted_expiry, None);
 }
 
+/// The TTL a held set predicts with is the smallest of its records that have one, when
+/// only some of them do.
+#[test]
+fn the_smallest_ttl_among_records_with_one_predicts_expiry() {
+    let (mut e, p) = synced();
+    let mut mixed = obs(p, t(-5_000), &[(ip(1), 0), (ip(2), 25), (ip(3), 40)]);
+    if let ObservationResult::Held(h) = &mut mixed.result {
+        h[0].ttl = None;
+    }
+    e.observe(&mixed);
+    let ev = remove_ip1_at_t0(&mut e);
+    let opened = ev
+        .iter()
+        .find_map(|e| match e {
+            EngineEvent::Opened(t) if t.kind == Discrepancy::Stale => Some(t.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(opened.ttl_seen, Some(25));
+    assert_eq!(opened.predicted_expiry, Some(t(20_000)));
+}
+
 #[test]
 fn exact_window_for_a_removed_ip() {
     let (mut e, p) = synced();
