@@ -438,6 +438,40 @@ impl<'a> Cursor<'a> {
     }
 }
 
+impl<'a> Cursor<'a> {
+    /// What kube-proxy writes in a `KUBE-SEP` chain before the DNAT address:
+    /// ` -p P [-m comment --comment C] -m P -j DNAT --to-destination ` (the comment left
+    /// out above 1 000 endpoints, `largeClusterEndpointsThreshold`, which is how a large
+    /// dump looks; its TCP form compared as one literal first).
+    #[inline(always)]
+    fn dnat_head(&mut self) -> bool {
+        self.lit(b" -p tcp -m tcp -j DNAT --to-destination ")
+            || self.lit(b" -p ")
+                && self.word().is_some()
+                && (!self.lit(b" -m comment --comment ") || self.comment().is_some())
+                && self.lit(b" -m ")
+                && self.word().is_some()
+                && self.lit(b" -j DNAT --to-destination ")
+    }
+
+    /// What kube-proxy writes in a load-balancing chain before a jump's target:
+    /// ` [-m comment --comment C] [-m statistic --mode random --probability N] -j `;
+    /// gives the comment (empty when left out, as above 1 000 endpoints) and whether it
+    /// was quoted.
+    #[inline(always)]
+    fn jump_head(&mut self) -> Option<(&'a [u8], bool)> {
+        let comment = if self.lit(b" -m comment --comment ") {
+            self.comment()?
+        } else {
+            (&[][..], false)
+        };
+        if self.lit(b" -m statistic --mode random --probability ") && self.word().is_none() {
+            return None;
+        }
+        self.lit(b" -j ").then_some(comment)
+    }
+}
+
 /// A jump run: source chain and the index of its first row in the jump rows.
 type Run = (ChainKey, u32);
 /// A jump row: target chain and the endpoint named by the jump's comment.
@@ -1078,15 +1112,7 @@ impl Parser {
         }
         if chain.get(5..9) == Some(b"SEP-") {
             let key = pack_chain(chain)?;
-            // kube-proxy's large-cluster TCP layout as one literal, else token by token.
-            let matched = c.lit(b" -p tcp -m tcp -j DNAT --to-destination ")
-                || c.lit(b" -p ")
-                    && c.word().is_some()
-                    && (!c.lit(b" -m comment --comment ") || c.comment().is_some())
-                    && c.lit(b" -m ")
-                    && c.word().is_some()
-                    && c.lit(b" -j DNAT --to-destination ");
-            if !matched {
+            if !c.dnat_head() {
                 return None;
             }
             let (sa, len) = crate::text::parse_socket_v4_prefix(c.0)?;
@@ -1097,17 +1123,7 @@ impl Parser {
             self.add_dnat(key, sa);
             return Some(end(&c, len));
         }
-        let (comment, quoted) = if c.lit(b" -m comment --comment ") {
-            c.comment()?
-        } else {
-            (&[][..], false)
-        };
-        if c.lit(b" -m statistic --mode random --probability ") && c.word().is_none() {
-            return None;
-        }
-        if !c.lit(b" -j ") {
-            return None;
-        }
+        let (comment, quoted) = c.jump_head()?;
         let t = packed_len(c.0);
         let to = pack_chain(c.0.get(..t)?)?;
         if c.0.get(t) != Some(&b'\n') {
@@ -1322,15 +1338,7 @@ impl Parser {
         let mut c = Cursor(body.get(chain.len()..).unwrap_or_default());
         match class {
             Class::Sep => {
-                // kube-proxy leaves the comment out above 1 000 endpoints
-                // (`largeClusterEndpointsThreshold`), which is how a large dump looks.
-                let matched = c.lit(b" -p ")
-                    && c.word().is_some()
-                    && (!c.lit(b" -m comment --comment ") || c.comment().is_some())
-                    && c.lit(b" -m ")
-                    && c.word().is_some()
-                    && c.lit(b" -j DNAT --to-destination ");
-                if !matched {
+                if !c.dnat_head() {
                     return false;
                 }
                 // The address is the rest of the line: one token when it parses.
@@ -1343,21 +1351,9 @@ impl Parser {
                 true
             }
             Class::Svc | Class::Svl | Class::Ext | Class::Fw | Class::Xlb => {
-                // Without the comment above 1 000 endpoints, as for `KUBE-SEP` above.
-                let (comment, quoted) = if c.lit(b" -m comment --comment ") {
-                    match c.comment() {
-                        Some(cq) => cq,
-                        None => return false,
-                    }
-                } else {
-                    (&[][..], false)
+                let Some((comment, quoted)) = c.jump_head() else {
+                    return false;
                 };
-                if c.lit(b" -m statistic --mode random --probability ") && c.word().is_none() {
-                    return false;
-                }
-                if !c.lit(b" -j ") {
-                    return false;
-                }
                 // The target is the rest of the line; a packed name has no space or tab.
                 let (Some(from), Some(to)) = (self.source_key(chain), pack_chain(c.0)) else {
                     return false;

@@ -72,6 +72,17 @@ fn remove_ip1_at_t0(e: &mut Engine) -> Vec<EngineEvent> {
     )
 }
 
+/// The stale tracking that removing ip 1 at t=0 opens.
+fn stale_opened_by_removing_ip1(e: &mut Engine) -> Tracking {
+    remove_ip1_at_t0(e)
+        .into_iter()
+        .find_map(|e| match e {
+            EngineEvent::Opened(t) if t.kind == Discrepancy::Stale => Some(t),
+            _ => None,
+        })
+        .unwrap()
+}
+
 /// Engine with one path, truth synced, desired {1,2,3} as a baseline.
 fn synced() -> (Engine, PathIdx) {
     let mut e = Engine::new(EngineConfig::default());
@@ -101,14 +112,7 @@ fn a_held_set_without_ttls_predicts_no_expiry() {
     }
     e.observe(&no_ttl);
     assert!(e.paths[p.0 as usize].last_held.is_empty());
-    let ev = remove_ip1_at_t0(&mut e);
-    let opened = ev
-        .iter()
-        .find_map(|e| match e {
-            EngineEvent::Opened(t) if t.kind == Discrepancy::Stale => Some(t.clone()),
-            _ => None,
-        })
-        .unwrap();
+    let opened = stale_opened_by_removing_ip1(&mut e);
     assert_eq!(opened.ttl_seen, None);
     assert_eq!(opened.predicted_expiry, None);
 }
@@ -123,14 +127,7 @@ fn the_smallest_ttl_among_records_with_one_predicts_expiry() {
         h[0].ttl = None;
     }
     e.observe(&mixed);
-    let ev = remove_ip1_at_t0(&mut e);
-    let opened = ev
-        .iter()
-        .find_map(|e| match e {
-            EngineEvent::Opened(t) if t.kind == Discrepancy::Stale => Some(t.clone()),
-            _ => None,
-        })
-        .unwrap();
+    let opened = stale_opened_by_removing_ip1(&mut e);
     assert_eq!(opened.ttl_seen, Some(25));
     assert_eq!(opened.predicted_expiry, Some(t(20_000)));
 }
