@@ -293,28 +293,25 @@ fn packed_len(b: &[u8]) -> usize {
     if b.get(5..8) == Some(b"FW-") { 24 } else { 25 }
 }
 
-/// Whether `b` has no space, newline or other control byte (eight bytes at a time).
-fn no_space_or_control(b: &[u8]) -> bool {
+/// Eight bytes of `b` from `at` as a little-endian word, if there are eight.
+fn word_at(b: &[u8], at: usize) -> Option<u64> {
+    let w: [u8; 8] = b.get(at..at + 8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(w))
+}
+
+/// The lanes of `x` whose byte is a space or a control byte (below 0x21), as their high
+/// bits. Exact for the lowest flagged lane (a borrow only flags lanes above a flagged one);
+/// bytes from 0x80 up are never flagged.
+fn space_or_control_lanes(x: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
-    let mut words = b.chunks_exact(8);
-    let clean = words.by_ref().all(|w| {
-        let x = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-        // High bit of a lane set when its byte is below 0x21 (bytes from 0x80 up are
-        // left out by `!x`).
-        x.wrapping_sub(0x21 * ONES) & !x & (0x80 * ONES) == 0
-    });
-    clean && words.remainder().iter().all(|&c| c > b' ')
+    x.wrapping_sub(0x21 * ONES) & !x & (0x80 * ONES)
 }
 
 /// The length of the token `b` starts with: its bytes above the space (eight at a time).
 fn graphic_len(b: &[u8]) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
     let mut n = 0;
-    while let Some(w) = b.get(n..n + 8) {
-        let x = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-        // High bit of a lane set when its byte is below 0x21; the lowest such lane is
-        // exact (a borrow only flags lanes above a flagged one).
-        let low = x.wrapping_sub(0x21 * ONES) & !x & (0x80 * ONES);
+    while let Some(x) = word_at(b, n) {
+        let low = space_or_control_lanes(x);
         if low != 0 {
             return n + (low.trailing_zeros() / 8) as usize;
         }
@@ -397,12 +394,8 @@ impl<'a> Cursor<'a> {
             y.wrapping_sub(ONES) & !y & (0x80 * ONES) != 0
         };
         let mut n = 0;
-        while let Some(w) = self.0.get(n..n + 8) {
-            let x = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-            if x.wrapping_sub(0x21 * ONES) & !x & (0x80 * ONES) != 0
-                || has(x, b'"')
-                || has(x, b'\\')
-            {
+        while let Some(x) = word_at(self.0, n) {
+            if space_or_control_lanes(x) != 0 || has(x, b'"') || has(x, b'\\') {
                 break;
             }
             n += 8;
@@ -436,9 +429,7 @@ impl<'a> Cursor<'a> {
         self.0 = rest.get(1..).unwrap_or_default();
         Some((inner, true))
     }
-}
 
-impl<'a> Cursor<'a> {
     /// What kube-proxy writes in a `KUBE-SEP` chain before the DNAT address:
     /// ` -p P [-m comment --comment C] -m P -j DNAT --to-destination ` (the comment left
     /// out above 1 000 endpoints, `largeClusterEndpointsThreshold`, which is how a large
@@ -1069,7 +1060,7 @@ impl Parser {
                 let name = rest.get(1..)?;
                 let n = packed_len(name);
                 if !name.starts_with(b"KUBE-")
-                    || !no_space_or_control(name.get(..n)?)
+                    || graphic_len(name.get(..n)?) != n
                     || !name.get(n..)?.starts_with(b" - [0:0]\n")
                 {
                     return None;
@@ -1095,7 +1086,7 @@ impl Parser {
         if c.lit(b" -s ") {
             // The rule is ignored whatever its chain's hash, as long as the name is one
             // token of a load-balancing kind (what `fast_line` checks).
-            if !is_lb_chain(classify(chain)) || !no_space_or_control(chain) {
+            if !is_lb_chain(classify(chain)) || graphic_len(chain) != chain.len() {
                 return None;
             }
             let addr = graphic_len(c.0);
@@ -1718,11 +1709,11 @@ fn resolve_direct(jumps: &mut [JumpRow], dnats: &mut [(ChainKey, PAddr)]) {
         at = at.saturating_add(*c);
         *c = at;
     }
+    let start = |b: usize| first.get(b).copied().unwrap_or(0) as usize;
     for row in jumps.iter_mut() {
         let range = if row.0.tag() == tag {
             let b = bucket(row.0);
-            let at = |i: usize| first.get(i).copied().unwrap_or(0) as usize;
-            at(b)..at(b + 1)
+            start(b)..start(b + 1)
         } else {
             bands.range(dnats, row.0, |d| d.0)
         };
