@@ -27,12 +27,11 @@ fn vm_hwm_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// CPU time this thread has used so far (`/proc/thread-self/schedstat`, nanoseconds).
+/// CPU time this thread has used so far (`CLOCK_THREAD_CPUTIME_ID`; `schedstat` lags up to a
+/// scheduler tick for the thread reading it).
 fn cpu_secs() -> f64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0.0, |ns| ns as f64 / 1e9)
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
 }
 
 fn main() -> ExitCode {

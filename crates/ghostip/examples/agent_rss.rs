@@ -213,13 +213,38 @@ fn main() {
         _ => ("cat".to_string(), vec![tmp.to_string_lossy().into_owned()]),
     };
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    // `AUDITS=N`: N audits one after the other, as the agent runs them (the later ones reuse
+    // what the allocator kept from the earlier ones).
+    let audits: usize = std::env::var("AUDITS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for _ in 0..audits.max(1) {
+        audit(&mut s, &mut tracker, &program, &argv, &cancel, dump_bytes);
+    }
+    println!(
+        "after audit: VmHWM {:.1} MiB, VmRSS {:.1} MiB",
+        mib(status_kib("VmHWM:")),
+        mib(status_kib("VmRSS:"))
+    );
+}
+
+/// One full audit, as the agent does it.
+fn audit(
+    s: &mut Session,
+    tracker: &mut DatapathTracker,
+    program: &str,
+    argv: &[&str],
+    cancel: &Arc<AtomicBool>,
+    dump_bytes: u64,
+) {
     let wall = Instant::now();
     let read = run_and_parse(
-        &program,
-        &argv,
+        program,
+        argv,
         Format::Iptables,
         Duration::from_secs(600),
-        &cancel,
+        cancel,
     )
     .unwrap_or_else(|e| panic!("reading {program}: {e}"));
     println!(
@@ -267,11 +292,6 @@ fn main() {
             cap.audit_period().as_secs_f64()
         );
     }
-    println!(
-        "after audit: VmHWM {:.1} MiB, VmRSS {:.1} MiB",
-        mib(status_kib("VmHWM:")),
-        mib(status_kib("VmRSS:"))
-    );
 }
 
 fn tracker_events(

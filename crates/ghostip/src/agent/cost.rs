@@ -53,14 +53,6 @@ impl CpuTimes {
     }
 }
 
-/// The on-CPU time of a thread from one `/proc/thread-self/schedstat` line (its first
-/// field, nanoseconds): finer than `stat`'s 10 ms ticks, which a diff of 20 ms cannot be
-/// measured with. `None` when the line is not a schedstat line.
-pub fn parse_schedstat(line: &str) -> Option<Duration> {
-    let ns: u64 = line.split_whitespace().next()?.parse().ok()?;
-    Some(Duration::from_nanos(ns))
-}
-
 /// Settings of the cap.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CostConfig {
@@ -306,16 +298,6 @@ mod tests {
         assert_eq!(c.children, Duration::from_millis(1500));
         assert_eq!(CpuTimes::parse_stat("garbage"), None);
         assert_eq!(CpuTimes::parse_stat("1 (x) S 1 2"), None);
-    }
-
-    #[test]
-    fn parses_schedstat_nanoseconds() {
-        assert_eq!(
-            parse_schedstat("123456789 5000 42\n"),
-            Some(Duration::from_nanos(123_456_789))
-        );
-        assert_eq!(parse_schedstat(""), None);
-        assert_eq!(parse_schedstat("x 1 2"), None);
     }
 
     #[test]
