@@ -257,7 +257,14 @@ fn rollout_with_windows_at_most(corefile: &str, max: f64) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let (_, report, _) = rollout(&dir.path().join("l.db"), None);
     print_rows(&report);
-    let rows = pod_path_rows(&report);
+    // A target that left and came back before a path dropped it (a new pod's address
+    // flapping in the slice during the rollout) is left unjudged by design: nothing to bound.
+    let (readded, rows): (Vec<&Value>, Vec<&Value>) = pod_path_rows(&report)
+        .into_iter()
+        .partition(|r| r["verdict"]["reason"] == "readded");
+    for r in &readded {
+        eprintln!("not bounded (re-added while stale, unjudged): {r}");
+    }
     assert!(rows.len() >= 6, "3 removed IPs × ≥2 CoreDNS pods: {report}");
     for r in rows {
         let upper = f(&r["window_upper_s"]).expect("converged");
