@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use jiff::Timestamp;
 use serde::Serialize;
@@ -59,28 +59,74 @@ pub struct Report {
     pub with_ledger: bool,
 }
 
-type Key = (String, Class, Option<String>, Option<String>);
-
 /// Collects classified failures.
+///
+/// Groups are kept per peer, each peer's in the order they were made: adding a failure writes
+/// its peer into a reused buffer and finds the group without allocating (a failure's key used
+/// to cost two to four strings, made and dropped, and a map search comparing them).
 #[derive(Debug, Default, Clone)]
 pub struct Aggregator {
-    groups: BTreeMap<Key, Group>,
+    groups: BTreeMap<String, Vec<Group>>,
+    /// The peer of the failure being added.
+    peer: String,
 }
 
-fn peer_of(f: &ConnFailure) -> String {
-    if let Some(t) = f.target {
-        return t.ip().to_string();
+/// Writes what `f` aimed at into `out`: the target IP, else `dns:NAME`, `host:NAME`,
+/// `dns-server:IP` or `-`.
+fn write_peer(out: &mut String, f: &ConnFailure) {
+    let _ = match (f.target, &f.dns_name, &f.host, f.dns_server) {
+        (Some(SocketAddr::V4(t)), ..) => {
+            write_ipv4(out, *t.ip());
+            Ok(())
+        }
+        (Some(t), ..) => write!(out, "{}", t.ip()),
+        (None, Some(n), ..) => write!(out, "dns:{n}"),
+        (None, None, Some(h), _) => write!(out, "host:{h}"),
+        (None, None, None, Some(s)) => write!(out, "dns-server:{}", s.ip()),
+        (None, None, None, None) => write!(out, "-"),
+    };
+}
+
+/// `ip` in dotted decimal, as its `Display` writes it, without the formatting machinery (which
+/// took most of a failure's aggregation).
+fn write_ipv4(out: &mut String, ip: Ipv4Addr) {
+    for (i, octet) in ip.octets().into_iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        if octet >= 100 {
+            out.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            out.push(char::from(b'0' + octet / 10 % 10));
+        }
+        out.push(char::from(b'0' + octet % 10));
     }
-    if let Some(n) = &f.dns_name {
-        return format!("dns:{n}");
+}
+
+impl Group {
+    /// Whether the group is the one of (class, service, window) (its peer aside).
+    fn is(&self, class: Class, service: Option<&str>, window: Option<&str>) -> bool {
+        self.class == class
+            && self.service.as_deref() == service
+            && self.window.as_deref() == window
     }
-    if let Some(h) = &f.host {
-        return format!("host:{h}");
+
+    /// Adds the failures of `g` (the same key) to this group.
+    fn absorb(&mut self, g: Group) {
+        self.ports.extend(g.ports);
+        self.errors += g.errors;
+        for (k, n) in g.by_kind {
+            *self.by_kind.entry(k).or_default() += n;
+        }
+        widen(&mut self.first, &mut self.last, g.first);
+        widen(&mut self.first, &mut self.last, g.last);
+        self.formats.extend(g.formats);
+        self.approximate_time |= g.approximate_time;
+        if self.target_ip.is_none() {
+            self.target_ip = g.target_ip;
+        }
     }
-    if let Some(s) = f.dns_server {
-        return format!("dns-server:{}", s.ip());
-    }
-    "-".to_owned()
 }
 
 fn widen(first: &mut Option<Timestamp>, last: &mut Option<Timestamp>, t: Option<Timestamp>) {
@@ -112,27 +158,33 @@ impl Aggregator {
         service: Option<&str>,
         window: Option<&str>,
     ) {
-        let peer = peer_of(f);
-        let key = (
-            peer.clone(),
-            class,
-            service.map(str::to_owned),
-            window.map(str::to_owned),
-        );
-        let g = self.groups.entry(key).or_insert_with(|| Group {
-            peer,
-            target_ip: f.target.map(|t| t.ip()),
-            ports: BTreeSet::new(),
-            class,
-            service: service.map(str::to_owned),
-            window: window.map(str::to_owned),
-            errors: 0,
-            by_kind: BTreeMap::new(),
-            first: None,
-            last: None,
-            formats: BTreeSet::new(),
-            approximate_time: false,
-        });
+        self.peer.clear();
+        write_peer(&mut self.peer, f);
+        let list = match self.groups.get_mut(self.peer.as_str()) {
+            Some(list) => list,
+            None => self.groups.entry(self.peer.clone()).or_default(),
+        };
+        let at = match list.iter().position(|g| g.is(class, service, window)) {
+            Some(at) => at,
+            None => {
+                list.push(Group {
+                    peer: self.peer.clone(),
+                    target_ip: f.target.map(|t| t.ip()),
+                    ports: BTreeSet::new(),
+                    class,
+                    service: service.map(str::to_owned),
+                    window: window.map(str::to_owned),
+                    errors: 0,
+                    by_kind: BTreeMap::new(),
+                    first: None,
+                    last: None,
+                    formats: BTreeSet::new(),
+                    approximate_time: false,
+                });
+                list.len() - 1
+            }
+        };
+        let Some(g) = list.get_mut(at) else { return };
         if let Some(t) = f.target {
             g.ports.insert(t.port());
         }
@@ -143,33 +195,31 @@ impl Aggregator {
         g.approximate_time |= f.approximate_time;
     }
 
+    /// The groups in (peer, class, service, window) order.
+    fn into_sorted_groups(self) -> impl Iterator<Item = Group> {
+        self.groups.into_values().flat_map(|mut list| {
+            list.sort_by(|a, b| {
+                (a.class, &a.service, &a.window).cmp(&(b.class, &b.service, &b.window))
+            });
+            list
+        })
+    }
+
     /// Replaces every group's window by `relabel(window)` and merges groups that then share
     /// (peer, class, service, window). For callers that learn the windows only after the scan:
     /// they add failures under a provisional window key (e.g. the removed pod) and map it to a
     /// rollout window once every removal is known.
     pub fn relabel_windows(self, mut relabel: impl FnMut(&str) -> Option<String>) -> Aggregator {
         let mut out = Aggregator::new();
-        for (_, mut g) in self.groups {
+        for mut g in self.into_sorted_groups() {
             g.window = g.window.as_deref().and_then(&mut relabel);
-            let key = (g.peer.clone(), g.class, g.service.clone(), g.window.clone());
-            match out.groups.get_mut(&key) {
-                None => {
-                    out.groups.insert(key, g);
-                }
-                Some(m) => {
-                    m.ports.extend(g.ports);
-                    m.errors += g.errors;
-                    for (k, n) in g.by_kind {
-                        *m.by_kind.entry(k).or_default() += n;
-                    }
-                    widen(&mut m.first, &mut m.last, g.first);
-                    widen(&mut m.first, &mut m.last, g.last);
-                    m.formats.extend(g.formats);
-                    m.approximate_time |= g.approximate_time;
-                    if m.target_ip.is_none() {
-                        m.target_ip = g.target_ip;
-                    }
-                }
+            let list = out.groups.entry(g.peer.clone()).or_default();
+            match list
+                .iter_mut()
+                .find(|m| m.is(g.class, g.service.as_deref(), g.window.as_deref()))
+            {
+                Some(m) => m.absorb(g),
+                None => list.push(g),
             }
         }
         out
@@ -177,7 +227,7 @@ impl Aggregator {
 
     /// The report; `with_ledger` says whether the classes came from a ledger join.
     pub fn report(self, with_ledger: bool) -> Report {
-        let mut groups: Vec<Group> = self.groups.into_values().collect();
+        let mut groups: Vec<Group> = self.into_sorted_groups().collect();
         groups.sort_by(|a, b| b.errors.cmp(&a.errors).then_with(|| a.peer.cmp(&b.peer)));
         let mut r = Report {
             groups: Vec::new(),
@@ -396,5 +446,85 @@ mod tests {
         let table = r.render_table();
         assert!(table.contains("TARGET"), "{table}");
         assert!(table.contains("Without a ledger"), "{table}");
+    }
+
+    /// The aggregation as it was first written: one ordered map keyed by (peer, class,
+    /// service, window), a key built for every failure.
+    fn reference(items: &[(ConnFailure, Class, Option<String>, Option<String>)]) -> Vec<Group> {
+        let mut map: BTreeMap<(String, Class, Option<String>, Option<String>), Group> =
+            BTreeMap::new();
+        for (x, class, service, window) in items {
+            let mut peer = String::new();
+            write_peer(&mut peer, x);
+            let g = map
+                .entry((peer.clone(), *class, service.clone(), window.clone()))
+                .or_insert_with(|| Group {
+                    peer,
+                    target_ip: x.target.map(|t| t.ip()),
+                    ports: BTreeSet::new(),
+                    class: *class,
+                    service: service.clone(),
+                    window: window.clone(),
+                    errors: 0,
+                    by_kind: BTreeMap::new(),
+                    first: None,
+                    last: None,
+                    formats: BTreeSet::new(),
+                    approximate_time: false,
+                });
+            if let Some(t) = x.target {
+                g.ports.insert(t.port());
+            }
+            g.errors += 1;
+            *g.by_kind.entry(x.kind).or_default() += 1;
+            widen(&mut g.first, &mut g.last, x.timestamp);
+            g.formats.insert(x.format);
+            g.approximate_time |= x.approximate_time;
+        }
+        let mut groups: Vec<Group> = map.into_values().collect();
+        groups.sort_by(|a, b| b.errors.cmp(&a.errors).then_with(|| a.peer.cmp(&b.peer)));
+        groups
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn ipv4_is_written_as_display_writes_it(ip in proptest::prelude::any::<u32>()) {
+            let ip = Ipv4Addr::from(ip);
+            let mut s = String::new();
+            write_ipv4(&mut s, ip);
+            proptest::prop_assert_eq!(s, ip.to_string());
+        }
+
+        /// Groups, their order (ties included) and their contents are those of the reference.
+        #[test]
+        fn groups_as_one_map_of_whole_keys_would_make_them(
+            items in proptest::collection::vec(
+                (0..6usize, 0..4usize, 0..3usize, 0..3usize, 0..4usize, 0..600i64),
+                0..200,
+            ),
+        ) {
+            let targets = ["10.244.3.71:8080", "10.244.3.71:9090", "10.244.12.5:53", "[fd00::1]:443"];
+            let classes = [Class::StaleTarget, Class::PooledConnection, Class::Blackholed, Class::DnsPath];
+            let names = [None, Some("shop/web".to_owned()), Some("shop/api".to_owned())];
+            let kinds = [Kind::Refused, Kind::Reset, Kind::Timeout, Kind::DnsTimeout];
+            let items: Vec<_> = items
+                .into_iter()
+                .map(|(peer, class, service, window, kind, secs)| {
+                    let mut x = f(kinds[kind], targets.get(peer).copied().unwrap_or("-"), "");
+                    x.timestamp = Some(Timestamp::from_second(1_714_578_000 + secs).unwrap());
+                    match peer {
+                        4 => x.dns_name = Some("api.shop.svc".to_owned()),
+                        5 => x.host = Some("db.example.com".to_owned()),
+                        _ => {}
+                    }
+                    (x, classes[class], names[service].clone(), names[window].clone())
+                })
+                .collect();
+            let mut agg = Aggregator::new();
+            for (x, class, service, window) in &items {
+                agg.add_in(x, *class, service.as_deref(), window.as_deref());
+            }
+            proptest::prop_assert_eq!(agg.report(false).groups, reference(&items));
+        }
     }
 }
