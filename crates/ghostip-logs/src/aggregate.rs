@@ -1,7 +1,7 @@
 //! Aggregates classified failures per target, class, service and rollout window, and renders the
 //! result as a plain-text table with a one-line headline ("47 errors = 31 refused + 16 reset …").
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -61,12 +61,13 @@ pub struct Report {
 
 /// Collects classified failures.
 ///
-/// Groups are kept per peer, each peer's in the order they were made: adding a failure writes
-/// its peer into a reused buffer and finds the group without allocating (a failure's key used
-/// to cost two to four strings, made and dropped, and a map search comparing them).
+/// Groups are kept in a hash map per peer, each peer's in the order they were made, and put in
+/// (peer, class, service, window) order when read: adding a failure writes its peer into a
+/// reused buffer and finds the group without allocating (a failure's key used to cost two to
+/// four strings, made and dropped, and an ordered-map search comparing them).
 #[derive(Debug, Default, Clone)]
 pub struct Aggregator {
-    groups: BTreeMap<String, Vec<Group>>,
+    groups: HashMap<String, Vec<Group>>,
     /// The peer of the failure being added.
     peer: String,
 }
@@ -197,7 +198,9 @@ impl Aggregator {
 
     /// The groups in (peer, class, service, window) order.
     fn into_sorted_groups(self) -> impl Iterator<Item = Group> {
-        self.groups.into_values().flat_map(|mut list| {
+        let mut peers: Vec<(String, Vec<Group>)> = self.groups.into_iter().collect();
+        peers.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        peers.into_iter().flat_map(|(_, mut list)| {
             list.sort_by(|a, b| {
                 (a.class, &a.service, &a.window).cmp(&(b.class, &b.service, &b.window))
             });
