@@ -106,6 +106,42 @@ fn write_ipv4(out: &mut String, ip: Ipv4Addr) {
 }
 
 impl Group {
+    /// An empty group of (peer, class, service, window), for failures like `f`.
+    fn new(
+        peer: String,
+        f: &ConnFailure,
+        class: Class,
+        service: Option<&str>,
+        window: Option<&str>,
+    ) -> Group {
+        Group {
+            peer,
+            target_ip: f.target.map(|t| t.ip()),
+            ports: BTreeSet::new(),
+            class,
+            service: service.map(str::to_owned),
+            window: window.map(str::to_owned),
+            errors: 0,
+            by_kind: BTreeMap::new(),
+            first: None,
+            last: None,
+            formats: BTreeSet::new(),
+            approximate_time: false,
+        }
+    }
+
+    /// Counts the failure `f` in the group.
+    fn count(&mut self, f: &ConnFailure) {
+        if let Some(t) = f.target {
+            self.ports.insert(t.port());
+        }
+        self.errors += 1;
+        *self.by_kind.entry(f.kind).or_default() += 1;
+        widen(&mut self.first, &mut self.last, f.timestamp);
+        self.formats.insert(f.format);
+        self.approximate_time |= f.approximate_time;
+    }
+
     /// Whether the group is the one of (class, service, window) (its peer aside).
     fn is(&self, class: Class, service: Option<&str>, window: Option<&str>) -> bool {
         self.class == class
@@ -168,32 +204,13 @@ impl Aggregator {
         let at = match list.iter().position(|g| g.is(class, service, window)) {
             Some(at) => at,
             None => {
-                list.push(Group {
-                    peer: self.peer.clone(),
-                    target_ip: f.target.map(|t| t.ip()),
-                    ports: BTreeSet::new(),
-                    class,
-                    service: service.map(str::to_owned),
-                    window: window.map(str::to_owned),
-                    errors: 0,
-                    by_kind: BTreeMap::new(),
-                    first: None,
-                    last: None,
-                    formats: BTreeSet::new(),
-                    approximate_time: false,
-                });
+                list.push(Group::new(self.peer.clone(), f, class, service, window));
                 list.len() - 1
             }
         };
-        let Some(g) = list.get_mut(at) else { return };
-        if let Some(t) = f.target {
-            g.ports.insert(t.port());
+        if let Some(g) = list.get_mut(at) {
+            g.count(f);
         }
-        g.errors += 1;
-        *g.by_kind.entry(f.kind).or_default() += 1;
-        widen(&mut g.first, &mut g.last, f.timestamp);
-        g.formats.insert(f.format);
-        g.approximate_time |= f.approximate_time;
     }
 
     /// The groups in (peer, class, service, window) order.
@@ -459,30 +476,11 @@ mod tests {
         for (x, class, service, window) in items {
             let mut peer = String::new();
             write_peer(&mut peer, x);
-            let g = map
-                .entry((peer.clone(), *class, service.clone(), window.clone()))
-                .or_insert_with(|| Group {
-                    peer,
-                    target_ip: x.target.map(|t| t.ip()),
-                    ports: BTreeSet::new(),
-                    class: *class,
-                    service: service.clone(),
-                    window: window.clone(),
-                    errors: 0,
-                    by_kind: BTreeMap::new(),
-                    first: None,
-                    last: None,
-                    formats: BTreeSet::new(),
-                    approximate_time: false,
-                });
-            if let Some(t) = x.target {
-                g.ports.insert(t.port());
-            }
-            g.errors += 1;
-            *g.by_kind.entry(x.kind).or_default() += 1;
-            widen(&mut g.first, &mut g.last, x.timestamp);
-            g.formats.insert(x.format);
-            g.approximate_time |= x.approximate_time;
+            map.entry((peer.clone(), *class, service.clone(), window.clone()))
+                .or_insert_with(|| {
+                    Group::new(peer, x, *class, service.as_deref(), window.as_deref())
+                })
+                .count(x);
         }
         let mut groups: Vec<Group> = map.into_values().collect();
         groups.sort_by(|a, b| b.errors.cmp(&a.errors).then_with(|| a.peer.cmp(&b.peer)));
