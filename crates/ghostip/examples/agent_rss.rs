@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! agent_rss prepare DIR [SERVICES] [ENDPOINTS]   # DIR/dump.iptables, DIR/truth.jsonl
-//! agent_rss run DIR [-- PROGRAM ARGS…]
+//! [AUDITS=N] agent_rss run DIR [-- PROGRAM ARGS…]   # N audits back to back (default 1)
 //! ```
 //!
 //! `prepare` runs the generator in its own process, so its memory is not counted: it
