@@ -62,7 +62,10 @@ mod time;
 pub use aggregate::{Aggregator, Group, Report};
 pub use classify::{Class, OwnerFacts, class_of_kind, classify, classify_with_owner};
 pub use mmap::{MappedLog, map_settled};
-pub use model::{ConnFailure, Format, Kind, RAW_EXCERPT_MAX, ScanOptions, ScanStats, UnknownShape};
+pub use model::{
+    ConnFailure, FOCUS_LINES, Format, Kind, RAW_EXCERPT_MAX, ScanOptions, ScanStats, Target,
+    UnknownShape,
+};
 pub use parallel::{ParallelOptions, ReadAt};
 pub use prefilter::prefilter_needles;
 pub use reader::{is_gzip, open_reader};

@@ -8,8 +8,21 @@
 //! Everything the merge stage needs from the bytes before a line (the look-back) is computed
 //! here, from at most [`HISTORY`] bytes before the line, so that it is the same whichever way
 //! the input was cut into ranges.
+//!
+//! # Focused scans
+//! With a [`Target`](crate::Target) that has one spelling (IPv4), the prefilter and the
+//! extractors run only on the windows around the lines that hold that spelling (found with a
+//! `memmem` search, about as fast as reading the bytes): the lines a multi-line event holding
+//! such a line can span (see [`LineScan::window`]). Those windows are a function of the bytes
+//! alone, so a range examines the lines of its own hits' windows even where they lie in the
+//! neighbouring ranges (a range's buffer keeps twice the history, so that a line before the range
+//! has its own look-back), and the merge stage skips a line it has already applied. Lines the
+//! line stage examines are counted by the merge stage (`Candidate::counted` is false), once.
 
 use std::io::{ErrorKind, Read};
+use std::sync::Arc;
+
+use memchr::memmem::Finder;
 
 use crate::extract::{
     Continuation, Extracted, Extractors, Outcome, continuation, extract, is_frame, shape_key,
@@ -32,16 +45,22 @@ pub(crate) const HISTORY: usize = 16 << 10;
 /// A continuation line merges into a failure at most this many lines before it.
 pub(crate) const MERGE_WINDOW: u64 = 40;
 
-/// The most the read buffer grows to.
+/// The most the read buffer grows to (a focused scan keeps twice the history).
 pub(crate) const fn buffer_cap() -> usize {
-    HISTORY + MAX_LINE + READ_CHUNK
+    2 * HISTORY + MAX_LINE + READ_CHUNK
 }
 
 /// A candidate line that is not dismissed: what the merge stage needs to know about it.
 #[derive(Debug)]
 pub(crate) struct Candidate {
-    /// Line number within the range (1-based).
-    pub line_no: u64,
+    /// Line number within the range (1-based; a focused scan's window may reach lines before
+    /// the range, numbered 0 and less).
+    pub line_no: i64,
+    /// Whether the line stage counted the line (`candidate_lines`, `dismissed_lines`); a
+    /// focused scan leaves that to the merge stage, which sees each line once.
+    pub counted: bool,
+    /// The extractors dismissed the line (only emitted by a focused scan, for the count).
+    pub dismissed: bool,
     /// Year of the last timestamp with a year on a candidate line of the range, this one
     /// included.
     pub year: Option<i16>,
@@ -86,25 +105,41 @@ pub(crate) struct LineScan {
     /// See [`Candidate::year`].
     pub year: Option<i16>,
     scratch: Vec<usize>,
+    /// A focused scan's literal.
+    focus: Option<Arc<Finder<'static>>>,
+    /// Focused scan: the range-relative number of the last line examined, and of the last line
+    /// the windows so far reach (examined as soon as the bytes that hold it are).
+    examined_to: i64,
+    forward_to: i64,
+    /// Focused scan of a slice: the end of the furthest line examined (windows reach past the
+    /// range's end).
+    pub reached: usize,
 }
 
 /// The first line start at or after `at - HISTORY` in `hay[hist..at]` (`hist` and `at` are line
 /// starts): where the look-back of a line starting at `at` begins. The same in every buffer that
 /// holds those bytes, so the look-back does not depend on how the input was read.
 pub(crate) fn history_start(hay: &[u8], hist: usize, at: usize) -> usize {
-    if at - hist <= HISTORY {
+    keep_start(hay, hist, at, HISTORY)
+}
+
+/// The first line start at or after `at - keep` in `hay[hist..at]`, as [`history_start`].
+fn keep_start(hay: &[u8], hist: usize, at: usize, keep: usize) -> usize {
+    if at - hist <= keep {
         return hist;
     }
-    let from = at - HISTORY;
+    let from = at - keep;
     // `hay[at - 1]` is a newline (`at` is a line start after `hist`), so this always finds one.
     memchr::memchr(b'\n', &hay[from - 1..at]).map_or(at, |i| from + i)
 }
 
 impl LineScan {
+    /// A line stage; `focus`: the literal of a focused scan.
     pub fn new(
         prefilter: &'static Prefilter,
         ex: &'static Extractors,
         skip_binary_check: bool,
+        focus: Option<Arc<Finder<'static>>>,
     ) -> LineScan {
         LineScan {
             prefilter,
@@ -113,11 +148,33 @@ impl LineScan {
             counts: ScanStats::default(),
             year: None,
             scratch: Vec::new(),
+            focus,
+            examined_to: i64::MIN,
+            forward_to: i64::MIN,
+            reached: 0,
         }
     }
 
+    /// Whether this is a focused scan.
+    pub fn focused(&self) -> bool {
+        self.focus.is_some()
+    }
+
+    /// How many bytes before a line the buffer keeps.
+    fn keep(&self) -> usize {
+        if self.focused() { 2 * HISTORY } else { HISTORY }
+    }
+
+    /// A new range: no line of it examined yet.
+    fn start_range(&mut self) {
+        self.examined_to = i64::MIN;
+        self.forward_to = i64::MIN;
+        self.reached = 0;
+    }
+
     /// Reads `reader` to its end through `buf`, whose first `prefilled` bytes are look-back
-    /// history (a whole number of lines, ending at a newline, at most [`HISTORY`] bytes).
+    /// history (a whole number of lines, ending at a newline, at most [`HISTORY`] bytes; a
+    /// focused scan reads only whole inputs, from their start).
     /// Candidates go to `emit` in input order. On a read error the candidates before it were
     /// emitted.
     pub fn scan_reader<R: Read>(
@@ -138,9 +195,11 @@ impl LineScan {
         let mut skipping = false; // inside the rest of an overlong line
         let mut newlines: u64 = 0; // newlines before `pos`
         let mut open_line = false; // bytes after the last newline were processed
+        let keep = self.keep();
+        self.start_range();
         loop {
             // Drop what is older than the history window.
-            let keep_from = history_start(buf, hist, pos);
+            let keep_from = keep_start(buf, hist, pos, keep);
             if keep_from > 0 {
                 buf.copy_within(keep_from..filled, 0);
                 filled -= keep_from;
@@ -193,7 +252,14 @@ impl LineScan {
             let first_nl = memchr::memchr(b'\n', &buf[pos..filled.min(pos + MAX_LINE)]);
             if first_nl.is_none() && filled - pos > MAX_LINE {
                 self.counts.overlong_lines += 1;
-                self.process(&buf[..pos + MAX_LINE], hist, pos, newlines, emit);
+                self.process(
+                    &buf[..pos + MAX_LINE],
+                    pos + MAX_LINE,
+                    hist,
+                    pos,
+                    newlines,
+                    emit,
+                );
                 pos += MAX_LINE;
                 hist = pos;
                 skipping = true;
@@ -208,7 +274,7 @@ impl LineScan {
                 pos // the first line is unfinished: read more
             };
             if end > pos {
-                newlines += self.process(&buf[..end], hist, pos, newlines, emit);
+                newlines += self.process(&buf[..end], end, hist, pos, newlines, emit);
                 open_line = buf[end - 1] != b'\n';
                 pos = end;
             }
@@ -228,28 +294,33 @@ impl LineScan {
     /// Scans the lines of `data[start..end]` (`start` a line start, `end` a line start or the
     /// end of `data`) without copying them; the lines before `start` are the look-back history,
     /// as [`scan_reader`](Self::scan_reader) sees them after the same bytes. Line numbers
-    /// count from `start`.
+    /// count from `start`. A focused scan also examines lines after `end` (the windows of the
+    /// range's last hits).
     pub fn scan_slice_range(
         &mut self,
-        data: &[u8],
+        whole: &[u8],
         start: usize,
         end: usize,
         emit: &mut dyn FnMut(Candidate),
     ) {
-        let data = &data[..end.min(data.len())];
+        let data = &whole[..end.min(whole.len())];
         let len = data.len();
         let mut pos = start.min(len);
         self.counts.bytes += (len - pos) as u64;
-        let mut hist = history_start(data, 0, pos);
+        let keep = self.keep();
+        self.start_range();
+        // What `process` may look at past a chunk: the rest of the input when focused.
+        let hay = if self.focused() { whole } else { data };
+        let mut hist = keep_start(data, 0, pos, keep);
         let mut newlines: u64 = 0;
         let mut open_line = false;
         while pos < len {
-            hist = history_start(data, hist, pos);
+            hist = keep_start(data, hist, pos, keep);
             let first_nl = memchr::memchr(b'\n', &data[pos..len.min(pos + MAX_LINE)]);
             if first_nl.is_none() && len - pos > MAX_LINE {
                 // An overlong line: its first MiB only.
                 self.counts.overlong_lines += 1;
-                self.process(&data[..pos + MAX_LINE], hist, pos, newlines, emit);
+                self.process(hay, pos + MAX_LINE, hist, pos, newlines, emit);
                 match memchr::memchr(b'\n', &data[pos + MAX_LINE..]) {
                     Some(i) => {
                         pos += MAX_LINE + i + 1;
@@ -274,28 +345,34 @@ impl LineScan {
                     None => first_nl.map_or(len, |i| pos + i + 1),
                 }
             };
-            newlines += self.process(&data[..end], hist, pos, newlines, emit);
+            newlines += self.process(hay, end, hist, pos, newlines, emit);
             open_line = data[end - 1] != b'\n';
             pos = end;
         }
         self.counts.lines += newlines + u64::from(open_line);
     }
 
-    /// Scans the lines of `hay[a..]` (which ends at a newline or at the end of input);
-    /// `hay[hist..a]` is history for the look-back. Returns the number of newlines in `hay[a..]`.
+    /// Scans the lines of `hay[a..b]` (which ends at a newline or at the end of input);
+    /// `hay[hist..a]` is history for the look-back, and a focused scan's windows may examine
+    /// lines of `hay[b..]`. Returns the number of newlines in `hay[a..b]`.
     ///
-    /// Each byte is read twice: by the prefilter, and by [`tally`], which counts newlines (for
-    /// line numbers) and checks for NUL and non-ASCII bytes in the same pass; only a region
-    /// with such bytes is examined again, line by line, for garbled lines.
+    /// Each byte is read twice: by the prefilter (by the focused scan's literal search), and by
+    /// [`tally`], which counts newlines (for line numbers) and checks for NUL and non-ASCII bytes
+    /// in the same pass; only a region with such bytes is examined again, line by line, for
+    /// garbled lines.
     fn process(
         &mut self,
         hay: &[u8],
+        b: usize,
         hist: usize,
         a: usize,
         newlines_before: u64,
         emit: &mut dyn FnMut(Candidate),
     ) -> u64 {
-        let b = hay.len();
+        if let Some(focus) = self.focus.clone() {
+            return self.process_focused(&focus, hay, b, hist, a, newlines_before, emit);
+        }
+        let hay = &hay[..b];
         let mut at = a;
         let mut cursor = a;
         let mut nl = 0u64;
@@ -311,7 +388,7 @@ impl LineScan {
             clean &= t.clean;
             cursor = ls;
             self.counts.candidate_lines += 1;
-            self.handle_line(hay, hist, ls, le, newlines_before + nl + 1, emit);
+            self.handle_line(hay, hist, ls, le, line_number(newlines_before + nl), emit);
             at = le + 1;
         }
         let t = tally(&hay[cursor.min(b)..b]);
@@ -319,6 +396,156 @@ impl LineScan {
             self.count_garbled(hay, a, b);
         }
         nl + t.newlines
+    }
+
+    /// [`LineScan::process`] of a focused scan: the literal's hits instead of the prefilter's,
+    /// and the windows around them.
+    #[allow(clippy::too_many_arguments)]
+    fn process_focused(
+        &mut self,
+        focus: &Finder<'_>,
+        hay: &[u8],
+        b: usize,
+        hist: usize,
+        a: usize,
+        newlines_before: u64,
+        emit: &mut dyn FnMut(Candidate),
+    ) -> u64 {
+        let first = line_number(newlines_before);
+        // A window that earlier bytes could not hold goes on here.
+        if self.forward_to > self.examined_to && self.examined_to < first {
+            let last = self.forward_to;
+            self.examine(hay, hist, a, first, last, first, emit);
+        }
+        let mut from = a;
+        let mut cursor = a;
+        let mut nl = 0u64;
+        let mut clean = true;
+        while from < b {
+            let Some(i) = focus.find(&hay[from..b]) else {
+                break;
+            };
+            let hit = from + i;
+            let ls = memchr::memrchr(b'\n', &hay[cursor..hit]).map_or(cursor, |j| cursor + j + 1);
+            let t = tally(&hay[cursor..ls]);
+            nl += t.newlines;
+            clean &= t.clean;
+            cursor = ls;
+            self.window(hay, hist, ls, line_number(newlines_before + nl), emit);
+            from = memchr::memchr(b'\n', &hay[hit..b]).map_or(b, |j| hit + j + 1);
+        }
+        let t = tally(&hay[cursor.min(b)..b]);
+        if !(self.skip_binary_check || clean && t.clean) {
+            self.count_garbled(hay, a, b);
+        }
+        nl + t.newlines
+    }
+
+    /// Examines the window of the line that starts at `ls` (number `line`) and names the focused
+    /// scan's target: the lines a multi-line event that holds it can span. A line with a
+    /// timestamp cannot continue an event, so the window reaches back (when the line has none)
+    /// to the closest line with one, and forward to the line before the next line with one: at
+    /// most [`MERGE_WINDOW`] lines each way, and back at most [`HISTORY`] bytes. Lines already
+    /// examined are left out.
+    fn window(
+        &mut self,
+        hay: &[u8],
+        hist: usize,
+        ls: usize,
+        line: i64,
+        emit: &mut dyn FnMut(Candidate),
+    ) {
+        let window = MERGE_WINDOW as i64;
+        let (mut start, mut start_line) = (ls, line);
+        if !stamped(line_at(hay, ls)) {
+            let want = line
+                .saturating_sub(window)
+                .max(self.examined_to.saturating_add(1));
+            let bound = history_start(hay, hist, ls);
+            while start_line > want && start > bound {
+                start =
+                    memchr::memrchr(b'\n', &hay[bound..start - 1]).map_or(bound, |j| bound + j + 1);
+                start_line -= 1;
+                if stamped(line_at(hay, start)) {
+                    break;
+                }
+            }
+        }
+        let last = line.saturating_add(window);
+        self.forward_to = self.forward_to.max(last);
+        self.examine(hay, hist, start, start_line, last, line + 1, emit);
+    }
+
+    /// Runs the prefilter and the extractors over the lines from the one that starts at `pos`
+    /// (number `line`) through line `last`, as far as `hay` holds them, leaving out lines
+    /// already examined; an overlong line is examined on its first [`MAX_LINE`] bytes only.
+    /// From line `stop_from` on, a line with a timestamp ends the window (it is not examined).
+    #[allow(clippy::too_many_arguments)]
+    fn examine(
+        &mut self,
+        hay: &[u8],
+        hist: usize,
+        mut pos: usize,
+        mut line: i64,
+        last: i64,
+        stop_from: i64,
+        emit: &mut dyn FnMut(Candidate),
+    ) {
+        let next_line =
+            |p: usize| memchr::memchr(b'\n', &hay[p..]).map_or(hay.len(), |j| p + j + 1);
+        while line <= self.examined_to && pos < hay.len() {
+            pos = next_line(pos);
+            line += 1;
+        }
+        // The lines from `run` (number `run_line`) on are scanned together.
+        let (mut run, mut run_line) = (pos, line);
+        while line <= last && pos < hay.len() {
+            let end = next_line(pos);
+            let le = if hay[end - 1] == b'\n' { end - 1 } else { end };
+            let cut = le.min(pos + MAX_LINE);
+            if line >= stop_from && stamped(&hay[pos..cut]) {
+                self.forward_to = line - 1;
+                break;
+            }
+            if le - pos >= MAX_LINE {
+                self.scan_lines(hay, hist, run, pos, run_line, emit);
+                if self.prefilter.find(&hay[..cut], pos..cut).is_some() {
+                    self.handle_line(hay, hist, pos, cut, line, emit);
+                }
+                (run, run_line) = (end, line + 1);
+            }
+            self.examined_to = line;
+            self.reached = self.reached.max(end);
+            pos = end;
+            line += 1;
+        }
+        self.scan_lines(hay, hist, run, pos, run_line, emit);
+    }
+
+    /// Runs the prefilter over the whole lines of `hay[p..q]` (the first numbered `line`) and
+    /// hands each candidate line to the extractors.
+    fn scan_lines(
+        &mut self,
+        hay: &[u8],
+        hist: usize,
+        p: usize,
+        q: usize,
+        line: i64,
+        emit: &mut dyn FnMut(Candidate),
+    ) {
+        let (mut at, mut cursor, mut n) = (p, p, line);
+        while at < q {
+            let Some((ms, me)) = self.prefilter.find(hay, at..q) else {
+                break;
+            };
+            let ls = memchr::memrchr(b'\n', &hay[at..ms]).map_or(at, |i| at + i + 1);
+            let le = memchr::memchr(b'\n', &hay[me..q]).map_or(q, |i| me + i);
+            let skipped = memchr::memchr_iter(b'\n', &hay[cursor..ls]).count();
+            n = n.saturating_add(i64::try_from(skipped).unwrap_or(i64::MAX));
+            cursor = ls;
+            self.handle_line(hay, hist, ls, le, n, emit);
+            at = le + 1;
+        }
     }
 
     /// Counts lines of `hay[a..b]` that hold a NUL byte or invalid UTF-8.
@@ -357,26 +584,57 @@ impl LineScan {
         hist: usize,
         ls: usize,
         le: usize,
-        line_no: u64,
+        line_no: i64,
         emit: &mut dyn FnMut(Candidate),
     ) {
+        let focused = self.focused();
         let mut line = &hay[ls..le];
         if let Some(l) = line.strip_suffix(b"\r") {
             line = l;
         }
+        // What a focused scan emits for a line that yields no candidate, for the count.
+        let bare = |dismissed| Candidate {
+            line_no,
+            counted: false,
+            dismissed,
+            year: None,
+            unknown: None,
+            found: None,
+        };
         if memchr::memchr(0, line).is_some() || std::str::from_utf8(line).is_err() {
             if self.skip_binary_check {
                 self.counts.binary_lines += 1;
             }
+            if focused {
+                emit(bare(false));
+            }
             return;
         }
         let prefix = parse_prefix(line);
-        if let Some(y) = prefix.time.and_then(|t| t.year) {
-            self.year = Some(y);
+        match prefix.time.map(|t| t.year) {
+            Some(Some(y)) => self.year = Some(y),
+            // A focused scan has not seen the failure lines before this one, whose year the
+            // full scan gives a yearless timestamp: the closest line with a year stands in.
+            Some(None) if focused => {
+                let before = &hay[history_start(hay, hist, ls)..ls];
+                if let Some((_, y)) =
+                    nearest_back(before, |l| parse_prefix(l).time.and_then(|t| t.year))
+                {
+                    self.year = Some(y);
+                }
+            }
+            _ => {}
         }
         let (unknown, e) = match extract(line, prefix.msg_start, self.ex) {
             Outcome::Dismissed => {
-                self.counts.dismissed_lines += 1;
+                if focused {
+                    emit(Candidate {
+                        year: self.year,
+                        ..bare(true)
+                    });
+                } else {
+                    self.counts.dismissed_lines += 1;
+                }
                 return;
             }
             Outcome::Unknown { kind, emit: e } => {
@@ -412,11 +670,31 @@ impl LineScan {
         });
         emit(Candidate {
             line_no,
+            counted: !focused,
+            dismissed: false,
             year: self.year,
             unknown,
             found,
         });
     }
+}
+
+/// The line that starts at `ls` (without its newline), at most [`MAX_LINE`] bytes of it.
+fn line_at(hay: &[u8], ls: usize) -> &[u8] {
+    let rest = &hay[ls..hay.len().min(ls + MAX_LINE)];
+    memchr::memchr(b'\n', rest).map_or(rest, |i| &rest[..i])
+}
+
+/// Whether a line starts with a timestamp (it begins a log record, so it continues no event).
+fn stamped(line: &[u8]) -> bool {
+    parse_prefix(line).time.is_some()
+}
+
+/// The number of the line after `newlines` newlines of a range (1-based).
+fn line_number(newlines: u64) -> i64 {
+    i64::try_from(newlines)
+        .unwrap_or(i64::MAX)
+        .saturating_add(1)
 }
 
 /// What [`tally`] found in a run of bytes.

@@ -1,7 +1,7 @@
 //! The vocabulary of `explain`: what a connection failure found in a log is, and what scanning counted.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
@@ -219,6 +219,60 @@ pub struct ScanOptions {
     /// Skip the whole-input check for binary / non-UTF-8 lines (candidate lines are always
     /// checked). Saves one pass over the bytes; `binary_lines` then counts candidate lines only.
     pub skip_binary_check: bool,
+    /// Only failures aimed at this address (see [`Target`]). For an IPv4 address the scan also
+    /// gets faster: only the lines around the ones that spell it are examined.
+    pub target: Option<Target>,
+}
+
+/// The one address a scan looks for: failures whose target (or, for DNS failures, whose DNS
+/// server) has this IP, and this port when one is given.
+///
+/// For an IPv4 address the scan examines only the lines that hold its dotted-decimal text and,
+/// around each, the lines of a multi-line event it can belong to: back to the closest line with
+/// a timestamp when it has none, and forward to the line before the next line with one, at most
+/// [`FOCUS_LINES`] lines each way (and back at most the 16 KiB the look-back sees). A failure of
+/// one line is found exactly as by the full scan; a multi-line event whose parts lie further
+/// than that from every line naming the address may be joined differently, and a yearless
+/// timestamp (syslog, klog) takes the year of the closest line before it that has one, where the
+/// full scan takes the last failure line's. An IPv6 address has several spellings, so its scan
+/// examines every line and keeps the failures aimed at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    /// The address.
+    pub ip: IpAddr,
+    /// The port, or any.
+    pub port: Option<u16>,
+}
+
+/// How many lines before and after a line naming the [`Target`] a focused scan examines at
+/// most (the merge window of multi-line events).
+pub const FOCUS_LINES: u64 = crate::lines::MERGE_WINDOW;
+
+impl Target {
+    /// Whether the failure is aimed at this address: its target, or the DNS server it asked.
+    pub fn matches(&self, f: &ConnFailure) -> bool {
+        let hit = |a: Option<SocketAddr>| {
+            a.is_some_and(|a| a.ip() == self.ip && self.port.is_none_or(|p| p == a.port()))
+        };
+        hit(f.target) || hit(f.dns_server)
+    }
+
+    /// The text every line naming the address holds, when there is one spelling (IPv4).
+    pub(crate) fn literal(&self) -> Option<String> {
+        match self.ip {
+            IpAddr::V4(v4) => Some(v4.to_string()),
+            IpAddr::V6(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.ip, self.port) {
+            (ip, None) => write!(f, "{ip}"),
+            (ip, Some(p)) => write!(f, "{}", SocketAddr::new(ip, p)),
+        }
+    }
 }
 
 /// A shape of line that contained a failure phrase or Envoy flags but that no extractor knows.

@@ -275,7 +275,14 @@ impl Scanner {
                 sink,
             )
         };
-        if opts.threads.get() == 1 || len <= opts.segment_bytes {
+        // A focused scan's windows reach into the neighbouring segments, which a segment read
+        // into a bounded buffer does not hold: read focused scans in one pass.
+        let focused = self
+            .merge
+            .opts
+            .target
+            .is_some_and(|t| t.literal().is_some());
+        if opts.threads.get() == 1 || len <= opts.segment_bytes || focused {
             return sequential(self, sink);
         }
         let Some(cuts) = segment_cuts(src, len, opts.segment_bytes).map_err(ScanError::Io)? else {
@@ -334,10 +341,16 @@ impl Scanner {
             // The segment's look-back read the previous segment's last bytes again, after
             // (or while) the thread that scanned it released them; where the page cache holds
             // the file in huge folios, that one read maps a whole 2 MiB folio back in. So the
-            // release covers the look-back too; the previous segment's own release covers the
-            // rest of it whichever thread ends last.
-            let from = to_usize(start).saturating_sub(HISTORY + 1);
-            map.release(from..to_usize(end));
+            // release covers the look-back too (twice the history for a focused scan), and the
+            // lines a focused scan's windows examined past the segment's end; the previous
+            // segment's own release covers the rest of it whichever thread ends last.
+            let keep = if lines.focused() {
+                2 * HISTORY
+            } else {
+                HISTORY
+            };
+            let from = to_usize(start).saturating_sub(keep + 1);
+            map.release(from..to_usize(end).max(lines.reached));
             seg
         })
     }
@@ -351,6 +364,7 @@ impl Scanner {
         sink: &mut dyn FnMut(ConnFailure),
         scan: &ScanSegment<'_>,
     ) -> Result<(), ScanError> {
+        self.merge.start_input();
         let segments = cuts.len() - 1;
         let threads = threads.get().min(segments);
         let result = std::thread::scope(|s| {

@@ -25,7 +25,9 @@
 //! read.
 
 use std::io::Read;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+
+use memchr::memmem::Finder;
 
 use crate::extract::{Continuation, Extracted, Extractors};
 use crate::lines::{Candidate, Found, INITIAL_BUF, LineScan, MERGE_WINDOW, UnknownLine};
@@ -80,6 +82,8 @@ pub(crate) struct Merge {
     pub(crate) opts: ScanOptions,
     pending: Option<Pending>,
     inferred_year: Option<i16>,
+    /// The last line applied (a focused scan's windows of neighbouring ranges overlap).
+    applied_to: u64,
 }
 
 impl std::fmt::Debug for Scanner {
@@ -102,6 +106,7 @@ impl Scanner {
                 opts,
                 pending: None,
                 inferred_year: None,
+                applied_to: 0,
             },
             stats: ScanStats::default(),
         })
@@ -110,7 +115,11 @@ impl Scanner {
     /// A fresh line stage with these options.
     pub(crate) fn line_stage(opts: &ScanOptions) -> Result<LineScan, ScanError> {
         let (prefilter, ex) = automata().ok_or(ScanError::Build)?;
-        Ok(LineScan::new(prefilter, ex, opts.skip_binary_check))
+        let focus = opts
+            .target
+            .and_then(|t| t.literal())
+            .map(|l| Arc::new(Finder::new(l.as_bytes()).into_owned()));
+        Ok(LineScan::new(prefilter, ex, opts.skip_binary_check, focus))
     }
 
     /// What was counted so far.
@@ -132,6 +141,7 @@ impl Scanner {
         sink: &mut dyn FnMut(ConnFailure),
     ) -> Result<(), ScanError> {
         let mut buf = vec![0u8; INITIAL_BUF];
+        self.merge.start_input();
         let merge = &mut self.merge;
         let stats = &mut self.stats;
         let r = self.lines.scan_reader(reader, &mut buf, 0, &mut |c| {
@@ -146,6 +156,7 @@ impl Scanner {
     /// them, calling `sink` with every failure in input order. Same failures and counts as
     /// [`Scanner::scan`] over the same bytes.
     pub fn scan_slice(&mut self, data: &[u8], sink: &mut dyn FnMut(ConnFailure)) {
+        self.merge.start_input();
         let merge = &mut self.merge;
         let stats = &mut self.stats;
         self.lines.scan_slice(data, &mut |c| {
@@ -166,7 +177,13 @@ impl Scanner {
 // === impl Merge ===
 
 impl Merge {
-    /// Applies one candidate of a range whose first line is line `base + 1` of the input.
+    /// A new input: its lines count from 1.
+    pub(crate) fn start_input(&mut self) {
+        self.applied_to = 0;
+    }
+
+    /// Applies one candidate of a range whose first line is line `base + 1` of the input. A
+    /// line applied already (by the window of a neighbouring range) is skipped.
     pub(crate) fn candidate(
         &mut self,
         c: Candidate,
@@ -174,10 +191,20 @@ impl Merge {
         stats: &mut ScanStats,
         sink: &mut dyn FnMut(ConnFailure),
     ) {
+        let Some(line_no) = base.checked_add_signed(c.line_no) else {
+            return;
+        };
+        if line_no <= self.applied_to {
+            return;
+        }
+        self.applied_to = line_no;
+        if !c.counted {
+            stats.candidate_lines += 1;
+            stats.dismissed_lines += u64::from(c.dismissed);
+        }
         if let Some(y) = c.year {
             self.inferred_year = Some(y);
         }
-        let line_no = base + c.line_no;
         if let Some(u) = c.unknown {
             record_unknown(stats, u, line_no);
         }
@@ -269,6 +296,9 @@ impl Merge {
     pub(crate) fn flush(&mut self, stats: &mut ScanStats, sink: &mut dyn FnMut(ConnFailure)) {
         if let Some(p) = self.pending.take() {
             let f = p.failure;
+            if self.opts.target.is_some_and(|t| !t.matches(&f)) {
+                return;
+            }
             stats.failures += 1;
             stats.undated += u64::from(f.timestamp.is_none());
             *stats.per_format.entry(f.format).or_default() += 1;
