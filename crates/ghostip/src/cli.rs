@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use ghostip_logs::Target;
 
 /// Measures how long DNS caches, node datapaths and clients keep routing to pod IPs
 /// that Kubernetes already removed.
@@ -338,6 +339,26 @@ pub struct ExplainArgs {
     /// logs that may be rotated under the scan.
     #[arg(long, value_enum, default_value_t = MmapMode::Auto, value_name = "WHEN")]
     pub mmap: MmapMode,
+    /// Only failures aimed at this address (their target, or the DNS server a lookup asked):
+    /// `IP` or `IP:PORT`, IPv6 as `[::1]:8080` or bare. For an IPv4 address only the lines
+    /// that spell it and the multi-line events around them (at most 40 lines each way) are
+    /// examined, which is faster on a large log; an event whose parts lie further from every
+    /// line naming the address may be joined differently than in the full scan.
+    #[arg(long, value_name = "IP[:PORT]", value_parser = parse_target)]
+    pub target: Option<Target>,
+}
+
+/// Parses `explain --target`: `IP` or `IP:PORT`, IPv6 as `[::1]:8080` or bare.
+pub fn parse_target(s: &str) -> Result<Target, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(Target {
+            ip: a.ip(),
+            port: Some(a.port()),
+        });
+    }
+    s.parse::<std::net::IpAddr>()
+        .map(|ip| Target { ip, port: None })
+        .map_err(|_| format!("`{s}` is not an IP or IP:PORT"))
 }
 
 /// `explain --mmap`.

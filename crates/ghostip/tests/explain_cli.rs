@@ -586,3 +586,80 @@ fn a_mapped_file_gives_the_json_of_the_read_path() {
         );
     }
 }
+
+#[test]
+fn target_keeps_the_full_reports_groups_for_that_address_in_every_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = generated_log();
+    let plain = dir.path().join("app.log");
+    std::fs::write(&plain, &data).unwrap();
+    let f = std::fs::File::options().write(true).open(&plain).unwrap();
+    f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600))
+        .unwrap();
+    drop(f);
+    let run = |extra: &[&str]| {
+        let mut c = ghostip();
+        c.args([
+            "explain",
+            "--db",
+            "/nonexistent/x.db",
+            "--year",
+            "2024",
+            "-o",
+            "json",
+        ]);
+        c.args(extra).arg(&plain);
+        json(&c.assert().code(1).get_output().stdout)
+    };
+    let full = run(&[]);
+    let groups_of = |x: &Value, peer: &str| -> Vec<Value> {
+        x["report"]["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|g| g["peer"] == peer)
+            .cloned()
+            .collect()
+    };
+    // The multi-line Java event across the first segment cut, and a busy generated address.
+    for peer in ["10.244.3.71", "10.244.3.70"] {
+        let want = groups_of(&full, peer);
+        assert!(!want.is_empty(), "{peer}");
+        for (threads, mmap) in [("1", "never"), ("2", "never"), ("2", "auto"), ("3", "auto")] {
+            let x = run(&["--target", peer, "--threads", threads, "--mmap", mmap]);
+            assert_eq!(x["only_target"], peer);
+            assert_eq!(
+                x["report"]["groups"].as_array().unwrap(),
+                &want,
+                "{peer} --threads {threads} --mmap {mmap}"
+            );
+        }
+    }
+    // A port narrows it; the table says what was kept.
+    let x = run(&["--target", "10.244.3.71:8080"]);
+    assert_eq!(x["report"]["total"], 1, "{}", x["report"]);
+    let out = ghostip()
+        .args([
+            "explain",
+            "--db",
+            "/nonexistent/x.db",
+            "--target",
+            "10.244.3.71:9",
+        ])
+        .arg(&plain)
+        .assert()
+        .code(0)
+        .get_output()
+        .clone();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("No connection failures aimed at 10.244.3.71:9 in "),
+        "{text}"
+    );
+    ghostip()
+        .args(["explain", "--target", "10.244.3"])
+        .arg(&plain)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("is not an IP or IP:PORT"));
+}

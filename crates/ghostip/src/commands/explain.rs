@@ -58,6 +58,7 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
             fallback_year: Some(now.to_zoned(TimeZone::UTC).year()),
             tz: tz.clone(),
             skip_binary_check: false,
+            target: args.target,
         })
         .context("starting the log scanner")?;
         let sink = &mut |f: ConnFailure| explainer.add(&f);
@@ -75,9 +76,10 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
         stats.merge(scanner.stats());
         names.push(name);
     }
-    let explanation = explainer
+    let mut explanation = explainer
         .finish(names, stats)
         .context("joining failures with the history")?;
+    explanation.only_target = args.target.map(|t| t.to_string());
     for w in &explanation.warnings {
         eprintln!("warning: {w}");
     }

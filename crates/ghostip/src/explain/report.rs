@@ -113,6 +113,9 @@ pub struct Explanation {
     pub warnings: Vec<String>,
     /// What a ledger would add, when there was none.
     pub note: Option<String>,
+    /// `--target`: only failures aimed at this address were kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub only_target: Option<String>,
 }
 
 /// Collects failures, joins them, and builds the [`Explanation`].
@@ -260,6 +263,7 @@ impl<'a> Explainer<'a> {
             filtered_out: self.filtered_out,
             undated_filtered_out: self.undated_filtered_out,
             warnings,
+            only_target: None,
         })
     }
 }
@@ -357,14 +361,21 @@ impl Explanation {
     /// The table output.
     pub fn render_table(&self) -> String {
         let mut out = String::new();
+        let aimed = self
+            .only_target
+            .as_ref()
+            .map_or(String::new(), |t| format!(" aimed at {t}"));
         if self.report.total == 0 {
             let _ = writeln!(
                 out,
-                "No connection failures in {} line(s) of {} input(s).",
+                "No connection failures{aimed} in {} line(s) of {} input(s).",
                 self.stats.lines,
                 self.inputs.len()
             );
         } else {
+            if !aimed.is_empty() {
+                let _ = writeln!(out, "Only failures{aimed}.\n");
+            }
             for w in &self.windows {
                 let _ = writeln!(out, "{}", w.sentence);
             }
