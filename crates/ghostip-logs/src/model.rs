@@ -249,17 +249,22 @@ pub struct Target {
 pub const FOCUS_LINES: u64 = crate::lines::MERGE_WINDOW;
 
 impl Target {
-    /// Whether the failure is aimed at this address: its target, or the DNS server it asked.
+    /// Whether the failure is aimed at this address: its target, or the DNS server it asked
+    /// (an IPv4-mapped IPv6 address, `[::ffff:10.0.0.5]`, is its IPv4 address).
     pub fn matches(&self, f: &ConnFailure) -> bool {
+        let ip = self.ip.to_canonical();
         let hit = |a: Option<SocketAddr>| {
-            a.is_some_and(|a| a.ip() == self.ip && self.port.is_none_or(|p| p == a.port()))
+            a.is_some_and(|a| {
+                a.ip().to_canonical() == ip && self.port.is_none_or(|p| p == a.port())
+            })
         };
         hit(f.target) || hit(f.dns_server)
     }
 
-    /// The text every line naming the address holds, when there is one spelling (IPv4).
+    /// The text every line naming the address holds, when there is one spelling (IPv4, also
+    /// written as an IPv4-mapped IPv6 address).
     pub(crate) fn literal(&self) -> Option<String> {
-        match self.ip {
+        match self.ip.to_canonical() {
             IpAddr::V4(v4) => Some(v4.to_string()),
             IpAddr::V6(_) => None,
         }

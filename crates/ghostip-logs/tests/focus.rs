@@ -168,17 +168,31 @@ fn a_port_narrows_the_target_and_a_dns_server_counts() {
     let data = b"2024-05-01T15:42:10Z dial tcp 10.0.0.5:8080: connect: connection refused\n\
                  2024-05-01T15:42:11Z dial tcp 10.0.0.5:9090: connect: connection refused\n\
                  2024-05-01T15:42:12Z dial tcp 10.0.0.50:8080: connect: connection refused\n\
-                 2024-05-01T15:42:13Z lookup api.example on 10.0.0.5:53: read udp 10.1.1.1:3333->10.0.0.5:53: i/o timeout\n";
+                 2024-05-01T15:42:13Z lookup api.example on 10.0.0.5:53: read udp 10.1.1.1:3333->10.0.0.5:53: i/o timeout\n\
+                 2024-05-01T15:42:14Z dial tcp [::ffff:10.0.0.5]:8080: connect: connection refused\n";
     let ip: IpAddr = "10.0.0.5".parse().unwrap();
     let lines = |port| -> Vec<u64> {
         let (got, _) = sequential(data, Some(Target { ip, port }));
         got.iter().map(|f| f.line_no).collect()
     };
-    assert_eq!(lines(None), [1, 2, 4]);
-    assert_eq!(lines(Some(8080)), [1]);
+    assert_eq!(lines(None), [1, 2, 4, 5]);
+    assert_eq!(lines(Some(8080)), [1, 5]);
     assert_eq!(lines(Some(53)), [4]);
+    // The mapped spelling as the target is the IPv4 address.
+    let mapped: IpAddr = "::ffff:10.0.0.5".parse().unwrap();
+    let (got, _) = sequential(
+        data,
+        Some(Target {
+            ip: mapped,
+            port: None,
+        }),
+    );
+    assert_eq!(
+        got.iter().map(|f| f.line_no).collect::<Vec<_>>(),
+        [1, 2, 4, 5]
+    );
     let (all, _) = sequential(data, None);
-    assert_eq!(all.len(), 4);
+    assert_eq!(all.len(), 5);
     assert_eq!(
         all[3].dns_server,
         Some(SocketAddr::new(ip, 53)),
