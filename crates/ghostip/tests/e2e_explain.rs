@@ -345,6 +345,33 @@ fn explain_classifies_a_real_clients_errors_during_a_rollout_against_the_ledger(
         y["windows"]
     );
 
+    // `--target` on each removed IP gives the full report's groups for it, ledger join included.
+    // Only the window's name may differ: it is made from the removals of the pods the kept
+    // failures aimed at, here one ("removal of" rather than "rollout of").
+    let unnamed = |g: &Value| -> Value {
+        let mut g = g.clone();
+        let window = g["window"].as_str().unwrap_or_default().to_owned();
+        assert!(window.ends_with(" of demo/deploy/web"), "window {window:?}");
+        g["window"] = Value::Null;
+        g
+    };
+    for ip in &hit {
+        let (code3, z) = explain(&["--db", db.to_str().unwrap(), "--target", ip]);
+        assert_eq!(code3, 1, "--target {ip}");
+        let want: Vec<Value> = groups
+            .iter()
+            .filter(|g| g["peer"] == ip.as_str())
+            .map(unnamed)
+            .collect();
+        let got: Vec<Value> = z["report"]["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(unnamed)
+            .collect();
+        assert_eq!(got, want, "--target {ip}");
+    }
+
     let _ =
         run(lab("kubectl").args(["-n", "demo", "delete", "pod", "cacheclient", "--wait=false"]));
 }
