@@ -547,17 +547,22 @@ fn threads_gzip_and_stdin_give_the_one_thread_json() {
     assert_eq!(run("3", &plain, true), one, "stdin");
 }
 
-#[test]
-fn a_mapped_file_gives_the_json_of_the_read_path() {
-    let dir = tempfile::tempdir().unwrap();
+/// [`generated_log`] written to `dir/app.log`, not modified for an hour: `--mmap auto` maps it
+/// (a fresh file would be read).
+fn settled_log(dir: &Path) -> (PathBuf, Vec<u8>) {
     let data = generated_log();
-    let plain = dir.path().join("app.log");
+    let plain = dir.join("app.log");
     std::fs::write(&plain, &data).unwrap();
-    // Not modified for an hour: `--mmap auto` maps it (a fresh file would be read).
     let f = std::fs::File::options().write(true).open(&plain).unwrap();
     f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600))
         .unwrap();
-    drop(f);
+    (plain, data)
+}
+
+#[test]
+fn a_mapped_file_gives_the_json_of_the_read_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plain, data) = settled_log(dir.path());
 
     let run = |threads: &str, mmap: &str| {
         let mut c = ghostip();
@@ -590,13 +595,7 @@ fn a_mapped_file_gives_the_json_of_the_read_path() {
 #[test]
 fn target_keeps_the_full_reports_groups_for_that_address_in_every_path() {
     let dir = tempfile::tempdir().unwrap();
-    let data = generated_log();
-    let plain = dir.path().join("app.log");
-    std::fs::write(&plain, &data).unwrap();
-    let f = std::fs::File::options().write(true).open(&plain).unwrap();
-    f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600))
-        .unwrap();
-    drop(f);
+    let (plain, _) = settled_log(dir.path());
     let run = |extra: &[&str]| {
         let mut c = ghostip();
         c.args([
