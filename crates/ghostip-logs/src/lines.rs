@@ -50,7 +50,8 @@ pub(crate) const fn buffer_cap() -> usize {
     2 * HISTORY + MAX_LINE + READ_CHUNK
 }
 
-/// A candidate line that is not dismissed: what the merge stage needs to know about it.
+/// A candidate line that is not dismissed (a focused scan also emits dismissed and garbled
+/// ones, for the merge stage's count): what the merge stage needs to know about it.
 #[derive(Debug)]
 pub(crate) struct Candidate {
     /// Line number within the range (1-based; a focused scan's window may reach lines before
@@ -160,8 +161,8 @@ impl LineScan {
         self.focus.is_some()
     }
 
-    /// How many bytes before a line the buffer keeps.
-    fn keep(&self) -> usize {
+    /// How many bytes before a line the buffer keeps (what a range's look-back may read).
+    pub fn keep(&self) -> usize {
         if self.focused() { 2 * HISTORY } else { HISTORY }
     }
 

@@ -344,12 +344,7 @@ impl Scanner {
             // release covers the look-back too (twice the history for a focused scan), and the
             // lines a focused scan's windows examined past the segment's end; the previous
             // segment's own release covers the rest of it whichever thread ends last.
-            let keep = if lines.focused() {
-                2 * HISTORY
-            } else {
-                HISTORY
-            };
-            let from = to_usize(start).saturating_sub(keep + 1);
+            let from = to_usize(start).saturating_sub(lines.keep() + 1);
             map.release(from..to_usize(end).max(lines.reached));
             seg
         })
