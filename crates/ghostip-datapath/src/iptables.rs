@@ -265,17 +265,8 @@ impl ChainKey {
 /// kube-proxy chain names are `KUBE-XXX-` plus 16 base32 characters: packed into a
 /// [`ChainKey`] without a heap allocation, in the order of the names.
 fn pack_chain(name: &[u8]) -> Option<ChainKey> {
-    let rest = name.strip_prefix(b"KUBE-")?;
-    let (tag, suffix): (u32, &[u8]) = match rest {
-        [b'E', b'X', b'T', b'-', s @ ..] => (1, s),
-        [b'F', b'W', b'-', s @ ..] => (2, s),
-        [b'S', b'E', b'P', b'-', s @ ..] => (3, s),
-        [b'S', b'V', b'C', b'-', s @ ..] => (4, s),
-        [b'S', b'V', b'L', b'-', s @ ..] => (5, s),
-        [b'X', b'L', b'B', b'-', s @ ..] => (6, s),
-        _ => return None,
-    };
-    let suffix: &[u8; 16] = suffix.try_into().ok()?;
+    let (tag, at) = lb_tag(name)?;
+    let suffix: &[u8; 16] = name.get(at..)?.try_into().ok()?;
     let (a, b) = suffix.split_at(8);
     let a = base32_40(a)?;
     let b = base32_40(b)?;
@@ -285,6 +276,33 @@ fn pack_chain(name: &[u8]) -> Option<ChainKey> {
         mid: (((a & 0xff_ffff) << 8) | (b >> 32)) as u32,
         lo: b as u32,
     })
+}
+
+/// The tag of a load-balancing chain name (`KUBE-EXT-`, `KUBE-FW-`, `KUBE-SEP-`,
+/// `KUBE-SVC-`, `KUBE-SVL-`, `KUBE-XLB-`: 1 to 6, in name order) and where the part after
+/// its prefix starts; `None` for any other name. Its first eight bytes are read as one
+/// word and compared with the six prefixes'.
+#[inline(always)]
+fn lb_tag(name: &[u8]) -> Option<(u32, usize)> {
+    const fn w(s: &[u8; 8]) -> u64 {
+        u64::from_le_bytes(*s)
+    }
+    const EXT: u64 = w(b"KUBE-EXT");
+    const FW: u64 = w(b"KUBE-FW-");
+    const SEP: u64 = w(b"KUBE-SEP");
+    const SVC: u64 = w(b"KUBE-SVC");
+    const SVL: u64 = w(b"KUBE-SVL");
+    const XLB: u64 = w(b"KUBE-XLB");
+    let tag = match word_at(name, 0)? {
+        FW => return Some((2, 8)),
+        EXT => 1,
+        SEP => 3,
+        SVC => 4,
+        SVL => 5,
+        XLB => 6,
+        _ => return None,
+    };
+    (name.get(8) == Some(&b'-')).then_some((tag, 9))
 }
 
 /// The length a packed chain name starting `b` has: `KUBE-FW-` and 16 characters, or
@@ -351,6 +369,47 @@ fn base32_40(digits: &[u8]) -> Option<u64> {
     Some(((u & 0xffff_ffff) << 20) | (u >> 32))
 }
 
+/// Whether `b` starts with `s`, compared eight bytes at a time. Inlined with a literal
+/// `s`, the loop unrolls into a few word compares instead of a call to `bcmp` (the
+/// literals of kube-proxy's layouts are up to 42 bytes long).
+#[inline(always)]
+fn starts_with_words(b: &[u8], s: &[u8]) -> bool {
+    if b.len() < s.len() {
+        return false;
+    }
+    if s.len() < 8 {
+        return b.get(..s.len()) == Some(s);
+    }
+    let mut at = 0;
+    while at + 8 <= s.len() {
+        if word_at(b, at) != word_at(s, at) {
+            return false;
+        }
+        at += 8;
+    }
+    // The last word overlaps the one before it.
+    at == s.len() || word_at(b, s.len() - 8) == word_at(s, s.len() - 8)
+}
+
+/// Whether `a` and `b` are the same chain name: names of 16 to 32 bytes (kube-proxy's
+/// hashed ones are 24 or 25) in two overlapping 16-byte compares, others with `==`.
+#[inline(always)]
+fn same_name(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if !(16..=32).contains(&n) {
+        return a == b;
+    }
+    let half = |s: &[u8], at: usize| {
+        s.get(at..at + 16)
+            .and_then(|x| <[u8; 16]>::try_from(x).ok())
+            .map(u128::from_ne_bytes)
+    };
+    half(a, 0) == half(b, 0) && half(a, n - 16) == half(b, n - 16)
+}
+
 /// Position of the last ` -j ` in a rule (the rule's target).
 fn rfind_jump(b: &[u8]) -> Option<usize> {
     let mut end = b.len();
@@ -370,14 +429,13 @@ struct Cursor<'a>(&'a [u8]);
 
 impl<'a> Cursor<'a> {
     /// Consumes `s` when the rest starts with it.
+    #[inline(always)]
     fn lit(&mut self, s: &[u8]) -> bool {
-        match self.0.strip_prefix(s) {
-            Some(r) => {
-                self.0 = r;
-                true
-            }
-            None => false,
+        if !starts_with_words(self.0, s) {
+            return false;
         }
+        self.0 = self.0.get(s.len()..).unwrap_or_default();
+        true
     }
 
     /// A plain token up to the next space: not empty, and without a tab, quote or
@@ -825,7 +883,7 @@ impl Parser {
     /// name is usually the previous jump's: comparing 25 bytes is cheaper than packing them.
     fn source_key(&mut self, chain: &[u8]) -> Option<ChainKey> {
         let (bytes, len, key) = &mut self.last_source;
-        if key.is_some() && bytes.get(..*len) == Some(chain) {
+        if key.is_some() && same_name(bytes.get(..*len).unwrap_or_default(), chain) {
             return *key;
         }
         let packed = pack_chain(chain)?;
@@ -1086,7 +1144,7 @@ impl Parser {
         if c.lit(b" -s ") {
             // The rule is ignored whatever its chain's hash, as long as the name is one
             // token of a load-balancing kind (what `fast_line` checks).
-            if !is_lb_chain(classify(chain)) || graphic_len(chain) != chain.len() {
+            if lb_tag(chain).is_none() || graphic_len(chain) != chain.len() {
                 return None;
             }
             let addr = graphic_len(c.0);
@@ -1686,6 +1744,7 @@ impl KeySet {
 /// other tags (rare) use [`Bands::range`].
 fn resolve_direct(jumps: &mut [JumpRow], dnats: &mut [(ChainKey, PAddr)]) {
     const BITS: u32 = 16;
+    let bucket = |k: ChainKey| (k.body() >> (64 - BITS)) as usize;
     let bands = Bands::new(dnats, |d| d.0);
     let (tag, lo, hi) = (0..8)
         .map(|t| {
@@ -1695,7 +1754,6 @@ fn resolve_direct(jumps: &mut [JumpRow], dnats: &mut [(ChainKey, PAddr)]) {
         })
         .max_by_key(|&(_, s, e)| e - s)
         .unwrap_or((0, 0, 0));
-    let bucket = |k: ChainKey| (k.body() >> (64 - BITS)) as usize;
     // `first[b]..first[b + 1]`: the band's rows whose bucket is `b`.
     let mut first = vec![0u32; (1 << BITS) + 1];
     for (key, _) in dnats.get(lo..hi).unwrap_or_default() {
@@ -1710,27 +1768,45 @@ fn resolve_direct(jumps: &mut [JumpRow], dnats: &mut [(ChainKey, PAddr)]) {
         *c = at;
     }
     let start = |b: usize| first.get(b).copied().unwrap_or(0) as usize;
-    for row in jumps.iter_mut() {
-        let range = if row.0.tag() == tag {
-            let b = bucket(row.0);
-            start(b)..start(b + 1)
-        } else {
-            bands.range(dnats, row.0, |d| d.0)
-        };
-        let Some(rows) = dnats.get_mut(range) else {
-            continue;
-        };
-        let mut hit = rows.iter_mut().filter(|r| r.0 == row.0);
-        if let (Some(taken), None) = (hit.next(), hit.next()) {
-            let family = taken.1.family & !PAddr::TAKEN;
-            row.1 = PAddr {
-                family: family | PAddr::RESOLVED,
-                ..taken.1
+    for group in jumps.chunks_mut(GROUP) {
+        // First touch each jump's bucket with a short loop of independent loads, so the
+        // processor has many of their cache misses in flight at once; the lookups below
+        // then find the rows in cache. (Looked up one by one, each jump's miss was
+        // mostly waited for alone: the lookup is too long a loop for the processor to
+        // reach far into the next jumps.)
+        let mut touched = 0u32;
+        for row in group.iter() {
+            if row.0.tag() == tag {
+                let at = start(bucket(row.0));
+                touched ^= dnats.get(at).map_or(0, |r| r.0.lo);
+            }
+        }
+        std::hint::black_box(touched);
+        for row in group.iter_mut() {
+            let range = if row.0.tag() == tag {
+                let b = bucket(row.0);
+                start(b)..start(b + 1)
+            } else {
+                bands.range(dnats, row.0, |d| d.0)
             };
-            taken.1.family = family | PAddr::TAKEN;
+            let Some(rows) = dnats.get_mut(range) else {
+                continue;
+            };
+            let mut hit = rows.iter_mut().filter(|r| r.0 == row.0);
+            if let (Some(taken), None) = (hit.next(), hit.next()) {
+                let family = taken.1.family & !PAddr::TAKEN;
+                row.1 = PAddr {
+                    family: family | PAddr::RESOLVED,
+                    ..taken.1
+                };
+                taken.1.family = family | PAddr::TAKEN;
+            }
         }
     }
 }
+
+/// How many jumps [`resolve_direct`] touches before it looks them up.
+const GROUP: usize = 32;
 
 /// Drops the DNAT rows that jumps took in [`resolve_direct`] and that nothing else looks
 /// up (a chain whose one DNAT was taken is looked up again only when an entry rule jumps
@@ -2064,6 +2140,39 @@ COMMIT
         assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
         assert!(pack_chain(b"KUBE-SEP-A").is_none());
         assert!(pack_chain(b"KUBE-SEP-AAAAAAAAAAAAAAA1").is_none());
+    }
+
+    proptest::proptest! {
+        /// The word compare of a chain name's prefix says what the classification says:
+        /// a load-balancing chain exactly when `classify` does, on kube-proxy's names, on
+        /// their near misses and on any bytes.
+        #[test]
+        fn lb_tag_agrees_with_classify(
+            kind in "(KUBE-)?(EXT|FW|SEP|SVC|SVL|XLB|SERVICES|MARK-MASQ|EXTERNAL-SERVICES|E|F)?[-_]?",
+            tail in "[2-7A-Z-]{0,20}",
+            any in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..30),
+        ) {
+            for name in [format!("{kind}{tail}").into_bytes(), any] {
+                proptest::prop_assert_eq!(
+                    lb_tag(&name).is_some(),
+                    is_lb_chain(classify(&name)),
+                    "{:?}", String::from_utf8_lossy(&name)
+                );
+            }
+        }
+
+        /// The word compares agree with the slice ones.
+        #[test]
+        fn word_compares_agree_with_slices(
+            a in proptest::collection::vec(b'a'..b'e', 0..48),
+            b in proptest::collection::vec(b'a'..b'e', 0..48),
+        ) {
+            proptest::prop_assert_eq!(starts_with_words(&a, &b), a.starts_with(&b));
+            proptest::prop_assert_eq!(same_name(&a, &b), a == b);
+            let ext: Vec<u8> = b.iter().chain(&a).copied().collect();
+            proptest::prop_assert!(starts_with_words(&ext, &b));
+            proptest::prop_assert!(same_name(&a, &a.clone()));
+        }
     }
 
     proptest::proptest! {
