@@ -12,8 +12,9 @@
 //! keys, DNAT targets and jumps are appended to vectors as they come, and the end is a
 //! sort-merge (legacy `iptables-save` lists chains sorted, so the sorts are checks). The
 //! lines that make up nearly all of a large dump (chain declarations, masquerade marks,
-//! `KUBE-SEP` DNATs, `KUBE-SVC` jumps) are read as bytes without UTF-8 validation or
-//! tokenizing; every other line takes the general path with the same results.
+//! `KUBE-SEP` DNATs, `KUBE-SVC` jumps, session affinity's included) are read as bytes
+//! without UTF-8 validation or tokenizing; every other line takes the general path with
+//! the same results.
 //!
 //! Layouts handled: kube-proxy ≥ 1.28 (comments unquoted when they have no space,
 //! `-d IP` without `/32`, `KUBE-SVL`/`KUBE-EXT`), 1.10–1.27 (`KUBE-XLB`, `KUBE-FW`,
@@ -498,26 +499,51 @@ impl<'a> Cursor<'a> {
             || self.lit(b" -p ")
                 && self.word().is_some()
                 && (!self.lit(b" -m comment --comment ") || self.comment().is_some())
+                && (!self.lit(b" -m recent --set --name ") || self.recent_tail())
                 && self.lit(b" -m ")
                 && self.word().is_some()
                 && self.lit(b" -j DNAT --to-destination ")
     }
 
+    /// The rest of the `recent` match kube-proxy writes for session affinity, after its
+    /// `--name` (iptables-save prints the options in this order): `NAME --mask MASK
+    /// --rsource`. The tokenizer reads NAME and MASK as option values whatever they say,
+    /// and `--set`, `--reap` and `--rsource` change nothing, so the layout reads these
+    /// rules as it does.
+    fn recent_tail(&mut self) -> bool {
+        self.word().is_some()
+            && self.lit(b" --mask ")
+            && self.word().is_some()
+            && self.lit(b" --rsource")
+    }
+
     /// What kube-proxy writes in a load-balancing chain before a jump's target:
-    /// ` [-m comment --comment C] [-m statistic --mode random --probability N] -j `;
-    /// gives the comment (empty when left out, as above 1 000 endpoints) and whether it
-    /// was quoted.
+    /// ` [-m comment --comment C] [-m statistic --mode random --probability N] -j `, or
+    /// for session affinity ` [-m comment --comment C] -m recent --rcheck --seconds N
+    /// --reap --name NAME --mask MASK --rsource -j `; gives the comment (empty when left
+    /// out, as above 1 000 endpoints), whether it was quoted, and whether the rule checks
+    /// affinity (`--rcheck`).
     #[inline(always)]
-    fn jump_head(&mut self) -> Option<(&'a [u8], bool)> {
+    fn jump_head(&mut self) -> Option<(&'a [u8], bool, bool)> {
         let comment = if self.lit(b" -m comment --comment ") {
             self.comment()?
         } else {
             (&[][..], false)
         };
-        if self.lit(b" -m statistic --mode random --probability ") && self.word().is_none() {
+        let affinity = self.lit(b" -m recent --rcheck --seconds ");
+        if affinity
+            && !(self.word().is_some() && self.lit(b" --reap --name ") && self.recent_tail())
+        {
             return None;
         }
-        self.lit(b" -j ").then_some(comment)
+        if !affinity
+            && self.lit(b" -m statistic --mode random --probability ")
+            && self.word().is_none()
+        {
+            return None;
+        }
+        self.lit(b" -j ")
+            .then_some((comment.0, comment.1, affinity))
     }
 }
 
@@ -1172,7 +1198,7 @@ impl Parser {
             self.add_dnat(key, sa);
             return Some(end(&c, len));
         }
-        let (comment, quoted) = c.jump_head()?;
+        let (comment, quoted, affinity) = c.jump_head()?;
         let t = packed_len(c.0);
         let to = pack_chain(c.0.get(..t)?)?;
         if c.0.get(t) != Some(&b'\n') {
@@ -1186,6 +1212,9 @@ impl Parser {
         };
         let from = self.source_key(chain)?;
         self.rule_seen();
+        if affinity {
+            self.affinity.push(from);
+        }
         self.add_jump(from, to, hint);
         Some(end(&c, t))
     }
@@ -1380,7 +1409,8 @@ impl Parser {
     /// matched in one left-to-right pass that reads each byte once:
     /// `KUBE-SEP-… -p P -m comment --comment C -m P -j DNAT --to-destination ADDR` and
     /// `KUBE-SVC-… -m comment --comment C [-m statistic --mode random --probability N]
-    /// -j KUBE-…`. The layout pins every token, so the tokenizer's view is known
+    /// -j KUBE-…`, with session affinity's `recent` match where kube-proxy puts it (see
+    /// [`Cursor::dnat_head`], [`Cursor::jump_head`]). The layout pins every token, so the tokenizer's view is known
     /// without the general scans (no other option, no second `-j` or `--comment`, no
     /// escape). Returns `false` (nothing recorded) for any other shape.
     fn kube_layout(&mut self, class: Class, chain: &[u8], body: &[u8]) -> bool {
@@ -1400,7 +1430,7 @@ impl Parser {
                 true
             }
             Class::Svc | Class::Svl | Class::Ext | Class::Fw | Class::Xlb => {
-                let Some((comment, quoted)) = c.jump_head() else {
+                let Some((comment, quoted, affinity)) = c.jump_head() else {
                     return false;
                 };
                 // The target is the rest of the line; a packed name has no space or tab.
@@ -1416,6 +1446,9 @@ impl Parser {
                 } else {
                     None
                 };
+                if affinity {
+                    self.affinity.push(from);
+                }
                 self.add_jump(from, to, hint);
                 true
             }
@@ -2268,7 +2301,7 @@ COMMIT
     fn kube_proxy_layouts_take_the_one_pass_path() {
         let dump = GenModel::generate(&GenSpec::new(40, 300)).iptables_save();
         let mut p = Parser::default();
-        let (mut dnats, mut jumps) = (0, 0);
+        let (mut dnats, mut jumps, mut affinity) = (0, 0, 0);
         for line in dump.lines() {
             let Some(body) = line.strip_prefix("-A ") else {
                 continue;
@@ -2277,17 +2310,23 @@ COMMIT
             let class = classify(chain.as_bytes());
             let dnat = class == Class::Sep && line.contains(" -j DNAT ");
             let jump = class == Class::Svc && line.contains(" -j KUBE-SEP-");
-            if (dnat || jump) && !line.contains("--rcheck") && !line.contains(" --set ") {
+            // Session affinity's rules included (`-m recent --set` / `--rcheck`).
+            if dnat || jump {
                 assert!(
                     p.kube_layout(class, chain.as_bytes(), body.as_bytes()),
                     "{line}"
                 );
                 dnats += usize::from(dnat);
                 jumps += usize::from(jump);
+                affinity += usize::from(line.contains(" --rcheck "));
             }
         }
-        assert!(dnats >= 250 && jumps >= 250, "{dnats} {jumps}");
+        assert!(
+            dnats >= 250 && jumps >= 250 && affinity >= 10,
+            "{dnats} {jumps} {affinity}"
+        );
         assert_eq!((p.dnats.len(), p.jumps.len()), (dnats, jumps));
+        assert_eq!(p.affinity.len(), affinity);
         // Service rules with a packed target: the entry layout.
         let mut entries = 0;
         for (no, line) in dump.lines().enumerate() {
@@ -2363,6 +2402,9 @@ COMMIT
             r#"KUBE-SVC-AAAAAAAAAAAAAAAA -m comment --comment "a -> 10.0.0.1:80" -m statistic --mode random --probability 0.5 -j KUBE-SEP-AAAAAAAAAAAAAAAA --rcheck"#,
             r#"KUBE-SVC-AAAAAAAAAAAAAAAA -m comment --comment "a -> 10.0.0.1:80" -m statistic --mode random --probability	0.5 -j KUBE-SEP-AAAAAAAAAAAAAAAA"#,
             r#"KUBE-SVC-AAAAAAAAAAAAAAAA -m comment --comment "a -> 10.0.0.1:80" -m recent --rcheck -j KUBE-SEP-AAAAAAAAAAAAAAAA"#,
+            r#"KUBE-SVC-AAAAAAAAAAAAAAAA -m recent --rcheck --seconds 10800 --reap --name X --mask M --rsource -m statistic --mode random --probability 0.5 -j KUBE-SEP-AAAAAAAAAAAAAAAA"#,
+            r#"KUBE-SVC-AAAAAAAAAAAAAAAA -m recent --rcheck --seconds 10800 --reap --name "X" --mask M --rsource -j KUBE-SEP-AAAAAAAAAAAAAAAA"#,
+            r#"KUBE-SEP-AAAAAAAAAAAAAAAA -p tcp -m recent --set --name X --mask M -m tcp -j DNAT --to-destination 10.0.0.1:80"#,
         ] {
             let chain = body.split(' ').next().unwrap();
             let class = classify(chain.as_bytes());
