@@ -1772,9 +1772,10 @@ impl KeySet {
 /// of the DNAT rows' largest tag band (the `KUBE-SEP` chains): the first row of each value
 /// of the top 16 bits of the hash (256 KiB, stays in cache), then the two or three rows of
 /// that bucket, which are consecutive. Each lookup is one cache miss that does not depend
-/// on the previous one, so the processor overlaps them; sorting the jumps by target and
-/// merging, as before, chased a dependent miss per jump through the sort. Targets of
-/// other tags (rare) use [`Bands::range`].
+/// on the previous one (sorting the jumps by target and merging, as before, chased a
+/// dependent miss per jump through the sort); the jumps go in groups of [`GROUP`] whose
+/// rows are touched first, so that many of these misses are in flight at once. Targets
+/// of other tags (rare) use [`Bands::range`].
 fn resolve_direct(jumps: &mut [JumpRow], dnats: &mut [(ChainKey, PAddr)]) {
     const BITS: u32 = 16;
     let bucket = |k: ChainKey| (k.body() >> (64 - BITS)) as usize;
@@ -1804,9 +1805,9 @@ fn resolve_direct(jumps: &mut [JumpRow], dnats: &mut [(ChainKey, PAddr)]) {
     for group in jumps.chunks_mut(GROUP) {
         // First touch each jump's bucket with a short loop of independent loads, so the
         // processor has many of their cache misses in flight at once; the lookups below
-        // then find the rows in cache. (Looked up one by one, each jump's miss was
-        // mostly waited for alone: the lookup is too long a loop for the processor to
-        // reach far into the next jumps.)
+        // then find the rows in cache. (Looked up one by one, the misses overlapped
+        // little: a lookup is a long loop body with branches, and the processor reaches
+        // only a few jumps ahead.)
         let mut touched = 0u32;
         for row in group.iter() {
             if row.0.tag() == tag {
