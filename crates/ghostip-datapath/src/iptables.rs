@@ -392,23 +392,10 @@ fn starts_with_words(b: &[u8], s: &[u8]) -> bool {
     at == s.len() || word_at(b, s.len() - 8) == word_at(s, s.len() - 8)
 }
 
-/// Whether `a` and `b` are the same chain name: names of 16 to 32 bytes (kube-proxy's
-/// hashed ones are 24 or 25) in two overlapping 16-byte compares, others with `==`.
+/// Whether `a` and `b` are the same chain name ([`starts_with_words`] of equal lengths).
 #[inline(always)]
 fn same_name(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    if !(16..=32).contains(&n) {
-        return a == b;
-    }
-    let half = |s: &[u8], at: usize| {
-        s.get(at..at + 16)
-            .and_then(|x| <[u8; 16]>::try_from(x).ok())
-            .map(u128::from_ne_bytes)
-    };
-    half(a, 0) == half(b, 0) && half(a, n - 16) == half(b, n - 16)
+    a.len() == b.len() && starts_with_words(a, b)
 }
 
 /// Position of the last ` -j ` in a rule (the rule's target).
@@ -525,7 +512,7 @@ impl<'a> Cursor<'a> {
     /// affinity (`--rcheck`).
     #[inline(always)]
     fn jump_head(&mut self) -> Option<(&'a [u8], bool, bool)> {
-        let comment = if self.lit(b" -m comment --comment ") {
+        let (comment, quoted) = if self.lit(b" -m comment --comment ") {
             self.comment()?
         } else {
             (&[][..], false)
@@ -542,8 +529,7 @@ impl<'a> Cursor<'a> {
         {
             return None;
         }
-        self.lit(b" -j ")
-            .then_some((comment.0, comment.1, affinity))
+        self.lit(b" -j ").then_some((comment, quoted, affinity))
     }
 }
 
@@ -1410,9 +1396,10 @@ impl Parser {
     /// `KUBE-SEP-… -p P -m comment --comment C -m P -j DNAT --to-destination ADDR` and
     /// `KUBE-SVC-… -m comment --comment C [-m statistic --mode random --probability N]
     /// -j KUBE-…`, with session affinity's `recent` match where kube-proxy puts it (see
-    /// [`Cursor::dnat_head`], [`Cursor::jump_head`]). The layout pins every token, so the tokenizer's view is known
-    /// without the general scans (no other option, no second `-j` or `--comment`, no
-    /// escape). Returns `false` (nothing recorded) for any other shape.
+    /// [`Cursor::dnat_head`], [`Cursor::jump_head`]). The layout pins every token, so the
+    /// tokenizer's view is known without the general scans (no other option, no second
+    /// `-j` or `--comment`, no escape). Returns `false` (nothing recorded) for any other
+    /// shape.
     fn kube_layout(&mut self, class: Class, chain: &[u8], body: &[u8]) -> bool {
         let mut c = Cursor(body.get(chain.len()..).unwrap_or_default());
         match class {
