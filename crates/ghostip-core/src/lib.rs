@@ -4,9 +4,11 @@
 //! the current time in, and get verdicts out. See `DESIGN.md` for the vocabulary.
 #![forbid(unsafe_code)]
 
+pub mod clock;
 pub mod corefile;
 pub mod engine;
 pub mod model;
 pub mod truth;
 
+pub use clock::Clock;
 pub use model::*;

@@ -23,18 +23,17 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use ghostip::agent::DatapathModel;
 use ghostip::agent::cost::{CostCap, CostConfig};
 use ghostip::agent::readers::run_and_parse;
-use ghostip::agent::tracker::DatapathTracker;
-use ghostip::commands::session::{ServiceFilter, Session, SessionConfig};
-use ghostip::dns::names::NameConfig;
-use ghostip::dns::paths::PathConfig;
-use ghostip::kube::{Received, ResourceKind, SyncState, TruthEvent};
-use ghostip_core::engine::EngineConfig;
-use ghostip_core::truth::{PodRecord, ServiceChange};
+use ghostip::kube::{Received, ResourceKind, SyncState, TruthEvent, TruthObject};
+use ghostip_core::truth::PodRecord;
 use ghostip_core::{PathInfo, PathKind, PodRef, Time};
 use ghostip_datapath::Format;
 use ghostip_datapath::generate::{GenModel, GenSpec, THIS_NODE};
+use ghostip_session::layers::dns::paths::PathConfig;
+use ghostip_session::layers::dns::{DnsConfig, DnsModel};
+use ghostip_session::{Session, SessionConfig};
 
 fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -120,18 +119,15 @@ fn main() {
         ResourceKind::Services,
         ResourceKind::Pods,
     ];
-    let cfg = SessionConfig {
+    let dns = DnsModel::new(DnsConfig {
         paths: PathConfig {
             node: Some(THIS_NODE.to_string()),
             ..PathConfig::default()
         },
-        names: NameConfig::default(),
-        filter: ServiceFilter::default(),
-        engine: EngineConfig::default(),
-        record_timeline: false,
-        burst_limit: Duration::from_secs(600),
-    };
-    let mut s = Session::new(cfg, SyncState::new(t, kinds.clone()));
+        ..DnsConfig::default()
+    });
+    let mut s =
+        Session::new(SessionConfig::default(), SyncState::new(t, kinds.clone())).with_layer(dns);
     let info = PathInfo {
         id: format!("iptables/{THIS_NODE}"),
         kind: PathKind::Iptables,
@@ -139,19 +135,16 @@ fn main() {
         node: Some(THIS_NODE.to_string()),
     };
     let idx = s.engine.add_path(info, Duration::from_secs(2));
-    let mut tracker = DatapathTracker::new(THIS_NODE, idx);
     // `AGENT_RSS_NO_TRACKER=1`: the session alone (what `watch` would hold for this truth),
     // to tell the datapath path's share of the memory.
-    let with_tracker = std::env::var_os("AGENT_RSS_NO_TRACKER").is_none();
-    let mut feed = |s: &mut Session, event: TruthEvent| {
-        let r = Received { at: t, event };
-        let actions = s.on_truth(&r);
-        if with_tracker {
-            tracker_events(&mut tracker, s, &r, &actions.changes);
-        }
+    if std::env::var_os("AGENT_RSS_NO_TRACKER").is_none() {
+        s.register(DatapathModel::new(THIS_NODE, idx));
+    }
+    let feed = |s: &mut Session, event: TruthEvent| {
+        s.on_truth(&Received { at: t, event });
     };
     for k in &kinds {
-        feed(&mut s, TruthEvent::RelistStarted(k.clone()));
+        feed(&mut s, TruthEvent::Init(k.clone()));
     }
     // Stream the truth in; this node's pods (spec.nodeName field selector) are one in 50
     // in a 50-node cluster.
@@ -164,7 +157,7 @@ fn main() {
         match record {
             Record::Service(svc) => {
                 services += 1;
-                feed(&mut s, TruthEvent::ServiceApplied(svc));
+                feed(&mut s, TruthEvent::InitApply(TruthObject::Service(svc)));
             }
             Record::Slice(sl) => {
                 for e in &sl.endpoints {
@@ -175,7 +168,7 @@ fn main() {
                     pods += 1;
                     feed(
                         &mut s,
-                        TruthEvent::PodApplied(PodRecord {
+                        TruthEvent::InitApply(TruthObject::Pod(PodRecord {
                             pod: e.pod.clone().unwrap(),
                             ips: vec![e.ip],
                             node: Some(THIS_NODE.to_string()),
@@ -188,16 +181,15 @@ fn main() {
                             prestop_seconds: None,
                             host_network: false,
                             labels: Default::default(),
-                        }),
+                        })),
                     );
                 }
-                feed(&mut s, TruthEvent::SliceApplied(sl));
+                feed(&mut s, TruthEvent::InitApply(TruthObject::Slice(sl)));
             }
         }
     }
     for k in &kinds {
-        feed(&mut s, TruthEvent::RelistDone(k.clone()));
-        feed(&mut s, TruthEvent::Synced(k.clone()));
+        feed(&mut s, TruthEvent::InitDone(k.clone()));
     }
     assert!(s.judging(), "the truth did not sync");
     println!(
@@ -220,7 +212,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
     for _ in 0..audits.max(1) {
-        audit(&mut s, &mut tracker, &program, &argv, &cancel, dump_bytes);
+        audit(&mut s, &program, &argv, &cancel, dump_bytes);
     }
     println!(
         "after audit: VmHWM {:.1} MiB, VmRSS {:.1} MiB",
@@ -230,14 +222,7 @@ fn main() {
 }
 
 /// One full audit, as the agent does it.
-fn audit(
-    s: &mut Session,
-    tracker: &mut DatapathTracker,
-    program: &str,
-    argv: &[&str],
-    cancel: &Arc<AtomicBool>,
-    dump_bytes: u64,
-) {
+fn audit(s: &mut Session, program: &str, argv: &[&str], cancel: &Arc<AtomicBool>, dump_bytes: u64) {
     let wall = Instant::now();
     let read = run_and_parse(
         program,
@@ -254,10 +239,17 @@ fn audit(
     );
     // The thread's CPU in nanoseconds, as the agent measures it.
     let diff_cpu_before = ghostip::agent::readers::thread_cpu();
-    let out = tracker.on_read(&s.truth, &mut s.engine, &read.table, Time::now());
+    let Some((out, _)) =
+        s.with_layer_cx::<DatapathModel, _>(|m, cx| m.on_read(cx, &read.table, Time::now()))
+    else {
+        println!("audit: no datapath model registered (AGENT_RSS_NO_TRACKER)");
+        return;
+    };
     let diff_cpu = ghostip::agent::readers::thread_cpu_since(diff_cpu_before);
     let total_wall = wall.elapsed();
-    let stale = tracker.stale_now(&s.engine);
+    let stale = s
+        .layer::<DatapathModel>()
+        .map_or(0, |m| m.stale_now(&s.engine));
     let open = s.engine.open_count();
     println!(
         "audit: {program} {} bytes{}: {} frontends, {} backends, {} services observed, {} unknown frontends, {stale} stale, {open} open trackings",
@@ -292,14 +284,4 @@ fn audit(
             cap.audit_period().as_secs_f64()
         );
     }
-}
-
-fn tracker_events(
-    tracker: &mut DatapathTracker,
-    s: &mut Session,
-    r: &Received,
-    changes: &[ServiceChange],
-) {
-    let out = tracker.on_truth(&s.truth, &mut s.engine, &r.event, changes, r.at);
-    drop(out);
 }

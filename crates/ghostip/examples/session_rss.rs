@@ -9,17 +9,15 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
-use ghostip::commands::session::{ServiceFilter, Session, SessionConfig};
-use ghostip::dns::names::NameConfig;
-use ghostip::dns::paths::PathConfig;
-use ghostip::kube::{Received, ResourceKind, SyncState, TruthEvent};
-use ghostip_core::engine::EngineConfig;
+use ghostip::kube::{Received, ResourceKind, SyncState, TruthEvent, TruthObject};
 use ghostip_core::truth::{
     AddressType, EndpointPort, EndpointRecord, PodRecord, ServiceRecord, SliceRecord, TrafficPolicy,
 };
 use ghostip_core::{
     HeldTarget, Observation, ObservationResult, PodRef, Protocol, ServiceKey, Target, Time,
 };
+use ghostip_session::layers::dns::{DnsConfig, DnsModel};
+use ghostip_session::{Session, SessionConfig};
 
 fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -51,34 +49,29 @@ fn main() {
         ResourceKind::Services,
         ResourceKind::Pods,
     ];
-    let cfg = SessionConfig {
-        paths: PathConfig::default(),
-        names: NameConfig::default(),
-        filter: ServiceFilter::default(),
-        engine: EngineConfig::default(),
-        record_timeline: false,
-        burst_limit: std::time::Duration::from_secs(600),
-    };
-    let mut s = Session::new(cfg, SyncState::new(t, kinds.clone()));
+    let mut s = Session::new(SessionConfig::default(), SyncState::new(t, kinds.clone()))
+        .with_layer(DnsModel::new(DnsConfig::default()));
     let rx = |event| Received { at: t, event };
     for k in &kinds {
-        s.on_truth(&rx(TruthEvent::RelistStarted(k.clone())));
+        s.on_truth(&rx(TruthEvent::Init(k.clone())));
     }
     let mut n = 0u32;
     for i in 0..services {
         let key = ServiceKey::new(format!("ns-{}", i % 100), format!("svc-{i}"));
-        s.on_truth(&rx(TruthEvent::ServiceApplied(ServiceRecord {
-            key: key.clone(),
-            cluster_ips: vec![],
-            headless: true,
-            service_type: "ClusterIP".into(),
-            publish_not_ready: false,
-            internal_traffic_policy: TrafficPolicy::Cluster,
-            external_traffic_policy: TrafficPolicy::Cluster,
-            ports: vec![],
-            has_selector: true,
-            labels: BTreeMap::from([("app".to_string(), format!("svc-{i}"))]),
-        })));
+        s.on_truth(&rx(TruthEvent::InitApply(TruthObject::Service(
+            ServiceRecord {
+                key: key.clone(),
+                cluster_ips: vec![],
+                headless: true,
+                service_type: "ClusterIP".into(),
+                publish_not_ready: false,
+                internal_traffic_policy: TrafficPolicy::Cluster,
+                external_traffic_policy: TrafficPolicy::Cluster,
+                ports: vec![],
+                has_selector: true,
+                labels: BTreeMap::from([("app".to_string(), format!("svc-{i}"))]),
+            },
+        ))));
         let mut endpoints = Vec::new();
         for j in 0..per {
             n += 1;
@@ -88,7 +81,7 @@ fn main() {
                 // Pod UIDs are UUIDs, as the API server gives them.
                 uid: format!("{i:08x}-7c9d-4e1f-8a2b-{n:012x}"),
             };
-            s.on_truth(&rx(TruthEvent::PodApplied(PodRecord {
+            s.on_truth(&rx(TruthEvent::InitApply(TruthObject::Pod(PodRecord {
                 pod: pod.clone(),
                 ips: vec![ip(n)],
                 node: Some(format!("node-{}", n % 50)),
@@ -101,7 +94,7 @@ fn main() {
                 prestop_seconds: None,
                 host_network: false,
                 labels: BTreeMap::new(),
-            })));
+            }))));
             endpoints.push(EndpointRecord {
                 ip: ip(n),
                 ready: true,
@@ -112,23 +105,24 @@ fn main() {
                 hostname: None,
             });
         }
-        s.on_truth(&rx(TruthEvent::SliceApplied(SliceRecord {
-            namespace: key.namespace.clone(),
-            name: format!("svc-{i}-abcde"),
-            service: key.name.clone(),
-            address_type: AddressType::IPv4,
-            endpoints,
-            ports: vec![EndpointPort {
-                name: Some("http".into()),
-                port: 8080,
-                protocol: Protocol::Tcp,
-            }],
-            trigger_time: Some(t),
-        })));
+        s.on_truth(&rx(TruthEvent::InitApply(TruthObject::Slice(
+            SliceRecord {
+                namespace: key.namespace.clone(),
+                name: format!("svc-{i}-abcde"),
+                service: key.name.clone(),
+                address_type: AddressType::IPv4,
+                endpoints,
+                ports: vec![EndpointPort {
+                    name: Some("http".into()),
+                    port: 8080,
+                    protocol: Protocol::Tcp,
+                }],
+                trigger_time: Some(t),
+            },
+        ))));
     }
     for k in &kinds {
-        s.on_truth(&rx(TruthEvent::RelistDone(k.clone())));
-        s.on_truth(&rx(TruthEvent::Synced(k.clone())));
+        s.on_truth(&rx(TruthEvent::InitDone(k.clone())));
     }
     let after_truth = vm_hwm_kib();
     // Three DNS paths each answered once per service (the sweep).

@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod audit;
 pub mod cli;
+pub mod clock;
 pub mod commands;
 pub mod dns;
 pub mod explain;

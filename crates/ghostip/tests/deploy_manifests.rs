@@ -381,10 +381,10 @@ fn watch_deployment_runs_unprivileged() {
 #[test]
 fn alerts_use_metrics_ghostip_exports() {
     // Every ghostip_* series an alert reads is registered: the fixed names in metrics.rs,
-    // the agent's own in commands/agent.rs (families without samples are not encoded, so
+    // the agent's own in commands/agent/metrics.rs (families without samples are not encoded, so
     // the registrations are read from the source).
     let mut exported: BTreeSet<String> = BTreeSet::new();
-    for src in ["src/metrics.rs", "src/commands/agent.rs"] {
+    for src in ["src/metrics.rs", "src/commands/agent/metrics.rs"] {
         let text =
             std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(src)).unwrap();
         for chunk in text.split('"').filter(|c| {

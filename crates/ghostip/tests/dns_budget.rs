@@ -12,9 +12,10 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ghostip::clock::{Clock, TokioClock};
 use ghostip::dns::{
     DnsAnswer, DnsPath, DnsTransport, ProbeCommand, ProbeEvent, ProbeName, ProbePath, ProbeSource,
-    ProbeStats, Prober, ProberConfig, QueryError, QueryType, ServiceNames, TokioClock, Transport,
+    ProbeStats, Prober, ProberConfig, QueryError, QueryType, ServiceNames, Transport,
 };
 use ghostip_core::{
     FailureReason, HeldTarget, ObservationResult, PathIdx, PathKind, ServiceKey, Target, Time,
@@ -109,6 +110,14 @@ struct Harness {
 }
 
 impl Harness {
+    /// The wall time `secs` from now on the harness's clock.
+    fn in_secs(&self, secs: u64) -> Time {
+        self.clock
+            .now()
+            .checked_add(Duration::from_secs(secs))
+            .unwrap()
+    }
+
     fn start(config: ProberConfig, transport: Recorder) -> Self {
         let clock = TokioClock::anchored(Instant::now(), "2026-11-30T05:00:00Z".parse().unwrap());
         let prober = Prober::with_transport(config, transport, clock);
@@ -194,11 +203,11 @@ fn sweep(services: usize, names_each: usize) -> Vec<ServiceNames> {
         .collect()
 }
 
-fn burst(key: &ServiceKey, n: usize, for_secs: u64) -> ProbeCommand {
+fn burst(h: &Harness, key: &ServiceKey, n: usize, for_secs: u64) -> ProbeCommand {
     ProbeCommand::Burst {
         service: key.clone(),
         names: names(key, n),
-        until: Instant::now() + Duration::from_secs(for_secs),
+        until: h.in_secs(for_secs),
     }
 }
 
@@ -245,7 +254,7 @@ async fn budget_is_never_exceeded_across_bursts_and_sweep() {
     let h = Harness::start(config, recorder.clone());
     h.send(ProbeCommand::SetPaths(paths(8))).await;
     for i in 0..3 {
-        h.send(burst(&svc(i), 2, 60)).await; // 16 queries per 250 ms each: 64/s wanted
+        h.send(burst(&h, &svc(i), 2, 60)).await; // 16 queries per 250 ms each: 64/s wanted
     }
     h.send(ProbeCommand::SetSweep(sweep(20, 2))).await; // 320 queries per 2 s: 160/s wanted
 
@@ -292,7 +301,7 @@ async fn bursts_preempt_the_sweep() {
     );
 
     let t0 = Instant::now();
-    h.send(burst(&svc(1), 2, 2)).await; // 8 queries per 250 ms, for 2 s
+    h.send(burst(&h, &svc(1), 2, 2)).await; // 8 queries per 250 ms, for 2 s
     tokio::time::sleep(Duration::from_secs(2)).await;
     let stats = h.stats.snapshot();
     h.stop().await;
@@ -339,8 +348,8 @@ async fn small_budget_degrades_bursts_fairly() {
     let recorder = Recorder::default();
     let h = Harness::start(config, recorder.clone());
     h.send(ProbeCommand::SetPaths(paths(2))).await;
-    h.send(burst(&svc(1), 5, 60)).await; // 10 per 250 ms = 40/s each
-    h.send(burst(&svc(2), 5, 60)).await;
+    h.send(burst(&h, &svc(1), 5, 60)).await; // 10 per 250 ms = 40/s each
+    h.send(burst(&h, &svc(2), 5, 60)).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let stats = h.stats.snapshot();
     h.stop().await;
@@ -411,8 +420,8 @@ async fn bursts_end_at_their_deadline_or_when_stopped() {
     let h = Harness::start(config, recorder.clone());
     h.send(ProbeCommand::SetPaths(paths(1))).await;
     let t0 = Instant::now();
-    h.send(burst(&svc(1), 1, 1)).await; // deadline in 1 s
-    h.send(burst(&svc(2), 1, 60)).await;
+    h.send(burst(&h, &svc(1), 1, 1)).await; // deadline in 1 s
+    h.send(burst(&h, &svc(2), 1, 60)).await;
     tokio::time::sleep(Duration::from_millis(1600)).await;
     h.send(ProbeCommand::StopBurst { service: svc(2) }).await;
     let stopped = Instant::now();
@@ -446,7 +455,7 @@ async fn paths_change_at_run_time() {
     let h = Harness::start(config, recorder.clone());
     let all = paths(4);
     h.send(ProbeCommand::SetPaths(all[..2].to_vec())).await;
-    h.send(burst(&svc(1), 1, 60)).await;
+    h.send(burst(&h, &svc(1), 1, 60)).await;
     tokio::time::sleep(Duration::from_millis(990)).await;
     let switched = Instant::now();
     h.send(ProbeCommand::SetPaths(all[1..].to_vec())).await; // path 0 gone, 2 and 3 new
@@ -495,7 +504,7 @@ async fn observations_carry_path_index_answer_time_and_failures() {
     h.send(ProbeCommand::Burst {
         service: key.clone(),
         names: vec![a_name(&key)],
-        until: Instant::now() + Duration::from_secs(60),
+        until: h.in_secs(60),
     })
     .await;
     tokio::time::sleep(Duration::from_millis(2100)).await;

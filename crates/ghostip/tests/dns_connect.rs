@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use ghostip::dns::{Budget, ConnectOutcome, ConnectProber, SystemClock, connect};
+use ghostip::clock::SystemClock;
+use ghostip::dns::{Budget, ConnectOutcome, ConnectProber, connect};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 fn addr(s: &str) -> SocketAddr {

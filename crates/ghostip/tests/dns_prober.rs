@@ -9,14 +9,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dns_support::{Behavior, CachingFront, FakeDns, TestServer, Zone, blackhole_udp, ip, name};
+use ghostip::clock::{Clock, TokioClock};
 use ghostip::dns::{
-    Clock, DnsPath, ProbeCommand, ProbeEvent, ProbeName, ProbePath, ProbeStats, Prober,
-    ProberConfig, QueryConfig, QueryType, ServiceNames, TokioClock, Transport,
+    DnsPath, ProbeCommand, ProbeEvent, ProbeName, ProbePath, ProbeStats, Prober, ProberConfig,
+    QueryConfig, QueryType, ServiceNames, Transport,
 };
 use ghostip_core::{FailureReason, ObservationResult, PathIdx, PathKind, ServiceKey, Target, Time};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 const WEB: &str = "web.prod.svc.cluster.local.";
@@ -126,7 +126,7 @@ async fn caching_front_serves_a_removed_ip_until_its_ttl_expires() {
         .send(ProbeCommand::Burst {
             service: web(),
             names: web_a(),
-            until: Instant::now() + Duration::from_secs(10),
+            until: r.clock.now().checked_add(Duration::from_secs(10)).unwrap(),
         })
         .await
         .unwrap();
@@ -237,7 +237,7 @@ async fn deleted_service_is_an_empty_answer_not_a_failure() {
         .send(ProbeCommand::Burst {
             service: web(),
             names: web_a(),
-            until: Instant::now() + Duration::from_secs(10),
+            until: r.clock.now().checked_add(Duration::from_secs(10)).unwrap(),
         })
         .await
         .unwrap();
@@ -388,7 +388,7 @@ async fn shutdown_is_prompt_with_queries_in_flight() {
         .send(ProbeCommand::Burst {
             service: web(),
             names: web_a(),
-            until: Instant::now() + Duration::from_secs(60),
+            until: r.clock.now().checked_add(Duration::from_secs(60)).unwrap(),
         })
         .await
         .unwrap();

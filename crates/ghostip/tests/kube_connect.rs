@@ -4,9 +4,8 @@
 
 use std::time::Duration;
 
-use ghostip::kube::{
-    ConnectOptions, KubeError, KubeconfigSource, SystemClock, WatchScope, connect, snapshot,
-};
+use ghostip::clock::SystemClock;
+use ghostip::kube::{ConnectOptions, KubeError, KubeconfigSource, WatchScope, connect, snapshot};
 
 /// Port 1 on loopback: nothing listens, connections are refused at once.
 const KUBECONFIG: &str = r#"

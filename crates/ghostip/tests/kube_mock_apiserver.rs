@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use ghostip::kube::{
     BackoffPolicy, ClientOrigin, Clock, ConfigMapRef, Connection, KubeError, KubeconfigSource,
-    Received, TruthEvent, WatchScope, snapshot, watch_endpoint_slices,
+    Received, TruthEvent, TruthKey, TruthObject, WatchScope, snapshot, watch_endpoint_slices,
 };
 use ghostip_core::model::{ServiceKey, Time};
 use http::{Method, Request, Response, StatusCode};
@@ -91,7 +91,9 @@ async fn take(s: impl Stream<Item = Received> + Unpin, n: usize) -> Vec<Received
 
 fn endpoint_ips(ev: &TruthEvent) -> Vec<IpAddr> {
     match ev {
-        TruthEvent::SliceApplied(s) => s.endpoints.iter().map(|e| e.ip).collect(),
+        TruthEvent::InitApply(TruthObject::Slice(s)) | TruthEvent::Apply(TruthObject::Slice(s)) => {
+            s.endpoints.iter().map(|e| e.ip).collect()
+        }
         other => panic!("not a slice: {other:?}"),
     }
 }
@@ -129,7 +131,7 @@ async fn list_then_watch_of_endpointslices_yields_truth_events() {
 
     let events = take(
         watch_endpoint_slices(client, None, ticking_clock(), FAST),
-        7,
+        6,
     )
     .await;
     server
@@ -139,18 +141,18 @@ async fn list_then_watch_of_endpointslices_yields_truth_events() {
     let kinds: Vec<&str> = events
         .iter()
         .map(|r| match &r.event {
-            TruthEvent::RelistStarted(_) => "relist",
-            TruthEvent::SliceApplied(_) => "applied",
-            TruthEvent::SliceDeleted { .. } => "deleted",
-            TruthEvent::RelistDone(_) => "relisted",
-            TruthEvent::Synced(_) => "synced",
+            TruthEvent::Init(_) => "relist",
+            TruthEvent::InitApply(TruthObject::Slice(_)) => "listed",
+            TruthEvent::Apply(TruthObject::Slice(_)) => "applied",
+            TruthEvent::Delete(TruthKey::Slice { .. }) => "deleted",
+            TruthEvent::InitDone(_) => "synced",
             other => panic!("unexpected {other:?}"),
         })
         .collect();
     assert_eq!(
         kinds,
         vec![
-            "relist", "applied", "relisted", "synced", "applied", "applied", "deleted"
+            "relist", "listed", "synced", "applied", "applied", "deleted"
         ]
     );
     let ip = |s: &str| s.parse::<IpAddr>().unwrap();
@@ -158,17 +160,17 @@ async fn list_then_watch_of_endpointslices_yields_truth_events() {
         endpoint_ips(&events[1].event),
         vec![ip("10.0.0.1"), ip("10.0.0.2")]
     );
-    assert_eq!(endpoint_ips(&events[4].event), vec![ip("10.0.0.2")]);
-    assert_eq!(endpoint_ips(&events[5].event), vec![ip("10.0.0.3")]);
+    assert_eq!(endpoint_ips(&events[3].event), vec![ip("10.0.0.2")]);
+    assert_eq!(endpoint_ips(&events[4].event), vec![ip("10.0.0.3")]);
     assert_eq!(
-        events[6].event,
-        TruthEvent::SliceDeleted {
+        events[5].event,
+        TruthEvent::Delete(TruthKey::Slice {
             namespace: "shop".into(),
             name: "web-b".into()
-        }
+        })
     );
-    match &events[4].event {
-        TruthEvent::SliceApplied(s) => {
+    match &events[3].event {
+        TruthEvent::Apply(TruthObject::Slice(s)) => {
             assert_eq!(s.service_key(), ServiceKey::new("shop", "web"));
             assert_eq!(
                 s.trigger_time,
@@ -179,7 +181,7 @@ async fn list_then_watch_of_endpointslices_yields_truth_events() {
     }
     // Receive times come from the injected clock, one reading per watcher item.
     assert_eq!(events[0].at, Time::from_second(1_796_014_800).unwrap());
-    assert_eq!(events[6].at, Time::from_second(1_796_014_800 + 5).unwrap());
+    assert_eq!(events[5].at, Time::from_second(1_796_014_800 + 5).unwrap());
 }
 
 #[tokio::test]
@@ -203,22 +205,24 @@ async fn a_failing_list_is_a_gap_that_ends_with_a_relist() {
     });
     let events = take(
         watch_endpoint_slices(client, Some("shop"), ticking_clock(), FAST),
-        6,
+        5,
     )
     .await;
     server.abort();
     // kube's watcher announces the relist before it lists; the LIST then fails.
-    assert!(matches!(events[0].event, TruthEvent::RelistStarted(_)));
+    assert!(matches!(events[0].event, TruthEvent::Init(_)));
     match &events[1].event {
         TruthEvent::WatchFailed { error, .. } => {
             assert!(error.contains("etcd cluster is unavailable"), "{error}")
         }
         other => panic!("{other:?}"),
     }
-    assert!(matches!(events[2].event, TruthEvent::RelistStarted(_)));
-    assert!(matches!(events[3].event, TruthEvent::SliceApplied(_)));
-    assert!(matches!(events[4].event, TruthEvent::RelistDone(_)));
-    assert!(matches!(events[5].event, TruthEvent::Synced(_)));
+    assert!(matches!(events[2].event, TruthEvent::Init(_)));
+    assert!(matches!(
+        events[3].event,
+        TruthEvent::InitApply(TruthObject::Slice(_))
+    ));
+    assert!(matches!(events[4].event, TruthEvent::InitDone(_)));
 }
 
 #[tokio::test]

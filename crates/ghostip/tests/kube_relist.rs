@@ -10,7 +10,7 @@ use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt};
 use ghostip::kube::{
     BackoffPolicy, Clock, ConfigMapRef, Received, ResourceKind, SyncState, SyncTransition,
-    TruthEvent, apply_to_truth, corefile_events_from, events_from,
+    TruthEvent, TruthKey, TruthObject, apply_to_truth, corefile_events_from, events_from,
 };
 use ghostip_core::model::{ServiceKey, Time};
 use ghostip_core::truth::{ServiceRecord, TrafficPolicy, Truth};
@@ -84,19 +84,24 @@ fn ips(v: &[&str]) -> std::collections::BTreeSet<IpAddr> {
     v.iter().map(|s| s.parse().unwrap()).collect()
 }
 
+/// One line per event: `relist`/`synced` for a LIST's start and end, `+`/`-` for objects
+/// applied (listed or watched) and deleted.
 fn short(ev: &TruthEvent) -> String {
     match ev {
-        TruthEvent::SliceApplied(s) => format!("slice+ {}", s.name),
-        TruthEvent::SliceDeleted { name, .. } => format!("slice- {name}"),
-        TruthEvent::ServiceApplied(s) => format!("svc+ {}", s.key.name),
-        TruthEvent::ServiceDeleted(k) => format!("svc- {}", k.name),
-        TruthEvent::PodApplied(p) => format!("pod+ {}", p.pod.name),
-        TruthEvent::PodDeleted(p) => format!("pod- {} {}", p.name, p.uid),
-        TruthEvent::Corefile { configmap, .. } => format!("corefile {configmap}"),
-        TruthEvent::CorefileRemoved(c) => format!("corefile- {c}"),
-        TruthEvent::RelistStarted(k) => format!("relist {k}"),
-        TruthEvent::RelistDone(k) => format!("relisted {k}"),
-        TruthEvent::Synced(k) => format!("synced {k}"),
+        TruthEvent::InitApply(o) | TruthEvent::Apply(o) => match o {
+            TruthObject::Slice(s) => format!("slice+ {}", s.name),
+            TruthObject::Service(s) => format!("svc+ {}", s.key.name),
+            TruthObject::Pod(p) => format!("pod+ {}", p.pod.name),
+            TruthObject::Corefile { configmap, .. } => format!("corefile {configmap}"),
+        },
+        TruthEvent::Delete(k) => match k {
+            TruthKey::Slice { name, .. } => format!("slice- {name}"),
+            TruthKey::Service(k) => format!("svc- {}", k.name),
+            TruthKey::Pod(p) => format!("pod- {} {}", p.name, p.uid),
+            TruthKey::Corefile(c) => format!("corefile- {c}"),
+        },
+        TruthEvent::Init(k) => format!("relist {k}"),
+        TruthEvent::InitDone(k) => format!("synced {k}"),
         TruthEvent::WatchFailed { kind, .. } => format!("failed {kind}"),
     }
 }
@@ -124,7 +129,7 @@ async fn a_slice_missing_from_a_relist_is_deleted_and_a_watch_error_is_a_gap() {
         ticking_clock(),
         BackoffPolicy::default(),
     );
-    let events = take(s, 13).await;
+    let events = take(s, 11).await;
     let got: Vec<String> = events.iter().map(|r| short(&r.event)).collect();
     assert_eq!(
         got,
@@ -133,24 +138,21 @@ async fn a_slice_missing_from_a_relist_is_deleted_and_a_watch_error_is_a_gap() {
             "slice+ web-a",
             "slice+ web-b",
             "slice+ api-a",
-            "relisted endpointslices",
             "synced endpointslices",
             "slice+ web-a",
             "failed endpointslices",
             "relist endpointslices",
             "slice+ web-a",
             "slice+ api-a",
-            "relisted endpointslices",
             "synced endpointslices",
         ]
     );
-    // One clock reading per watcher item: RelistDone and Synced share theirs.
+    // One clock reading per watcher item.
     assert_eq!(events[0].at, t(0));
     assert_eq!(events[4].at, t(4));
-    assert_eq!(events[5].at, t(4));
-    assert_eq!(events[7].at, t(6));
+    assert_eq!(events[6].at, t(6));
     assert!(
-        matches!(&events[7].event, TruthEvent::WatchFailed { error, .. } if error.contains("resourceVersion"))
+        matches!(&events[6].event, TruthEvent::WatchFailed { error, .. } if error.contains("resourceVersion"))
     );
 
     let mut truth = Truth::new();
@@ -165,15 +167,15 @@ async fn a_slice_missing_from_a_relist_is_deleted_and_a_watch_error_is_a_gap() {
     for (i, ev) in events.iter().enumerate() {
         transitions.extend(sync.observe(ev));
         changes.push(apply_to_truth(&mut truth, ev));
-        if i == 5 {
+        if i == 4 {
             assert_eq!(
                 truth.dns_answers(&ServiceKey::new("shop", "web")),
                 ips(&["10.0.0.1", "10.0.0.2"])
             );
         }
     }
-    // The relist's end deleted web-b: web changed, at the time RelistDone was received.
-    let relist_done = &changes[11];
+    // The relist's end deleted web-b: web changed, at the time InitDone was received.
+    let relist_done = &changes[10];
     assert_eq!(relist_done.len(), 1);
     assert_eq!(relist_done[0].service, ServiceKey::new("shop", "web"));
     assert_eq!(relist_done[0].at.t0, t(10));
@@ -187,7 +189,7 @@ async fn a_slice_missing_from_a_relist_is_deleted_and_a_watch_error_is_a_gap() {
     );
     assert_eq!(truth.slice_count(), 2);
     // Re-applying an unchanged slice during the relist is no change.
-    assert!(changes[9].is_empty() && changes[10].is_empty());
+    assert!(changes[8].is_empty() && changes[9].is_empty());
 
     assert_eq!(
         transitions,
@@ -232,15 +234,15 @@ async fn the_restart_waits_the_backoff() {
         clock,
         BackoffPolicy::default(),
     );
-    let events = take(s, 8).await;
+    let events = take(s, 6).await;
     let got: Vec<String> = events.iter().map(|r| short(&r.event)).collect();
+    assert_eq!(got[2], "failed endpointslices");
     assert_eq!(got[3], "failed endpointslices");
-    assert_eq!(got[4], "failed endpointslices");
-    assert_eq!(got[7], "synced endpointslices");
+    assert_eq!(got[5], "synced endpointslices");
     // Clock unit: 100 ms. Failure at 0; the retry waits 0.8 s, fails; the next waits 1.6 s.
-    assert_eq!(events[3].at, t(0));
-    assert_eq!(events[4].at, t(8));
-    assert_eq!(events[7].at, t(24));
+    assert_eq!(events[2].at, t(0));
+    assert_eq!(events[3].at, t(8));
+    assert_eq!(events[5].at, t(24));
 }
 
 #[tokio::test(start_paused = true)]
@@ -269,7 +271,7 @@ async fn services_missing_from_a_relist_are_deleted() {
     };
     let events = take(
         events_from::<Service, _, _>(make, ticking_clock(), BackoffPolicy::default()),
-        9,
+        7,
     )
     .await;
     assert!(
@@ -283,7 +285,7 @@ async fn services_missing_from_a_relist_are_deleted() {
     for ev in &events {
         sync.observe(ev);
         let changes = apply_to_truth(&mut truth, ev);
-        if matches!(ev.event, TruthEvent::RelistDone(_)) {
+        if matches!(ev.event, TruthEvent::InitDone(_)) {
             deleted.extend(changes.into_iter().map(|c| c.service.name));
         }
     }
@@ -309,10 +311,10 @@ async fn a_slice_that_loses_its_service_label_leaves_the_truth() {
             ticking_clock(),
             BackoffPolicy::default(),
         ),
-        5,
+        4,
     )
     .await;
-    assert_eq!(short(&events[4].event), "slice- web-a");
+    assert_eq!(short(&events[3].event), "slice- web-a");
     let mut truth = Truth::new();
     truth.apply_service(headless("web"), t(-1));
     for ev in &events {
@@ -346,19 +348,13 @@ async fn pods_pass_through_with_their_uid() {
             ticking_clock(),
             BackoffPolicy::default(),
         ),
-        5,
+        4,
     )
     .await;
     let got: Vec<String> = events.iter().map(|r| short(&r.event)).collect();
     assert_eq!(
         got,
-        vec![
-            "relist pods",
-            "pod+ web-0",
-            "relisted pods",
-            "synced pods",
-            "pod- web-0 u1"
-        ]
+        vec!["relist pods", "pod+ web-0", "synced pods", "pod- web-0 u1"]
     );
     let mut truth = Truth::new();
     assert!(
@@ -393,26 +389,25 @@ async fn corefile_changes_and_disappears() {
         ticking_clock(),
         BackoffPolicy::default(),
     );
-    let events = take(s, 10).await;
+    let events = take(s, 8).await;
     let got: Vec<String> = events.iter().map(|r| short(&r.event)).collect();
     assert_eq!(
         got,
         vec![
             "relist configmap kube-system/coredns",
             "corefile kube-system/coredns",
-            "relisted configmap kube-system/coredns",
             "synced configmap kube-system/coredns",
             "corefile kube-system/coredns",
             "failed configmap kube-system/coredns",
             "relist configmap kube-system/coredns",
             "corefile- kube-system/coredns",
-            "relisted configmap kube-system/coredns",
             "synced configmap kube-system/coredns",
         ]
     );
-    assert!(
-        matches!(&events[4].event, TruthEvent::Corefile { text, .. } if text.contains("cache 5"))
-    );
+    assert!(matches!(
+        &events[3].event,
+        TruthEvent::Apply(TruthObject::Corefile { text, .. }) if text.contains("cache 5")
+    ));
     let mut sync = SyncState::new(t(-1), [ResourceKind::ConfigMap(r.clone())]);
     let transitions: Vec<_> = events.iter().filter_map(|e| sync.observe(e)).collect();
     assert_eq!(transitions.len(), 3);

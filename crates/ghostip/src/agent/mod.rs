@@ -1,4 +1,4 @@
-//! The per-node agent's parts: datapath readers (IO), the audit cost cap, the datapath tracker and DNS path health (pure).
+//! The per-node agent's IO adapters: datapath readers (processes, Cilium exec); the pure parts (the datapath model, the audit cost cap, DNS path health) are the runtime's.
 //!
 //! `commands/agent.rs` wires them around the same session, engine, prober, ledger and
 //! metrics as `ghostip watch`. See docs/AGENT.md.
@@ -7,12 +7,12 @@
 //! |---|---|---|
 //! | [`readers`] | run `iptables-save -t nat` / `nft -j list table ip kube-proxy` / `ipvsadm-save -n`, stream into the parser, measure CPU; detect the datapath | processes |
 //! | [`cilium`] | `cilium-dbg service list -o json` in this node's Cilium agent pod through the exec API | Kubernetes API |
-//! | [`cost`] | CPU-seconds token bucket and the audit period it implies | none |
-//! | [`tracker`] | truth events → desired backends of the datapath path; reads → observations | none |
-//! | [`health`] | DNS ClusterIP vs pod IPs from this node | none |
+//! | [`cost`] | CPU-seconds token bucket and the audit period it implies (`ghostip_session::layers::datapath::cost`) | none |
+//! | [`DatapathModel`] | truth events → desired backends of the datapath path; reads → observations | none |
+//! | [`health`] | DNS ClusterIP vs pod IPs from this node (`ghostip_session::layers::dns::health`) | none |
 
 pub mod cilium;
-pub mod cost;
-pub mod health;
 pub mod readers;
-pub mod tracker;
+
+pub use ghostip_session::layers::datapath::{DatapathModel, ReadOutcome as ModelReadOutcome, cost};
+pub use ghostip_session::layers::dns::health;

@@ -20,13 +20,13 @@ use kube::api::{Api, ListParams};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::session::ServiceFilter;
 use super::{Outcome, kube_connect, print_json};
 use crate::audit::inventory::InputProblem;
 use crate::audit::load::{FileKind, add_manifest};
 use crate::audit::{AuditConfig, Inventory, Origin, Severity, audit, render};
 use crate::cli::{AuditArgs, GlobalArgs, OutputFormat};
 use crate::kube::{ConfigMapRef, Connection, KubeError};
+use ghostip_session::ServiceFilter;
 
 const PAGE_SIZE: u32 = 500;
 

@@ -10,14 +10,15 @@ use ghostip_core::engine::{Discrepancy, Engine};
 use ghostip_core::{ChangeTime, HeldTarget, Layer, Observation, ObservationResult, Target, Time};
 use serde::Serialize;
 
-use super::session::ServiceFilter;
 use super::{Outcome, kube_connect, print_json};
 use crate::cli::{CheckArgs, GlobalArgs, OutputFormat};
+use crate::clock::SystemClock;
 use crate::dns::budget::Budget;
 use crate::dns::names::{NameConfig, service_names};
 use crate::dns::paths::{PathConfig, discover};
 use crate::dns::query::{QueryConfig, QueryType, query};
-use crate::kube::{SystemClock, WatchScope, snapshot};
+use crate::kube::{WatchScope, snapshot};
+use ghostip_session::ServiceFilter;
 
 /// One (service, path) comparison.
 #[derive(Debug, Serialize)]

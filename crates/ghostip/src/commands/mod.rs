@@ -7,7 +7,6 @@ mod datapath;
 mod explain;
 pub mod pipeline;
 mod rollout;
-pub mod session;
 mod watch;
 mod whois;
 
@@ -18,12 +17,12 @@ use anyhow::Context as _;
 use ghostip_core::engine::EngineConfig;
 
 use crate::cli::{Cli, Command, DnsArgs, GlobalArgs, OutputFormat};
-use crate::dns::names::NameConfig;
-use crate::dns::paths::PathConfig;
+use crate::dns::{NameConfig, PathConfig};
 use crate::kube::{ConnectOptions, Connection, KubeError};
 use crate::ledger::{Ledger, LedgerError};
+use ghostip_session::layers::dns::{DnsConfig, DnsModel};
+use ghostip_session::{ServiceFilter, SessionConfig};
 use pipeline::ProbeSettings;
-use session::{ServiceFilter, SessionConfig};
 
 /// How a command ended, when it did not fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,12 +116,17 @@ pub(crate) fn probe_settings(d: &DnsArgs, sweep: Duration) -> anyhow::Result<Pro
     })
 }
 
-pub(crate) fn session_config(
-    d: &DnsArgs,
-    filter: ServiceFilter,
-    record_timeline: bool,
-) -> SessionConfig {
+pub(crate) fn session_config(filter: ServiceFilter, record_timeline: bool) -> SessionConfig {
     SessionConfig {
+        filter,
+        engine: EngineConfig::default(),
+        record_timeline,
+    }
+}
+
+/// The DNS layer as the DNS flags describe it.
+pub(crate) fn dns_config(d: &DnsArgs) -> DnsConfig {
+    DnsConfig {
         paths: PathConfig {
             pods: !d.no_pod_paths,
             cluster_ip: !d.no_cluster_ip,
@@ -134,11 +138,13 @@ pub(crate) fn session_config(
             zone: d.zone.clone(),
             ..NameConfig::default()
         },
-        filter,
-        engine: EngineConfig::default(),
-        record_timeline,
         burst_limit: Duration::from_secs(600),
     }
+}
+
+/// The DNS layer's model for a session.
+pub(crate) fn dns_model(d: &DnsArgs) -> DnsModel {
+    DnsModel::new(dns_config(d))
 }
 
 pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {

@@ -1,8 +1,10 @@
-//! The async pipeline around a [`Session`]: truth watch, DNS prober, connect probes, ledger, metrics.
+//! The async pipeline around a [`Session`]: truth watch, the DNS layer's prober, connect probes, ledger, metrics.
 //!
 //! [`Pipeline::next`] waits for whatever happens first (a truth event, a probe answer, a
-//! connect result, the 250 ms tick) and applies it to the session, forwarding the
-//! resulting commands to the prober and writes to the ledger.
+//! connect result, the 250 ms tick) and applies it to the session, forwarding the DNS
+//! model's commands to the prober and writes to the ledger. Every command's session has
+//! the DNS layer ([`DnsModel`]); other layers (the agent's datapath) are fed by their own
+//! adapters through [`Pipeline::engine_events`].
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
@@ -18,21 +20,31 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::session::{Actions, ConnectRequest, Session};
+use crate::clock::Clock;
+use crate::clock::TokioClock;
 use crate::dns::budget::Budget;
-use crate::dns::clock::TokioClock;
 use crate::dns::connect::ConnectProber;
 use crate::dns::prober::{ProbeCommand, ProbeEvent, ProbeStats, Prober, ProberConfig};
 use crate::dns::query::QueryConfig;
-use crate::kube::{Received, SyncTransition, TruthEvent};
+use crate::kube::{Received, ResourceKind, SyncTransition, TruthEvent, TruthKey, TruthObject};
 use crate::ledger::{FindingKind, FindingRecord, LedgerOp, LedgerSender};
 use crate::metrics::{ErrorLabels, Metrics, QueryLabels, StaleLabels, StuckLabels};
+use ghostip_session::layers::dns::DnsModel;
+use ghostip_session::{Actions, ConnectRequest, Session};
 
 /// What happened in one step.
 #[derive(Debug)]
 pub enum Step {
-    /// A truth event was applied; with it the Services whose endpoints it changed.
-    Truth(Box<Received>, Vec<ServiceChange>),
+    /// A truth event was applied.
+    Truth {
+        /// The event.
+        received: Box<Received>,
+        /// The Services whose endpoints it changed.
+        changes: Vec<ServiceChange>,
+        /// The engine events the layers' reactions produced (already sent to the ledger and
+        /// the metrics).
+        events: Vec<EngineEvent>,
+    },
     /// A probe answer was applied.
     Probe,
     /// Time advanced.
@@ -71,6 +83,7 @@ pub struct Pipeline {
     budget: Budget,
     reported: crate::dns::prober::StatsSnapshot,
     ticker: tokio::time::Interval,
+    clock: TokioClock,
     cancel: CancellationToken,
     /// Engine events seen (for live progress).
     pub events_seen: u64,
@@ -130,6 +143,7 @@ impl Pipeline {
             budget,
             reported: Default::default(),
             ticker,
+            clock: TokioClock::new(),
             cancel,
             events_seen: 0,
             auto_stop_bursts: true,
@@ -155,9 +169,11 @@ impl Pipeline {
                 Some(r) => {
                     let mut actions = self.session.on_truth(&r);
                     let changes = std::mem::take(&mut actions.changes);
+                    let events = actions.events.clone();
                     self.ledger_truth(&r).await;
                     self.act(actions).await;
-                    Step::Truth(Box::new(r), changes)
+                    self.send_probe_commands().await;
+                    Step::Truth { received: Box::new(r), changes, events }
                 }
                 None => Step::Stopped,
             },
@@ -166,7 +182,15 @@ impl Pipeline {
                 Step::Probe
             }
             Some(ev) = self.probe_rx.recv() => {
-                let events = self.session.on_probe(&ev);
+                let judged = self
+                    .session
+                    .layer::<DnsModel>()
+                    .is_some_and(|dns| dns.judges(ev.probe.qtype));
+                let events = if judged {
+                    self.session.observe(&ev.observation)
+                } else {
+                    Vec::new()
+                };
                 if let Some(l) = &self.ledger
                     && let Some(path) = self.session.engine.path(ev.observation.path) {
                         let _ = l.send(LedgerOp::Observation { path: path.clone(), observation: ev.observation.clone() }).await;
@@ -175,7 +199,7 @@ impl Pipeline {
                 Step::Probe
             }
             _ = self.ticker.tick() => {
-                let now = Time::now();
+                let now = self.clock.now();
                 let events = self.session.tick(now);
                 self.engine_events(events).await;
                 for svc in self.session.idle_services().into_iter().filter(|_| self.auto_stop_bursts) {
@@ -187,10 +211,20 @@ impl Pipeline {
         }
     }
 
-    async fn act(&mut self, actions: Actions) {
-        for cmd in actions.probe {
+    /// Forwards what the DNS model asked of the prober.
+    async fn send_probe_commands(&mut self) {
+        let commands = self
+            .session
+            .layer_mut::<DnsModel>()
+            .map(DnsModel::take_commands)
+            .unwrap_or_default();
+        for cmd in commands {
             let _ = self.probe_tx.send(cmd).await;
         }
+    }
+
+    /// Carries out a session step's actions: connect probes, truth gaps, engine events.
+    pub async fn act(&mut self, actions: Actions) {
         for req in actions.connect {
             self.spawn_connect(req);
         }
@@ -233,19 +267,20 @@ impl Pipeline {
     async fn ledger_truth(&self, r: &Received) {
         let Some(l) = &self.ledger else { return };
         let op = match &r.event {
-            TruthEvent::PodApplied(p) => LedgerOp::ApplyPod {
-                pod: p.clone(),
-                at: r.at,
-            },
-            TruthEvent::PodDeleted(p) => LedgerOp::PodGone {
-                pod: p.clone(),
-                at: r.at,
-            },
-            TruthEvent::RelistStarted(crate::kube::ResourceKind::Pods) => LedgerOp::BeginPodRelist,
-            TruthEvent::RelistDone(crate::kube::ResourceKind::Pods) => {
-                LedgerOp::FinishPodRelist { at: r.at }
+            TruthEvent::InitApply(TruthObject::Pod(p)) | TruthEvent::Apply(TruthObject::Pod(p)) => {
+                LedgerOp::ApplyPod {
+                    pod: p.clone(),
+                    at: r.at,
+                }
             }
-            TruthEvent::SliceApplied(s) => {
+            TruthEvent::Delete(TruthKey::Pod(p)) => LedgerOp::PodGone {
+                pod: p.clone(),
+                at: r.at,
+            },
+            TruthEvent::Init(ResourceKind::Pods) => LedgerOp::BeginPodRelist,
+            TruthEvent::InitDone(ResourceKind::Pods) => LedgerOp::FinishPodRelist { at: r.at },
+            TruthEvent::InitApply(TruthObject::Slice(s))
+            | TruthEvent::Apply(TruthObject::Slice(s)) => {
                 let key = s.service_key();
                 let endpoints = self
                     .session

@@ -16,13 +16,17 @@ use kube::api::{ListParams, Patch, PatchParams};
 use tokio_util::sync::CancellationToken;
 
 use super::pipeline::{Pipeline, Step};
-use super::session::{ServiceFilter, Session};
-use super::{Outcome, kube_connect, open_ledger, print_json, probe_settings, session_config};
+use super::{
+    Outcome, dns_model, kube_connect, open_ledger, print_json, probe_settings, session_config,
+};
 use crate::cli::{GlobalArgs, OutputFormat, RolloutArgs};
+use crate::clock::SystemClock;
 use crate::dns::prober::ProbeCommand;
-use crate::kube::{Connection, SyncState, SystemClock, WatchScope, watch_truth};
+use crate::kube::{Connection, SyncState, WatchScope, watch_truth};
 use crate::ledger::{LedgerWriter, WriterOptions};
 use crate::report::{self, Report, html, path_rows, summarize, window_row};
+use ghostip_session::layers::dns::DnsModel;
+use ghostip_session::{ServiceFilter, Session};
 
 /// A workload kind ghostip can observe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,12 +231,18 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
         only: Some(headless.clone()),
         selector: Vec::new(),
     };
-    let mut session = Session::new(
-        session_config(&args.dns, filter, true),
-        SyncState::new(Time::now(), scope.kinds()),
-    );
+    let mut dns = dns_model(&args.dns);
     let deadline = tokio::time::Instant::now() + args.timeout;
-    session.min_burst_until = Some(deadline + args.settle);
+    // Probe the workload's Services for the whole observation (wall clock for the runtime).
+    let burst_until = Time::now()
+        .checked_add(args.timeout + args.settle)
+        .unwrap_or_else(|_| Time::now());
+    dns.set_min_burst_until(burst_until);
+    let session = Session::new(
+        session_config(filter, true),
+        SyncState::new(Time::now(), scope.kinds()),
+    )
+    .with_layer(dns);
     let settings = probe_settings(&args.dns, Duration::from_secs(3600))?;
     let mut p = Pipeline::start(
         session,
@@ -268,7 +278,7 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
             p.probe(ProbeCommand::Burst {
                 service: key.clone(),
                 names,
-                until: deadline + args.settle,
+                until: burst_until,
             })
             .await;
         }
@@ -277,7 +287,10 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
     while tokio::time::Instant::now() < baseline_until {
         p.next().await;
     }
-    if p.session.dns_paths().is_empty() {
+    if p.session
+        .layer::<DnsModel>()
+        .is_none_or(|dns| dns.dns_paths().is_empty())
+    {
         notes.push(
             "no DNS path found (no kube-dns endpoints and no --dns-server): nothing was probed"
                 .into(),

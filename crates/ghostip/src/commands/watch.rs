@@ -13,12 +13,13 @@ use ghostip_core::Time;
 use tokio_util::sync::CancellationToken;
 
 use super::pipeline::{Pipeline, Step};
-use super::session::{ServiceFilter, Session};
-use super::{Outcome, kube_connect, open_ledger, probe_settings, session_config};
+use super::{Outcome, dns_model, kube_connect, open_ledger, probe_settings, session_config};
 use crate::cli::{GlobalArgs, WatchArgs};
-use crate::kube::{SyncState, SystemClock, WatchScope, watch_truth};
+use crate::clock::SystemClock;
+use crate::kube::{SyncState, WatchScope, watch_truth};
 use crate::ledger::{LedgerWriter, RetentionPruner, WriterOptions};
 use crate::metrics::Metrics;
+use ghostip_session::{ServiceFilter, Session};
 
 pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outcome> {
     let conn = kube_connect(g).await?;
@@ -58,9 +59,10 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
             .unwrap_or_default(),
     };
     let session = Session::new(
-        session_config(&args.dns, filter, false),
+        session_config(filter, false),
         SyncState::new(Time::now(), scope.kinds()),
-    );
+    )
+    .with_layer(dns_model(&args.dns));
     let settings = probe_settings(&args.dns, args.sweep)?;
     metrics.truth_synced.set(0);
     let mut p = Pipeline::start(
@@ -83,7 +85,7 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
     loop {
         match p.next().await {
             Step::Stopped => break,
-            Step::Truth(r, _) => {
+            Step::Truth { received: r, .. } => {
                 ready.store(p.session.judging(), Ordering::Relaxed);
                 if let crate::kube::TruthEvent::WatchFailed { kind, error } = &r.event {
                     tracing::warn!(%kind, %error, "watch failed; retrying with backoff (truth gap)");

@@ -13,26 +13,23 @@
 //! How it works, the budget and the paths are described in `docs/DNS.md`.
 
 pub mod budget;
-pub mod clock;
 pub mod connect;
-pub mod names;
-pub mod paths;
 pub mod prober;
 pub mod query;
 
 pub use budget::{Budget, DEFAULT_QUERIES_PER_SECOND};
-pub use clock::{Clock, SystemClock, TokioClock};
 pub use connect::{ConnectOutcome, ConnectProbe, ConnectProber, connect};
-pub use names::{
-    DEFAULT_ZONE, NameConfig, NameError, ProbeName, ServiceNames, service_names, sweep_names,
+pub use ghostip_session::layers::dns::names::{
+    self, DEFAULT_ZONE, NameConfig, NameError, ProbeName, QueryType, ServiceNames, service_names,
+    sweep_names,
 };
-pub use paths::{
-    DnsPath, PathConfig, PathDiff, ServerParseError, diff, diff_with_truth, discover, parse_server,
+pub use ghostip_session::layers::dns::paths::{
+    self, DnsPath, PathConfig, PathDiff, ServerParseError, diff, diff_with_truth, discover,
+    parse_server,
 };
+pub use ghostip_session::layers::dns::probe::{ProbeCommand, ProbePath};
 pub use prober::{
-    DnsTransport, HickoryTransport, ProbeCommand, ProbeEvent, ProbePath, ProbeSource, ProbeStats,
-    Prober, ProberConfig, StatsSnapshot,
+    DnsTransport, HickoryTransport, ProbeEvent, ProbeSource, ProbeStats, Prober, ProberConfig,
+    StatsSnapshot,
 };
-pub use query::{
-    AddrRecord, DnsAnswer, QueryConfig, QueryError, QueryType, SrvRecord, Transport, query,
-};
+pub use query::{AddrRecord, DnsAnswer, QueryConfig, QueryError, SrvRecord, Transport, query};

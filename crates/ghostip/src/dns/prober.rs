@@ -29,7 +29,7 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use ghostip_core::{Observation, ObservationResult, PathIdx, PathKind, ServiceKey};
+use ghostip_core::{Observation, ObservationResult, PathKind, ServiceKey, Time};
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::Name;
 use tokio::sync::mpsc;
@@ -38,10 +38,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::budget::{Budget, DEFAULT_QUERIES_PER_SECOND};
-use super::clock::{Clock, TokioClock};
-use super::names::{ProbeName, ServiceNames};
-use super::paths::DnsPath;
-use super::query::{self, DnsAnswer, QueryConfig, QueryError, QueryType, Transport};
+use super::query::{self, DnsAnswer, QueryConfig, QueryError, Transport};
+use crate::clock::{Clock, TokioClock};
+pub use ghostip_session::layers::dns::names::{ProbeName, QueryType};
+pub use ghostip_session::layers::dns::probe::{ProbeCommand, ProbePath};
 
 /// Sends one query to one server. [`HickoryTransport`] is the real one; tests of the
 /// scheduler substitute their own.
@@ -96,41 +96,6 @@ impl Default for ProberConfig {
             max_in_flight: 256,
         }
     }
-}
-
-/// A path as registered with the engine.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProbePath {
-    /// The engine's index, copied into every [`Observation`].
-    pub idx: PathIdx,
-    /// Where to send queries and how the path is named.
-    pub path: DnsPath,
-}
-
-/// Steering from the caller.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ProbeCommand {
-    /// Replace the set of paths (CoreDNS pods come and go). Bursts and the sweep continue
-    /// over the new set.
-    SetPaths(Vec<ProbePath>),
-    /// Replace the sweep's names (every headless Service).
-    SetSweep(Vec<ServiceNames>),
-    /// Probe `service`'s `names` on every path every `burst_interval`, from now until
-    /// [`ProbeCommand::StopBurst`] or `until`. A burst for a Service already bursting
-    /// replaces it and starts a new round at once.
-    Burst {
-        /// The Service whose truth changed.
-        service: ServiceKey,
-        /// Its names (see [`service_names`](super::names::service_names)).
-        names: Vec<ProbeName>,
-        /// Deadline, on tokio's clock.
-        until: Instant,
-    },
-    /// End the burst of `service` (the engine decided every path converged or is stuck).
-    StopBurst {
-        /// The Service.
-        service: ServiceKey,
-    },
 }
 
 /// Why a query was sent.
@@ -244,7 +209,7 @@ impl Prober {
     }
 }
 
-impl<T: DnsTransport, C: Clock> Prober<T, C> {
+impl<T: DnsTransport, C: Clock + Clone> Prober<T, C> {
     /// A prober over any transport and clock.
     pub fn with_transport(config: ProberConfig, transport: T, clock: C) -> Self {
         Self {
@@ -315,7 +280,7 @@ impl<T: DnsTransport, C: Clock> Prober<T, C> {
                 biased;
                 () = cancel.cancelled() => break,
                 cmd = commands.recv(), if commands_open => match cmd {
-                    Some(cmd) => schedule.apply(cmd, Instant::now()),
+                    Some(cmd) => schedule.apply(cmd, Instant::now(), self.clock.now()),
                     None => commands_open = false,
                 },
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
@@ -476,7 +441,9 @@ impl Schedule {
         self.sweep.len() * self.paths.len()
     }
 
-    fn apply(&mut self, cmd: ProbeCommand, now: Instant) {
+    /// Applies a command at `now`, which is `now_wall` on the wall clock (deadlines come as
+    /// wall-clock times from the pure runtime).
+    fn apply(&mut self, cmd: ProbeCommand, now: Instant, now_wall: Time) {
         match cmd {
             ProbeCommand::SetPaths(paths) => {
                 self.paths = paths.into_iter().map(Arc::new).collect();
@@ -506,6 +473,8 @@ impl Schedule {
                 names,
                 until,
             } => {
+                let ahead = Duration::try_from(until.duration_since(now_wall)).unwrap_or_default();
+                let until = now + ahead;
                 if let Some(b) = self.bursts.iter_mut().find(|b| b.service == service) {
                     b.names = names;
                     b.until = until;

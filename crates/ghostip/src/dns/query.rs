@@ -16,13 +16,14 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use ghostip_core::{FailureReason, HeldTarget, Target};
+pub use ghostip_session::layers::dns::names::QueryType;
 use hickory_net::NetError;
 use hickory_net::client::{Client, ClientHandle};
 use hickory_net::runtime::TokioRuntimeProvider;
 use hickory_net::tcp::TcpClientStream;
 use hickory_net::udp::UdpClientStream;
 use hickory_proto::op::{DnsResponse, ResponseCode};
-use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
+use hickory_proto::rr::{DNSClass, Name, RData, Record};
 use tokio::time::Instant;
 
 /// Extra time allowed past the per-query timeout before our own guard gives up.
@@ -30,43 +31,6 @@ use tokio::time::Instant;
 /// hickory enforces the timeout itself; the guard only catches a background task that
 /// never completes, so it must not race hickory's timer.
 const GUARD_SLACK: Duration = Duration::from_millis(250);
-
-/// Record type of a probe query.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum QueryType {
-    /// IPv4 addresses.
-    A,
-    /// IPv6 addresses.
-    Aaaa,
-    /// Service records (`_port._proto.name`), with addresses in the additional section.
-    Srv,
-}
-
-impl QueryType {
-    /// The wire record type.
-    pub fn record_type(self) -> RecordType {
-        match self {
-            QueryType::A => RecordType::A,
-            QueryType::Aaaa => RecordType::AAAA,
-            QueryType::Srv => RecordType::SRV,
-        }
-    }
-
-    /// Upper-case mnemonic (`A`, `AAAA`, `SRV`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QueryType::A => "A",
-            QueryType::Aaaa => "AAAA",
-            QueryType::Srv => "SRV",
-        }
-    }
-}
-
-impl fmt::Display for QueryType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// Transport that carried the answer (or the failure).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

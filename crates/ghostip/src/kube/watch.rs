@@ -28,7 +28,7 @@ use ghostip_core::model::{PodRef, ServiceKey};
 
 use super::client::Connection;
 use super::convert::{corefile_text, pod_record, service_record, slice_record};
-use super::{Clock, ConfigMapRef, Received, ResourceKind, TruthEvent};
+use super::{Clock, ConfigMapRef, Received, ResourceKind, TruthEvent, TruthKey, TruthObject};
 
 /// How long to wait before restarting a failed watch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,89 +133,96 @@ pub trait TruthSource: Resource + Clone + DeserializeOwned + Debug + Send + 'sta
     /// The watch this type is.
     const KIND: ResourceKind;
 
-    /// Events for an object that was listed, added or changed; malformed objects are logged.
-    fn applied(&self) -> Vec<TruthEvent>;
+    /// Whether a malformed version deletes the object's earlier, usable version (a slice that
+    /// can no longer be read must not linger in the truth).
+    const MALFORMED_DELETES: bool = false;
 
-    /// Events for a deleted object.
-    fn deleted(&self) -> Vec<TruthEvent>;
+    /// The object as the truth keeps it; `None` (logged) when it is malformed.
+    fn object(&self) -> Option<TruthObject>;
+
+    /// Its key, for deletions.
+    fn key(&self) -> Option<TruthKey>;
 }
 
 impl TruthSource for EndpointSlice {
     const KIND: ResourceKind = ResourceKind::EndpointSlices;
+    const MALFORMED_DELETES: bool = true;
 
-    fn applied(&self) -> Vec<TruthEvent> {
-        match slice_record(self) {
-            Ok(r) => vec![TruthEvent::SliceApplied(r)],
-            Err(e) => {
-                warn!(error = %e, "Malformed EndpointSlice skipped.");
-                // An earlier, usable version of the slice must not linger in the truth.
-                self.deleted()
-            }
-        }
+    fn object(&self) -> Option<TruthObject> {
+        slice_record(self)
+            .inspect_err(|e| warn!(error = %e, "Malformed EndpointSlice skipped."))
+            .ok()
+            .map(TruthObject::Slice)
     }
 
-    fn deleted(&self) -> Vec<TruthEvent> {
-        match (self.metadata.namespace.clone(), self.metadata.name.clone()) {
-            (Some(namespace), Some(name)) => vec![TruthEvent::SliceDeleted { namespace, name }],
-            _ => Vec::new(),
-        }
+    fn key(&self) -> Option<TruthKey> {
+        let (namespace, name) = (
+            self.metadata.namespace.clone()?,
+            self.metadata.name.clone()?,
+        );
+        Some(TruthKey::Slice { namespace, name })
     }
 }
 
 impl TruthSource for Service {
     const KIND: ResourceKind = ResourceKind::Services;
 
-    fn applied(&self) -> Vec<TruthEvent> {
-        match service_record(self) {
-            Ok(r) => vec![TruthEvent::ServiceApplied(r)],
-            Err(e) => {
-                warn!(error = %e, "Malformed Service skipped.");
-                Vec::new()
-            }
-        }
+    fn object(&self) -> Option<TruthObject> {
+        service_record(self)
+            .inspect_err(|e| warn!(error = %e, "Malformed Service skipped."))
+            .ok()
+            .map(TruthObject::Service)
     }
 
-    fn deleted(&self) -> Vec<TruthEvent> {
-        match (self.metadata.namespace.clone(), self.metadata.name.clone()) {
-            (Some(ns), Some(name)) => vec![TruthEvent::ServiceDeleted(ServiceKey::new(ns, name))],
-            _ => Vec::new(),
-        }
+    fn key(&self) -> Option<TruthKey> {
+        let (ns, name) = (
+            self.metadata.namespace.clone()?,
+            self.metadata.name.clone()?,
+        );
+        Some(TruthKey::Service(ServiceKey::new(ns, name)))
     }
 }
 
 impl TruthSource for Pod {
     const KIND: ResourceKind = ResourceKind::Pods;
 
-    fn applied(&self) -> Vec<TruthEvent> {
-        match pod_record(self) {
-            Ok(r) => vec![TruthEvent::PodApplied(r)],
-            Err(e) => {
-                warn!(error = %e, "Malformed Pod skipped.");
-                Vec::new()
-            }
-        }
+    fn object(&self) -> Option<TruthObject> {
+        pod_record(self)
+            .inspect_err(|e| warn!(error = %e, "Malformed Pod skipped."))
+            .ok()
+            .map(TruthObject::Pod)
     }
 
-    fn deleted(&self) -> Vec<TruthEvent> {
-        match (self.metadata.namespace.clone(), self.metadata.name.clone()) {
-            (Some(namespace), Some(name)) => {
-                vec![TruthEvent::PodDeleted(PodRef {
-                    namespace,
-                    name,
-                    uid: self.uid().unwrap_or_default(),
-                })]
-            }
-            _ => Vec::new(),
-        }
+    fn key(&self) -> Option<TruthKey> {
+        let (namespace, name) = (
+            self.metadata.namespace.clone()?,
+            self.metadata.name.clone()?,
+        );
+        Some(TruthKey::Pod(PodRef {
+            namespace,
+            name,
+            uid: self.uid().unwrap_or_default(),
+        }))
+    }
+}
+
+/// The events of one applied object: the object, or for a malformed one the deletion of
+/// its earlier version where that matters.
+fn applied<K: TruthSource>(o: &K, wrap: fn(TruthObject) -> TruthEvent) -> Vec<TruthEvent> {
+    match o.object() {
+        Some(object) => vec![wrap(object)],
+        None if K::MALFORMED_DELETES => o.key().map(TruthEvent::Delete).into_iter().collect(),
+        None => Vec::new(),
     }
 }
 
 fn translate<K: TruthSource>(ev: Event<K>) -> Vec<TruthEvent> {
     match ev {
-        Event::Init => vec![TruthEvent::RelistStarted(K::KIND)],
-        Event::InitApply(o) | Event::Apply(o) => o.applied(),
-        Event::Delete(o) => o.deleted(),
-        Event::InitDone => vec![TruthEvent::RelistDone(K::KIND), TruthEvent::Synced(K::KIND)],
+        Event::Init => vec![TruthEvent::Init(K::KIND)],
+        Event::InitApply(o) => applied(&o, TruthEvent::InitApply),
+        Event::Apply(o) => applied(&o, TruthEvent::Apply),
+        Event::Delete(o) => o.key().map(TruthEvent::Delete).into_iter().collect(),
+        Event::InitDone => vec![TruthEvent::InitDone(K::KIND)],
     }
 }
 
@@ -232,27 +239,10 @@ impl CorefileTranslator {
         match ev {
             Event::Init => {
                 self.seen_in_relist = false;
-                vec![TruthEvent::RelistStarted(kind)]
+                vec![TruthEvent::Init(kind)]
             }
-            Event::InitApply(cm) | Event::Apply(cm) => {
-                if cm.metadata.name.as_deref() != Some(self.cm.name.as_str()) {
-                    return Vec::new();
-                }
-                match corefile_text(&cm) {
-                    Some(text) => {
-                        self.present = true;
-                        self.seen_in_relist = true;
-                        vec![TruthEvent::Corefile {
-                            configmap: self.cm.clone(),
-                            text: text.to_string(),
-                        }]
-                    }
-                    None => {
-                        warn!(configmap = %self.cm, "ConfigMap has no Corefile key; ignored.");
-                        self.gone()
-                    }
-                }
-            }
+            Event::InitApply(cm) => self.applied(&cm, TruthEvent::InitApply),
+            Event::Apply(cm) => self.applied(&cm, TruthEvent::Apply),
             Event::Delete(cm) => {
                 if cm.metadata.name.as_deref() != Some(self.cm.name.as_str()) {
                     return Vec::new();
@@ -265,16 +255,35 @@ impl CorefileTranslator {
                 } else {
                     self.gone()
                 };
-                out.push(TruthEvent::RelistDone(kind.clone()));
-                out.push(TruthEvent::Synced(kind));
+                out.push(TruthEvent::InitDone(kind));
                 out
+            }
+        }
+    }
+
+    fn applied(&mut self, cm: &ConfigMap, wrap: fn(TruthObject) -> TruthEvent) -> Vec<TruthEvent> {
+        if cm.metadata.name.as_deref() != Some(self.cm.name.as_str()) {
+            return Vec::new();
+        }
+        match corefile_text(cm) {
+            Some(text) => {
+                self.present = true;
+                self.seen_in_relist = true;
+                vec![wrap(TruthObject::Corefile {
+                    configmap: self.cm.clone(),
+                    text: text.to_string(),
+                })]
+            }
+            None => {
+                warn!(configmap = %self.cm, "ConfigMap has no Corefile key; ignored.");
+                self.gone()
             }
         }
     }
 
     fn gone(&mut self) -> Vec<TruthEvent> {
         if std::mem::replace(&mut self.present, false) {
-            vec![TruthEvent::CorefileRemoved(self.cm.clone())]
+            vec![TruthEvent::Delete(TruthKey::Corefile(self.cm.clone()))]
         } else {
             Vec::new()
         }

@@ -11,9 +11,44 @@ use std::fmt;
 
 use ghostip_core::truth::{AddressType, Truth};
 use ghostip_core::{Protocol, ServiceKey};
-use hickory_proto::rr::Name;
+use hickory_proto::rr::{Name, RecordType};
 
-use super::query::QueryType;
+/// Record type of a probe query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum QueryType {
+    /// IPv4 addresses.
+    A,
+    /// IPv6 addresses.
+    Aaaa,
+    /// Service records (`_port._proto.name`), with addresses in the additional section.
+    Srv,
+}
+
+impl QueryType {
+    /// The wire record type.
+    pub fn record_type(self) -> RecordType {
+        match self {
+            QueryType::A => RecordType::A,
+            QueryType::Aaaa => RecordType::AAAA,
+            QueryType::Srv => RecordType::SRV,
+        }
+    }
+
+    /// Upper-case mnemonic (`A`, `AAAA`, `SRV`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueryType::A => "A",
+            QueryType::Aaaa => "AAAA",
+            QueryType::Srv => "SRV",
+        }
+    }
+}
+
+impl fmt::Display for QueryType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Cluster DNS zone used when none is configured.
 pub const DEFAULT_ZONE: &str = "cluster.local";

@@ -1,14 +1,14 @@
 //! Applies [`Received`] events to the core's [`Truth`] and tracks which watches are synced.
 //!
-//! See [`apply_to_truth`] (shared by `watch`, `rollout` and `check`) and [`SyncState`], which
-//! turns watch failures and relists into truth-gap transitions.
+//! See [`apply_to_truth`] (every command that keeps a truth) and [`SyncState`], which turns
+//! watch failures and completed relists into truth-gap transitions.
 
 use std::collections::BTreeMap;
 
 use ghostip_core::model::Time;
 use ghostip_core::truth::{ServiceChange, Truth};
 
-use super::{Received, ResourceKind, TruthEvent};
+use crate::truth_event::{Received, ResourceKind, TruthEvent, TruthKey, TruthObject};
 
 /// Applies one event to the truth and returns the Services whose answers may have changed.
 ///
@@ -18,23 +18,28 @@ use super::{Received, ResourceKind, TruthEvent};
 pub fn apply_to_truth(truth: &mut Truth, ev: &Received) -> Vec<ServiceChange> {
     let at = ev.at;
     match &ev.event {
-        TruthEvent::SliceApplied(s) => truth.apply_slice(s.clone(), at).into_iter().collect(),
-        TruthEvent::SliceDeleted { namespace, name } => truth
+        TruthEvent::InitApply(o) | TruthEvent::Apply(o) => match o {
+            TruthObject::Slice(s) => truth.apply_slice(s.clone(), at).into_iter().collect(),
+            TruthObject::Service(s) => truth.apply_service(s.clone(), at).into_iter().collect(),
+            TruthObject::Pod(_) | TruthObject::Corefile { .. } => Vec::new(),
+        },
+        TruthEvent::Delete(TruthKey::Slice { namespace, name }) => truth
             .delete_slice(namespace, name, at)
             .into_iter()
             .collect(),
-        TruthEvent::ServiceApplied(s) => truth.apply_service(s.clone(), at).into_iter().collect(),
-        TruthEvent::ServiceDeleted(key) => truth.delete_service(key, at).into_iter().collect(),
-        TruthEvent::RelistStarted(ResourceKind::EndpointSlices) => {
+        TruthEvent::Delete(TruthKey::Service(key)) => {
+            truth.delete_service(key, at).into_iter().collect()
+        }
+        TruthEvent::Init(ResourceKind::EndpointSlices) => {
             truth.begin_slice_relist();
             Vec::new()
         }
-        TruthEvent::RelistDone(ResourceKind::EndpointSlices) => truth.finish_slice_relist(at),
-        TruthEvent::RelistStarted(ResourceKind::Services) => {
+        TruthEvent::InitDone(ResourceKind::EndpointSlices) => truth.finish_slice_relist(at),
+        TruthEvent::Init(ResourceKind::Services) => {
             truth.begin_service_relist();
             Vec::new()
         }
-        TruthEvent::RelistDone(ResourceKind::Services) => truth.finish_service_relist(at),
+        TruthEvent::InitDone(ResourceKind::Services) => truth.finish_service_relist(at),
         _ => Vec::new(),
     }
 }
@@ -133,7 +138,7 @@ impl SyncState {
                     }
                 }
             }
-            TruthEvent::Synced(kind) => {
+            TruthEvent::InitDone(kind) => {
                 let previous = self
                     .kinds
                     .insert(kind.clone(), SyncStatus::Synced { since: ev.at });

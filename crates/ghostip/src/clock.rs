@@ -1,20 +1,17 @@
-//! Wall-clock time for observations, injectable so tests can run on paused tokio time.
+//! The clocks the adapters inject into the pure runtime: the system's wall clock, and one that follows tokio's (pausable) time.
 //!
-//! See [`Clock`]. Probes stamp each observation with [`Clock::now`] when the answer
-//! arrives; [`TokioClock`] (the default) derives wall time from tokio's monotonic clock
-//! through a fixed anchor, so it follows `tokio::time::pause`/`advance` in tests and never
-//! jumps with NTP in production.
+//! There is one clock trait, [`ghostip_core::Clock`]. The kube watchers stamp every truth
+//! event with [`SystemClock`]; probes stamp each observation when the answer arrives with
+//! [`TokioClock`], which derives wall time from tokio's monotonic clock through a fixed
+//! anchor, so it follows `tokio::time::pause`/`advance` in tests and never jumps with NTP
+//! in production. [`TokioClock::instant_at`] maps a wall-clock deadline from the pure
+//! runtime back onto tokio's clock.
 
 use std::time::Duration;
 
+pub use ghostip_core::Clock;
 use ghostip_core::Time;
 use tokio::time::Instant;
-
-/// A source of wall-clock time.
-pub trait Clock: Clone + Send + Sync + 'static {
-    /// The current time.
-    fn now(&self) -> Time;
-}
 
 /// The system's wall clock ([`jiff::Timestamp::now`]).
 #[derive(Clone, Copy, Debug, Default)]
@@ -55,6 +52,12 @@ impl TokioClock {
             self.wall.checked_sub(self.instant.duration_since(instant))
         };
         result.unwrap_or(self.wall)
+    }
+
+    /// The tokio instant of a wall time (times before the anchor map to the anchor).
+    pub fn instant_at(&self, wall: Time) -> Instant {
+        let ahead = Duration::try_from(wall.duration_since(self.wall)).unwrap_or(Duration::ZERO);
+        self.instant + ahead
     }
 
     /// Time elapsed since the anchor, on tokio's clock.

@@ -1,0 +1,201 @@
+//! The seam every layer plugs into: a pure [`LayerModel`] that registers its paths and desired sets with the engine as the truth changes.
+//!
+//! A layer is a kind of copy of the truth (DNS answers, a node's datapath, its conntrack
+//! table, a client's registry list). Its model is pure: the [`Session`](crate::Session)
+//! hands it every truth event after applying it, with a [`LayerCx`] through which it adds
+//! and removes its paths, sets their expected lag and says what each path should hold.
+//! What a path really holds reaches the engine as [`Observation`]s, made by the layer's IO
+//! adapter in the binary crate (a DNS query, a datapath dump, a netlink read) and decoded by
+//! the model; the engine, the ledger, the metrics and the reports compare and record them
+//! without knowing which layer they came from.
+//!
+//! Adding a layer: a model implementing [`LayerModel`] (pure, here or beside its adapter),
+//! an adapter that reads the path and feeds the observations, and one registration line
+//! where the command builds its session. `docs/ARCHITECTURE.md` lists the files.
+
+use std::any::Any;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use ghostip_core::engine::{Engine, EngineEvent};
+use ghostip_core::truth::{ServiceChange, Truth};
+use ghostip_core::{ChangeTime, Layer, Observation, PathIdx, PathInfo, ServiceKey, Target, Time};
+
+use crate::filter::ServiceFilter;
+use crate::report::PathFacts;
+use crate::session::ChangeMemory;
+use crate::truth_event::Received;
+
+/// One layer's pure model.
+pub trait LayerModel: Any + Send {
+    /// The layer (`dns`, `datapath`, `conntrack`, …): the label of its paths in reports and
+    /// metrics.
+    fn layer(&self) -> Layer;
+
+    /// A truth event the session already applied to `cx.truth`; `changes` are the Services
+    /// whose endpoints it changed (a relist's deletions included). The model registers or
+    /// drops paths and sets the desired sets of the Services it cares about.
+    fn on_truth(&mut self, cx: &mut LayerCx<'_>, event: &Received, changes: &[ServiceChange]);
+
+    /// Time passed (every 250 ms in the long-running commands).
+    fn on_tick(&mut self, _cx: &mut LayerCx<'_>, _now: Time) {}
+
+    /// What the layer knows about its paths beyond the engine (the TTL a DNS path hands
+    /// to clients, how its expected lag was derived), for reports.
+    fn path_facts(&self, _engine: &Engine, _out: &mut BTreeMap<PathIdx, PathFacts>) {}
+
+    /// Upcast for typed access by the layer's own adapter ([`crate::Session::layer_mut`]).
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+
+    /// Upcast for typed access by the layer's own adapter ([`crate::Session::layer`]).
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// What changed when a layer set a Service's layer-wide desired set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DesiredChange {
+    /// Targets that left the set.
+    pub removed: Vec<Target>,
+    /// Targets that joined it.
+    pub added: Vec<Target>,
+    /// The engine opened or closed trackings.
+    pub events: bool,
+}
+
+impl DesiredChange {
+    /// Nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.removed.is_empty() && self.added.is_empty()
+    }
+}
+
+/// A removed endpoint to connect-probe, to learn when it stopped accepting connections
+/// (exposure).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectRequest {
+    /// Address to probe.
+    pub target: std::net::SocketAddr,
+    /// Stop probing after this long.
+    pub for_at_most: Duration,
+}
+
+/// A layer's access to the truth and the engine during one session step.
+pub struct LayerCx<'a> {
+    /// The truth, already updated by the event.
+    pub truth: &'a Truth,
+    /// The engine.
+    pub engine: &'a mut Engine,
+    /// The Services the command looks at.
+    pub filter: &'a ServiceFilter,
+    /// The truth synced at least once (the initial LIST is a baseline, not a change).
+    pub synced: bool,
+    pub(crate) events: &'a mut Vec<EngineEvent>,
+    pub(crate) connect: &'a mut Vec<ConnectRequest>,
+    pub(crate) memory: &'a mut ChangeMemory,
+}
+
+impl LayerCx<'_> {
+    /// Registers a path with the engine.
+    pub fn add_path(&mut self, info: PathInfo, expected_lag: Duration) -> PathIdx {
+        self.engine.add_path(info, expected_lag)
+    }
+
+    /// Drops a path: its open trackings close unjudged.
+    pub fn remove_path(&mut self, path: PathIdx) {
+        let events = self.engine.remove_path(path);
+        self.events.extend(events);
+    }
+
+    /// Changes a path's expected lag (the configuration changed).
+    pub fn set_expected_lag(&mut self, path: PathIdx, lag: Duration) {
+        self.engine.set_expected_lag(path, lag);
+    }
+
+    /// Sets what every path of `layer` should hold for `service` (DNS: the same answer on
+    /// every server). Removals are remembered for reports, with the former owner; removed
+    /// endpoints of a Service with a TCP port are connect-probed (`probe_for`) to measure
+    /// exposure.
+    pub fn set_desired(
+        &mut self,
+        layer: Layer,
+        service: &ServiceKey,
+        set: BTreeSet<Target>,
+        at: ChangeTime,
+        probe_for: Duration,
+    ) -> DesiredChange {
+        let old: BTreeSet<Target> = self
+            .engine
+            .desired(layer, service)
+            .map(|d| d.iter().collect())
+            .unwrap_or_default();
+        let events = self.engine.set_desired(layer, service, set.clone(), at);
+        let mut change = DesiredChange {
+            removed: old.difference(&set).copied().collect(),
+            added: set.difference(&old).copied().collect(),
+            events: !events.is_empty(),
+        };
+        if change.is_empty() {
+            change.events = false;
+            self.events.extend(events);
+            return change;
+        }
+        let removed: Vec<IpAddr> = change.removed.iter().map(|t| t.ip).collect();
+        let added: Vec<IpAddr> = change.added.iter().map(|t| t.ip).collect();
+        self.memory
+            .record_change(service, at, &removed, &added, self.synced);
+        if !events.is_empty()
+            && let Some(port) = tcp_port(self.truth, service)
+        {
+            for ip in &removed {
+                self.memory.probed.insert(*ip);
+                self.connect.push(ConnectRequest {
+                    target: std::net::SocketAddr::new(*ip, port),
+                    for_at_most: probe_for,
+                });
+            }
+        }
+        self.events.extend(events);
+        change
+    }
+
+    /// Sets what one path should hold for `service` when it differs from path to path
+    /// (a node's datapath: traffic policy `Local` narrows it). Returns whether the set
+    /// changed.
+    pub fn set_desired_on_path(
+        &mut self,
+        path: PathIdx,
+        service: &ServiceKey,
+        set: BTreeSet<Target>,
+        at: ChangeTime,
+    ) -> bool {
+        // `desired_on_path` is sorted, like the set's iteration order.
+        let before = self.engine.desired_on_path(path, service);
+        if before.is_some_and(|before| before.iter().eq(set.iter().copied())) {
+            return false;
+        }
+        let events = self.engine.set_desired_on_path(path, service, set, at);
+        self.events.extend(events);
+        true
+    }
+
+    /// Feeds one observation to the engine.
+    pub fn observe(&mut self, observation: &Observation) {
+        let events = self.engine.observe(observation);
+        self.events.extend(events);
+    }
+
+    /// Engine events produced so far in this step.
+    pub fn events(&self) -> &[EngineEvent] {
+        self.events
+    }
+}
+
+/// A Service's first TCP port, the one exposure is measured on.
+pub fn tcp_port(truth: &Truth, key: &ServiceKey) -> Option<u16> {
+    truth
+        .slices_of(key)
+        .flat_map(|s| s.ports.iter())
+        .find(|p| p.protocol == ghostip_core::Protocol::Tcp)
+        .map(|p| p.port)
+}

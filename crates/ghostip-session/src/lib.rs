@@ -1,0 +1,34 @@
+//! Pure runtime of ghostip: truth events and how they are applied, the observation session and the layer models, with no IO and time injected.
+//!
+//! The binary crate's adapters (kube-rs watchers, the DNS prober, datapath readers, the
+//! ledger) turn the world into [`Received`] truth events and [`Observation`]s
+//! (`ghostip_core::Observation`) and carry out what a [`Session`] asks for; everything
+//! between is here, driven by tests with exact times.
+//!
+//! - [`truth_event`]: the watcher's events (`Init`, `InitApply`, `InitDone`, `Apply`,
+//!   `Delete`) over the core's trimmed records;
+//! - [`sync`]: applying them to the `Truth`, and which watches are synced (truth gaps);
+//! - [`session`]: truth + engine + registered layers, the memory of recent changes, the
+//!   timeline;
+//! - [`layer`]: the [`LayerModel`] seam every layer plugs into;
+//! - [`layers`]: the built-in DNS and datapath models;
+//! - [`report`]: the report model the printers print.
+//!
+//! [`Observation`]: ghostip_core::Observation
+#![forbid(unsafe_code)]
+
+pub mod filter;
+pub mod layer;
+pub mod layers;
+pub mod report;
+pub mod session;
+pub mod sync;
+pub mod truth_event;
+
+pub use filter::ServiceFilter;
+pub use layer::{ConnectRequest, DesiredChange, LayerCx, LayerModel};
+pub use session::{Actions, ChangeMemory, Session, SessionConfig};
+pub use sync::{SyncState, SyncStatus, SyncTransition, apply_to_truth};
+pub use truth_event::{
+    COREFILE_KEY, ConfigMapRef, Received, ResourceKind, TruthEvent, TruthKey, TruthObject,
+};

@@ -1,0 +1,79 @@
+//! The agent's own metrics, registered next to the fixed ones: datapath read cost and errors, the audit period, DNS ClusterIP health.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+
+use crate::metrics::Metrics;
+
+/// Labels of the agent's read counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ReadLabels {
+    pub datapath: String,
+    pub reason: String,
+}
+
+/// Labels of the agent's reader errors.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ReadErrorLabels {
+    pub datapath: String,
+    pub error: String,
+}
+
+/// Labels of node gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct NodeLabels {
+    pub node: String,
+}
+
+/// The agent's own metrics.
+#[derive(Clone, Default)]
+pub(super) struct AgentMetrics {
+    pub read_cpu: Gauge<f64, AtomicU64>,
+    pub read_cpu_total: Counter<f64, AtomicU64>,
+    pub audit_period: Gauge<f64, AtomicU64>,
+    pub reads: Family<ReadLabels, Counter>,
+    pub read_errors: Family<ReadErrorLabels, Counter>,
+    pub dns_cluster_ip_failing: Family<NodeLabels, Gauge>,
+}
+
+impl AgentMetrics {
+    pub fn register(m: &mut Metrics) -> Self {
+        let a = Self::default();
+        let r = m.registry_mut();
+        r.register(
+            "ghostip_datapath_read_cpu_seconds",
+            "CPU seconds of the last datapath read (the dumping program plus parsing)",
+            a.read_cpu.clone(),
+        );
+        r.register(
+            "ghostip_datapath_read_cpu_seconds",
+            "CPU seconds spent on datapath reads",
+            a.read_cpu_total.clone(),
+        );
+        r.register(
+            "ghostip_datapath_audit_period_seconds",
+            "Period between two full datapath audits, chosen from the measured cost and --max-cpu",
+            a.audit_period.clone(),
+        );
+        r.register(
+            "ghostip_datapath_reads",
+            "Datapath reads, by reason (initial, reread, audit)",
+            a.reads.clone(),
+        );
+        r.register(
+            "ghostip_datapath_read_errors",
+            "Datapath reads that failed, by error (privilege, not-installed, absent, timeout, parse, ...)",
+            a.read_errors.clone(),
+        );
+        r.register(
+            "ghostip_dns_cluster_ip_failing",
+            "1 while DNS through the kube-dns ClusterIP fails from this node and the CoreDNS pod IPs answer",
+            a.dns_cluster_ip_failing.clone(),
+        );
+        a
+    }
+}

@@ -1,0 +1,316 @@
+//! `ghostip agent`: one per node; diffs this node's load-balancer datapath with the truth and probes this node's DNS paths.
+//!
+//! The same session, engine, prober, ledger and metrics as `ghostip watch`, with two more
+//! layers registered:
+//! - the node's datapath ([`datapath`]): one path (`iptables/<node>`, …) whose desired sets
+//!   the runtime's `DatapathModel` derives from the truth on every change, and whose
+//!   observations come from reads of the datapath: re-reads after each truth change until
+//!   converged (bounded), and a periodic full audit whose period adapts to the measured CPU
+//!   cost;
+//! - DNS health ([`dns_health`]): one query per DNS path of this node every
+//!   `--dns-health-interval` inside the prober's global budget.
+//!
+//! The truth is node-scoped where the API allows (Pods by `spec.nodeName`). A reader
+//! that fails (a missing capability, a missing tool) is reported with its cause and the
+//! rest keeps working. SIGTERM ends the agent within 5 s. [`run`] is the steps in order:
+//! [`serve`] the HTTP endpoints, choose the datapath, start the pipeline and the adapters,
+//! then [`step`] until stopped, then [`shut_down`].
+
+mod datapath;
+mod dns_health;
+mod metrics;
+mod status;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::routing::get;
+use futures::StreamExt;
+use ghostip_core::engine::{Discrepancy, EngineEvent};
+use ghostip_core::{PathIdx, ServiceKey, Target, Time};
+use ghostip_session::layers::dns::DnsModel;
+use ghostip_session::{ServiceFilter, Session};
+use hickory_proto::rr::Name;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::pipeline::{Pipeline, Step};
+use super::{Outcome, dns_config, kube_connect, open_ledger, probe_settings, session_config};
+use crate::cli::{AgentArgs, GlobalArgs, OutputFormat};
+use crate::clock::SystemClock;
+use crate::dns::query::QueryConfig;
+use crate::kube::{SyncState, TruthEvent, WatchScope, watch_truth};
+use crate::ledger::{LedgerWriter, RetentionPruner, WriterOptions};
+use crate::metrics::Metrics;
+use datapath::{DatapathReads, Outputs, choose_source};
+use dns_health::DnsHealthCheck;
+use metrics::AgentMetrics;
+use status::{AgentStatus, Line, Printer, SharedStatus, emit_events, lock, status_handler, view};
+
+/// Open trackings by identity, with whether each was stuck, to report what the engine
+/// changed on its own tick.
+type OpenSet = BTreeMap<(PathIdx, ServiceKey, Target, Discrepancy), bool>;
+
+pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outcome> {
+    validate(&args)?;
+    let node = args.node_name.clone();
+    let printer = Printer {
+        json: g.output == OutputFormat::Json,
+    };
+    let conn = kube_connect(g).await?;
+    let ledger = open_ledger(g)?;
+    let db_path = ledger.path().to_path_buf();
+    let writer = LedgerWriter::spawn(ledger, WriterOptions::default())
+        .context("starting the ledger writer")?;
+    let mut metrics = Metrics::new();
+    let am = AgentMetrics::register(&mut metrics);
+    let metrics = Arc::new(metrics);
+    let ready = Arc::new(AtomicBool::new(false));
+    let status: SharedStatus = Arc::new(Mutex::new(AgentStatus {
+        node: node.clone(),
+        max_cpu_percent: args.max_cpu,
+        ..AgentStatus::default()
+    }));
+    let cancel = CancellationToken::new();
+    let kill_readers = Arc::new(AtomicBool::new(false));
+    let server = serve(&args, &metrics, &ready, &status, &cancel).await?;
+    stop_on_signal(&cancel, &kill_readers);
+
+    let (source, first_read) =
+        choose_source(&args, &conn.client, &node, &kill_readers, &status).await;
+    let dp_name = source.as_ref().map(|s| s.datapath().as_str());
+    lock(&status).datapath = dp_name.map(str::to_string);
+    tracing::info!(node = %node, datapath = dp_name.unwrap_or("none"), listen = %args.listen, db = %db_path.display(), api = %conn.origin, "ghostip agent started");
+    printer.line(&Line::Started {
+        node: &node,
+        datapath: dp_name,
+        listen: args.listen.to_string(),
+    });
+
+    // The session: the DNS layer seen from this node, and the node's datapath.
+    let scope = WatchScope {
+        namespace: None,
+        pods_on_node: Some(node.clone()),
+        ..WatchScope::default()
+    };
+    let truth = watch_truth(&conn, &scope, Arc::new(SystemClock));
+    let mut dns = dns_config(&args.dns);
+    dns.paths.node = Some(node.clone());
+    let dns_service = dns.paths.dns_service.clone();
+    let zone = dns.names.zone.clone();
+    let session = Session::new(
+        session_config(ServiceFilter::default(), false),
+        SyncState::new(Time::now(), scope.kinds()),
+    )
+    .with_layer(DnsModel::new(dns));
+    // Sweeps of headless names are the watch's job; the agent probes them on bursts only
+    // (the sweep period is long) and checks DNS health on its own schedule.
+    let settings = probe_settings(&args.dns, Duration::from_secs(300))?;
+    metrics.truth_synced.set(0);
+    let mut p = Pipeline::start(
+        session,
+        truth.boxed(),
+        settings,
+        Some(writer.sender()),
+        Some(Arc::clone(&metrics)),
+        cancel.clone(),
+    );
+    let mut reads = source.map(|s| {
+        DatapathReads::start(
+            &mut p,
+            s,
+            first_read,
+            &args,
+            &node,
+            dns_service.clone(),
+            Arc::clone(&kill_readers),
+        )
+    });
+    let health_name = Name::from_ascii(format!(
+        "{}.{}.svc.{}.",
+        dns_service.name,
+        dns_service.namespace,
+        zone.trim_end_matches('.')
+    ))
+    .with_context(|| format!("building the DNS health name for {dns_service} in zone {zone}"))?;
+    let mut health = DnsHealthCheck::start(
+        &node,
+        dns_service,
+        health_name,
+        p.budget(),
+        QueryConfig {
+            timeout: args.dns.query_timeout,
+            ..QueryConfig::default()
+        },
+        args.dns_health_interval,
+        cancel.child_token(),
+    );
+
+    let ledger_tx = writer.sender();
+    let out = Outputs {
+        printer: &printer,
+        ledger: &ledger_tx,
+        metrics: &am,
+        status: &status,
+    };
+    let mut pruner = RetentionPruner::new(args.retention);
+    let mut synced_sent = false;
+    let mut open_before = OpenSet::new();
+    loop {
+        let step = p.next().await;
+        let now = Time::now();
+        match step {
+            Step::Stopped => break,
+            Step::Truth {
+                received, events, ..
+            } => {
+                ready.store(p.session.judging(), Ordering::Relaxed);
+                if let TruthEvent::WatchFailed { kind, error } = &received.event {
+                    tracing::warn!(%kind, %error, "watch failed; retrying with backoff (truth gap)");
+                }
+                emit_events(&printer, &p, &events);
+                if !synced_sent && p.session.synced() {
+                    synced_sent = true;
+                    tracing::info!("truth synced");
+                    printer.line(&Line::Synced { at: received.at });
+                }
+                if let Some(r) = reads.as_mut() {
+                    r.on_truth(&mut p, now, synced_sent);
+                }
+                health.follow_paths(&p);
+            }
+            Step::Tick(now) => {
+                ready.store(p.session.judging(), Ordering::Relaxed);
+                pruner.tick(now, &ledger_tx).await;
+            }
+            Step::Probe => {}
+        }
+        if let Some(r) = reads.as_mut() {
+            r.finish_reads(&mut p, &out, now, synced_sent).await;
+            r.start_due(&p, now, synced_sent);
+        }
+        health.drain(&p, &out, &metrics).await;
+        report_open(&p, &printer, &status, &mut open_before);
+    }
+    if let Some(r) = reads.as_mut() {
+        r.shutdown();
+    }
+    shut_down(p, writer, server, &kill_readers).await;
+    printer.line(&Line::Stopped { at: Time::now() });
+    tracing::info!("ghostip agent stopped");
+    Ok(Outcome::Clean)
+}
+
+fn validate(args: &AgentArgs) -> anyhow::Result<()> {
+    if !(args.max_cpu > 0.0 && args.max_cpu <= 100.0) {
+        anyhow::bail!(
+            "invalid --max-cpu {}: expected a percentage of one core in (0, 100]",
+            args.max_cpu
+        );
+    }
+    if args.node_name.trim().is_empty() {
+        anyhow::bail!(
+            "--node-name is empty: pass the node's name (NODE_NAME from the downward API)"
+        );
+    }
+    Ok(())
+}
+
+/// Serves `/metrics`, `/healthz`, `/readyz` and `/status` on `--listen`.
+async fn serve(
+    args: &AgentArgs,
+    metrics: &Arc<Metrics>,
+    ready: &Arc<AtomicBool>,
+    status: &SharedStatus,
+    cancel: &CancellationToken,
+) -> anyhow::Result<JoinHandle<std::io::Result<()>>> {
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let app = crate::http::router(Arc::clone(metrics), Arc::clone(ready)).merge(
+        Router::new()
+            .route("/status", get(status_handler))
+            .with_state(Arc::clone(status)),
+    );
+    let http_cancel = cancel.clone();
+    Ok(tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { http_cancel.cancelled().await })
+            .await
+    }))
+}
+
+/// SIGTERM or Ctrl-C: kill datapath readers and stop the loop.
+fn stop_on_signal(cancel: &CancellationToken, kill_readers: &Arc<AtomicBool>) {
+    let signal_cancel = cancel.clone();
+    let signal_kill = Arc::clone(kill_readers);
+    tokio::spawn(async move {
+        super::shutdown_signal().await;
+        tracing::info!("shutdown requested");
+        signal_kill.store(true, Ordering::Relaxed);
+        signal_cancel.cancel();
+    });
+}
+
+/// Updates `/status` with the open trackings, and reports the trackings the engine declared
+/// stuck or closed on its own tick.
+fn report_open(p: &Pipeline, printer: &Printer, status: &SharedStatus, open_before: &mut OpenSet) {
+    let engine = &p.session.engine;
+    let open = engine.open_trackings().filter_map(|t| view(p, t)).collect();
+    let mut now_open = OpenSet::new();
+    for t in engine.open_trackings() {
+        now_open.insert((t.path, t.service.clone(), t.target, t.kind), t.was_stuck);
+    }
+    for (key, was_stuck) in &now_open {
+        if *was_stuck
+            && open_before.get(key) == Some(&false)
+            && let Some(t) = engine
+                .open_trackings()
+                .find(|t| (t.path, &t.service, t.target, t.kind) == (key.0, &key.1, key.2, key.3))
+        {
+            emit_events(printer, p, &[EngineEvent::Stuck(t.clone())]);
+        }
+    }
+    for key in open_before.keys().filter(|k| !now_open.contains_key(*k)) {
+        if let Some(t) = engine
+            .closed_trackings()
+            .iter()
+            .rev()
+            .find(|t| (t.path, &t.service, t.target, t.kind) == (key.0, &key.1, key.2, key.3))
+        {
+            emit_events(printer, p, &[EngineEvent::Closed(t.clone())]);
+        }
+    }
+    *open_before = now_open;
+    let mut st = lock(status);
+    st.open = open;
+    st.truth_synced = p.session.judging();
+}
+
+/// Clean shutdown within 5 s: kill readers, stop probing, flush the ledger with a deadline.
+async fn shut_down(
+    mut p: Pipeline,
+    writer: LedgerWriter,
+    server: JoinHandle<std::io::Result<()>>,
+    kill_readers: &AtomicBool,
+) {
+    kill_readers.store(true, Ordering::Relaxed);
+    p.shutdown();
+    let _ = tokio::time::timeout(Duration::from_secs(2), p.flush()).await;
+    drop(p);
+    let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
+    let closed = tokio::time::timeout(
+        Duration::from_secs(1),
+        tokio::task::spawn_blocking(move || writer.close()),
+    )
+    .await;
+    if closed.is_err() {
+        tracing::warn!(
+            "the ledger writer did not finish within the shutdown deadline; committed data is safe"
+        );
+    }
+}
