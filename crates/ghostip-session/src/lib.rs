@@ -17,6 +17,7 @@
 //! [`Observation`]: ghostip_core::Observation
 #![forbid(unsafe_code)]
 
+pub mod drain;
 pub mod filter;
 pub mod layer;
 pub mod layers;
