@@ -417,3 +417,92 @@ fn alerts_use_metrics_ghostip_exports() {
     }
     assert!(alerts >= 3);
 }
+
+/// deploy/krew/ghostip.yaml, as far as krew's `Plugin` (v1alpha2) goes (unknown fields rejected).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct KrewPlugin {
+    api_version: String,
+    kind: String,
+    metadata: KrewMetadata,
+    spec: KrewSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KrewMetadata {
+    name: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct KrewSpec {
+    version: String,
+    homepage: String,
+    short_description: String,
+    description: String,
+    caveats: String,
+    platforms: Vec<KrewPlatform>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KrewPlatform {
+    selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    uri: String,
+    sha256: String,
+    files: Vec<KrewFile>,
+    bin: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KrewFile {
+    from: String,
+    to: String,
+}
+
+#[test]
+fn krew_manifest_installs_the_binary_as_the_kubectl_plugin() {
+    let path = deploy_dir().join("krew/ghostip.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let m: KrewPlugin = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("krew: {e}"));
+    assert_eq!(
+        m.api_version,
+        "krew.googlecontainertools.github.com/v1alpha2"
+    );
+    assert_eq!(m.kind, "Plugin");
+    // Krew links `bin` as kubectl-<name>: the name the binary recognizes as the plugin's.
+    assert_eq!(
+        format!("kubectl-{}", m.metadata.name),
+        ghostip::cli::KUBECTL_PLUGIN
+    );
+    assert_eq!(m.spec.version, format!("v{}", env!("CARGO_PKG_VERSION")));
+    assert!(m.spec.short_description.len() <= 60);
+    assert!(!m.spec.platforms.is_empty());
+    let mut arches = BTreeSet::new();
+    for p in &m.spec.platforms {
+        let labels = p.selector.match_labels.clone().unwrap();
+        assert_eq!(labels["os"], "linux");
+        let arch = labels["arch"].clone();
+        let archive = format!("ghostip-{}-linux-{arch}.tar.gz", m.spec.version);
+        assert!(p.uri.ends_with(&format!("/{archive}")), "{}", p.uri);
+        // A released digest, or the documented placeholder naming the archive.
+        let hex = p.sha256.len() == 64
+            && p.sha256
+                .chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c));
+        assert!(
+            hex || p.sha256 == format!("<sha256 of {archive}>"),
+            "{arch}: {}",
+            p.sha256
+        );
+        assert_eq!(p.bin, "ghostip");
+        assert!(
+            p.files.iter().any(|f| f.from == "ghostip" && f.to == "."),
+            "{arch}: the binary is not installed"
+        );
+        assert!(arches.insert(arch), "two platforms for one arch");
+    }
+}
