@@ -38,7 +38,7 @@ impl Cli {
     {
         let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
         let mut command = Cli::command();
-        if args.first().is_some_and(|a| is_kubectl_plugin(a)) {
+        if args.first().is_some_and(is_kubectl_plugin) {
             command = command.bin_name("kubectl ghostip");
         }
         let mut matches = command.try_get_matches_from(args)?;

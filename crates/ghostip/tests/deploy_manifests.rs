@@ -9,10 +9,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use clap::Parser;
-use ghostip::cli::{Cli, Command};
+use ghostip::cli::Command;
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
@@ -26,30 +25,21 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+mod deploy_support;
 mod exported_metrics;
-
-fn deploy_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
-}
+use deploy_support::{deploy_dir, documents_of, parse_cli};
 
 /// Every document of every deploy/*.yaml, with its file name.
 fn documents() -> Vec<(String, Value)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(deploy_dir())
+    let mut files: Vec<String> = std::fs::read_dir(deploy_dir())
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
     files.sort();
-    let mut out = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).unwrap();
-        let name = f.file_name().unwrap().to_string_lossy().into_owned();
-        let docs: Vec<Value> =
-            serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{name}: not YAML: {e}"));
-        for d in docs.into_iter().filter(|d| !d.is_null()) {
-            out.push((name.clone(), d));
-        }
-    }
+    let names: Vec<&str> = files.iter().map(String::as_str).collect();
+    let out = documents_of(&names);
     assert!(
         out.len() >= 15,
         "expected the whole deploy/ set, found {}",
@@ -179,15 +169,6 @@ fn rules_of(doc: &Value) -> Vec<PolicyRule> {
 
 fn container_args(spec: &PodSpec) -> Vec<String> {
     spec.containers[0].args.clone().unwrap_or_default()
-}
-
-/// Parses a container's arguments with ghostip's CLI (`$(HOST_IP)` expanded as the kubelet would).
-fn parse_cli(args: &[String], extra: &[&str]) -> Cli {
-    let argv: Vec<String> = std::iter::once("ghostip".to_string())
-        .chain(args.iter().map(|a| a.replace("$(HOST_IP)", "192.0.2.10")))
-        .chain(extra.iter().map(|s| s.to_string()))
-        .collect();
-    Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"))
 }
 
 #[test]
@@ -530,7 +511,8 @@ fn the_restricted_check_refuses_what_the_level_refuses() {
         .template
         .spec
         .unwrap();
-    let mutations: Vec<(&str, Box<dyn Fn(&mut PodSpec)>)> = vec![
+    type Mutation = Box<dyn Fn(&mut PodSpec)>;
+    let mutations: Vec<(&str, Mutation)> = vec![
         ("hostNetwork", Box::new(|p| p.host_network = Some(true))),
         (
             "escalation",
