@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 mod deploy_support;
 mod lab_support;
-use deploy_support::{deploy_dir, documents_of, helm_template};
+use deploy_support::{ALL_OPTIONAL, deploy_dir, documents_of, helm_template};
 use lab_support::{lab, lab_ready, run};
 
 /// `kubectl ARGS…` in the lab's hub namespace: (exit code, stdout, stderr).
@@ -179,20 +179,10 @@ fn helm_chart_passes_a_server_side_dry_run() {
     let dir = tempfile::tempdir().unwrap();
     let _created = create_prerequisites(dir.path());
     for (name, values) in [
-        ("defaults", vec![]),
-        (
-            "cilium-and-monitoring",
-            vec![
-                "--set",
-                "cilium.exec=true",
-                "--set",
-                "monitoring.serviceMonitor=true",
-                "--set",
-                "monitoring.prometheusRule=true",
-            ],
-        ),
+        ("defaults", &[][..]),
+        ("cilium-and-monitoring", ALL_OPTIONAL),
     ] {
-        let docs = helm_template(&values).unwrap_or_else(|e| panic!("helm template: {e}"));
+        let docs = helm_template(values).unwrap_or_else(|e| panic!("helm template: {e}"));
         let f = write_docs(dir.path(), &format!("{name}.json"), &docs);
         let (code, out, err) = dry_run(&[f]);
         eprintln!("{name}:\n{out}{err}");

@@ -14,7 +14,7 @@ use ghostip::cli::{Command, DatapathChoice};
 use serde_json::Value;
 
 mod deploy_support;
-use deploy_support::{documents_of, helm_template, parse_cli};
+use deploy_support::{ALL_OPTIONAL, documents_of, helm_template, parse_cli};
 
 /// Labels Helm adds to every object's metadata; the kustomize base has none of them.
 const HELM_LABELS: &[&str] = &[
@@ -126,14 +126,7 @@ fn default_values_render_the_kustomize_base() {
 #[test]
 #[ignore = "needs helm: GHOSTIP_HELM=PATH (lab/build helm; scripts/test runs it)"]
 fn cilium_exec_and_monitoring_render_their_files() {
-    let got = render(&[
-        "--set",
-        "cilium.exec=true",
-        "--set",
-        "monitoring.serviceMonitor=true",
-        "--set",
-        "monitoring.prometheusRule=true",
-    ]);
+    let got = render(ALL_OPTIONAL);
     assert_renders(&got, &base(&["cilium-exec.yaml", "monitoring.yaml"]));
     let cli = parse_cli(&pod_args(&got, "DaemonSet"), &["--node-name", "node-a"]);
     let Command::Agent(a) = cli.command else {

@@ -43,6 +43,17 @@ pub fn helm() -> PathBuf {
     )
 }
 
+/// Values that turn on every optional part of the chart: Cilium exec and the Prometheus
+/// Operator objects.
+pub const ALL_OPTIONAL: &[&str] = &[
+    "--set",
+    "cilium.exec=true",
+    "--set",
+    "monitoring.serviceMonitor=true",
+    "--set",
+    "monitoring.prometheusRule=true",
+];
+
 /// `helm template ghostip deploy/helm/ghostip ARGS…`: the rendered documents, or helm's
 /// error text.
 pub fn helm_template(args: &[&str]) -> Result<Vec<Value>, String> {
