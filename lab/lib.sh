@@ -40,7 +40,7 @@ node_netns() { printf 'ghostip-%s' "$1"; }
 # Node names recorded by lab/up.
 lab_nodes() { cat "$LAB_STATE/nodes" 2>/dev/null || true; }
 
-need_root() { [[ $(id -u) == 0 ]] || die "the lab needs root (network namespaces, veths, iptables): run it with sudo"; }
+need_root() { [[ $(id -u) == 0 ]] || die "the lab needs root (network namespaces, veths, iptables): run it as root"; }
 
 need_netns() {
   command -v ip >/dev/null || die "no 'ip' command: install iproute2"

@@ -5,8 +5,8 @@
 //! once through a bulk path (no journal, indexes built after the load) and cached at
 //! `$GHOSTIP_BENCH_CACHE` (default `/var/cache/ghostip/bench`); `GHOSTIP_BENCH_WHOIS_ROWS`
 //! changes the size. Besides criterion's estimates, a summary is printed: ingest
-//! changes/s with the ratio to the baseline, and whois p50/p99 from 10 000 random
-//! lookups timed one by one.
+//! changes/s with the ratio to the baseline, the bytes the ledger keeps per pod replacement,
+//! and whois p50/p99 from 10 000 random lookups timed one by one.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::collections::BTreeMap;
@@ -315,7 +315,9 @@ fn ingest_summary() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(30);
-    let (_dir, mut ledger) = temp_ledger();
+    let (dir, mut ledger) = temp_ledger();
+    let db = dir.path().join("ingest.db");
+    let setup_bytes = used_bytes(&db);
     let mut ledger_time = Duration::ZERO;
     let mut baseline = Baseline::new();
     let mut raw_time = Duration::ZERO;
@@ -341,6 +343,27 @@ fn ingest_summary() {
         ledger_rate / raw_rate
     );
     assert!(ledger.verify().unwrap().problems.is_empty());
+    // What the ledger keeps per replacement until retention prunes it: sizes the volume.
+    let end_bytes = used_bytes(&db);
+    let replacements = rounds as usize * REPLACEMENTS;
+    println!(
+        "SUMMARY size: {REPLACEMENTS} live pods {:.1} MB; after {replacements} replacements {:.1} MB; {:.0} bytes per replacement kept",
+        setup_bytes as f64 / 1e6,
+        end_bytes as f64 / 1e6,
+        (end_bytes - setup_bytes) as f64 / replacements as f64
+    );
+}
+
+/// Bytes of pages the database uses (its WAL included, as a reader sees it).
+fn used_bytes(db: &std::path::Path) -> i64 {
+    let conn = Connection::open(db).unwrap();
+    let pages: i64 = conn
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .unwrap();
+    let size: i64 = conn
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap();
+    pages * size
 }
 
 // --- whois on 10 M intervals ---

@@ -1,10 +1,11 @@
 //! Command-line interface definition: kubectl-style global flags and one subcommand per verb.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use ghostip_logs::Target;
 
 /// Measures how long DNS caches, node datapaths and clients keep routing to pod IPs
@@ -20,6 +21,52 @@ pub struct Cli {
     /// The command.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The file name under which kubectl finds the binary as its plugin `kubectl ghostip`.
+pub const KUBECTL_PLUGIN: &str = "kubectl-ghostip";
+
+impl Cli {
+    /// Parses `args` (the program name first) as the command line, with the program named in
+    /// help and usage as it was invoked: `kubectl ghostip` when the file is
+    /// [`KUBECTL_PLUGIN`] (a symlink or a copy of `ghostip`), else as clap names it. Nothing
+    /// else depends on the name: the plugin behaves exactly as `ghostip`.
+    pub fn try_parse_invoked<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        let mut command = Cli::command();
+        if args.first().is_some_and(is_kubectl_plugin) {
+            command = command.bin_name("kubectl ghostip");
+        }
+        let mut matches = command.try_get_matches_from(args)?;
+        Cli::from_arg_matches_mut(&mut matches)
+    }
+}
+
+/// Whether `argv0` names the kubectl plugin file (`kubectl-ghostip`, `.exe` on Windows).
+fn is_kubectl_plugin(argv0: &OsString) -> bool {
+    Path::new(argv0)
+        .file_name()
+        .and_then(|f| f.to_str())
+        .is_some_and(|f| f.strip_suffix(".exe").unwrap_or(f) == KUBECTL_PLUGIN)
+}
+
+/// `ghostip completions SHELL`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to write the completion script for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// The completion script of the whole command line for `shell`.
+pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "ghostip", &mut out);
+    out
 }
 
 /// Options every command understands.
@@ -73,6 +120,8 @@ pub enum Command {
     Audit(AuditArgs),
     /// Find connection failures in client logs and explain them with who owned each IP then.
     Explain(ExplainArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions(CompletionsArgs),
 }
 
 /// Namespace selection shared by commands that read many Services.

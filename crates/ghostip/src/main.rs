@@ -6,12 +6,12 @@ mod allocator;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use clap::Parser;
 use ghostip::cli::{Cli, Command};
 use ghostip::commands::{self, Outcome};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // As `ghostip`, or as `kubectl ghostip` through a file named kubectl-ghostip.
+    let cli = Cli::try_parse_invoked(std::env::args_os()).unwrap_or_else(|e| e.exit());
     if matches!(cli.command, Command::Agent(_)) {
         allocator::tune_for_agent();
     }

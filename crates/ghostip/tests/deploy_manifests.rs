@@ -3,46 +3,43 @@
 //! with ghostip's own CLI, and the security properties the docs promise hold: read-only
 //! RBAC without Secrets, ConfigMaps only by name in kube-system, pods/exec only in the
 //! opt-in Cilium file, the agent's exact capabilities, NODE_NAME from the downward API,
-//! resources set, alert rules on metrics ghostip exports.
+//! resources set, alert rules on metrics ghostip exports, the two namespaces' Pod Security
+//! levels (the watch pod meets "restricted" where it is enforced), the watch's ledger on a
+//! claim with a single writer, the agent's own PriorityClass, and the krew manifest.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use clap::Parser;
-use ghostip::cli::{Cli, Command};
+use ghostip::cli::Command;
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Namespace, PodSpec, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    Namespace, PersistentVolumeClaim, PodSpec, Service, ServiceAccount,
+};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-fn deploy_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
-}
+mod deploy_support;
+mod exported_metrics;
+use deploy_support::{deploy_dir, documents_of, parse_cli};
 
 /// Every document of every deploy/*.yaml, with its file name.
 fn documents() -> Vec<(String, Value)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(deploy_dir())
+    let mut files: Vec<String> = std::fs::read_dir(deploy_dir())
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
     files.sort();
-    let mut out = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).unwrap();
-        let name = f.file_name().unwrap().to_string_lossy().into_owned();
-        let docs: Vec<Value> =
-            serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{name}: not YAML: {e}"));
-        for d in docs.into_iter().filter(|d| !d.is_null()) {
-            out.push((name.clone(), d));
-        }
-    }
+    let names: Vec<&str> = files.iter().map(String::as_str).collect();
+    let out = documents_of(&names);
     assert!(
         out.len() >= 15,
         "expected the whole deploy/ set, found {}",
@@ -123,6 +120,7 @@ struct MonitorEndpoint {
     path: String,
     interval: String,
     scrape_timeout: String,
+    honor_labels: bool,
 }
 
 #[derive(Deserialize)]
@@ -173,15 +171,6 @@ fn container_args(spec: &PodSpec) -> Vec<String> {
     spec.containers[0].args.clone().unwrap_or_default()
 }
 
-/// Parses a container's arguments with ghostip's CLI (`$(HOST_IP)` expanded as the kubelet would).
-fn parse_cli(args: &[String], extra: &[&str]) -> Cli {
-    let argv: Vec<String> = std::iter::once("ghostip".to_string())
-        .chain(args.iter().map(|a| a.replace("$(HOST_IP)", "192.0.2.10")))
-        .chain(extra.iter().map(|s| s.to_string()))
-        .collect();
-    Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"))
-}
-
 #[test]
 fn every_document_round_trips_through_its_schema() {
     let mut kinds = BTreeMap::<String, usize>::new();
@@ -192,6 +181,8 @@ fn every_document_round_trips_through_its_schema() {
             .to_string();
         match kind.as_str() {
             "Namespace" => drop(typed::<Namespace>(&file, &doc)),
+            "PersistentVolumeClaim" => drop(typed::<PersistentVolumeClaim>(&file, &doc)),
+            "PriorityClass" => drop(typed::<PriorityClass>(&file, &doc)),
             "ServiceAccount" => drop(typed::<ServiceAccount>(&file, &doc)),
             "ClusterRole" => drop(typed::<ClusterRole>(&file, &doc)),
             "ClusterRoleBinding" => drop(typed::<ClusterRoleBinding>(&file, &doc)),
@@ -378,25 +369,280 @@ fn watch_deployment_runs_unprivileged() {
     assert!(matches!(cli.command, Command::Watch(_)));
 }
 
-#[test]
-fn alerts_use_metrics_ghostip_exports() {
-    // Every ghostip_* series an alert reads is registered: the fixed names in metrics.rs,
-    // the agent's own in commands/agent/metrics.rs (families without samples are not encoded, so
-    // the registrations are read from the source).
-    let mut exported: BTreeSet<String> = BTreeSet::new();
-    for src in ["src/metrics.rs", "src/commands/agent/metrics.rs"] {
-        let text =
-            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(src)).unwrap();
-        for chunk in text.split('"').filter(|c| {
-            c.starts_with("ghostip_") && c.chars().all(|ch| ch.is_ascii_lowercase() || ch == '_')
-        }) {
-            exported.insert(chunk.to_string());
-            for s in ["_total", "_count", "_sum", "_bucket"] {
-                exported.insert(format!("{chunk}{s}"));
+/// The Pod Security level a namespace of deploy/ enforces.
+fn enforced_level(namespace: &str) -> String {
+    let (file, doc) = documents()
+        .into_iter()
+        .find(|(_, d)| d["kind"] == "Namespace" && d["metadata"]["name"] == namespace)
+        .unwrap_or_else(|| panic!("no Namespace {namespace} in deploy/"));
+    let ns: Namespace = typed(&file, &doc);
+    ns.metadata.labels.unwrap()["pod-security.kubernetes.io/enforce"].clone()
+}
+
+/// Why `pod` would be refused by Pod Security "restricted" (empty when it is admitted):
+/// the baseline checks that apply to these manifests, then restricted's own.
+fn restricted_violations(pod: &PodSpec) -> Vec<String> {
+    let mut v = Vec::new();
+    for (what, on) in [
+        ("hostNetwork", pod.host_network),
+        ("hostPID", pod.host_pid),
+        ("hostIPC", pod.host_ipc),
+    ] {
+        if on == Some(true) {
+            v.push(what.to_string());
+        }
+    }
+    for vol in pod.volumes.iter().flatten() {
+        if vol.host_path.is_some() {
+            v.push(format!("hostPath volume {}", vol.name));
+        }
+    }
+    let pod_sc = pod.security_context.clone().unwrap_or_default();
+    let pod_seccomp = pod_sc.seccomp_profile.as_ref().map(|p| p.type_.clone());
+    for c in pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+    {
+        let sc = c.security_context.clone().unwrap_or_default();
+        if sc.privileged == Some(true) {
+            v.push(format!("{}: privileged", c.name));
+        }
+        if sc.allow_privilege_escalation != Some(false) {
+            v.push(format!("{}: allowPrivilegeEscalation not false", c.name));
+        }
+        let caps = sc.capabilities.clone().unwrap_or_default();
+        if !caps.drop.unwrap_or_default().iter().any(|d| d == "ALL") {
+            v.push(format!("{}: capabilities not dropped", c.name));
+        }
+        for add in caps.add.unwrap_or_default() {
+            if add != "NET_BIND_SERVICE" {
+                v.push(format!("{}: adds {add}", c.name));
+            }
+        }
+        if sc.run_as_non_root.or(pod_sc.run_as_non_root) != Some(true) {
+            v.push(format!("{}: runAsNonRoot not true", c.name));
+        }
+        if sc.run_as_user.or(pod_sc.run_as_user) == Some(0) {
+            v.push(format!("{}: runAsUser 0", c.name));
+        }
+        let seccomp = sc.seccomp_profile.map(|p| p.type_).or(pod_seccomp.clone());
+        if !matches!(seccomp.as_deref(), Some("RuntimeDefault" | "Localhost")) {
+            v.push(format!("{}: no RuntimeDefault seccomp profile", c.name));
+        }
+        for p in c.ports.iter().flatten() {
+            if p.host_port.is_some_and(|h| h != 0) {
+                v.push(format!("{}: hostPort", c.name));
             }
         }
     }
-    assert!(exported.contains("ghostip_stale_endpoints"));
+    v
+}
+
+#[test]
+fn each_component_runs_in_a_namespace_of_its_pod_security_level() {
+    let docs = documents();
+    let pod_of = |kind: &str| -> (String, PodSpec) {
+        let (file, doc) = docs.iter().find(|(_, d)| d["kind"] == kind).unwrap();
+        let ns = doc["metadata"]["namespace"].as_str().unwrap().to_string();
+        let spec = match kind {
+            "Deployment" => typed::<Deployment>(file, doc).spec.unwrap().template.spec,
+            _ => typed::<DaemonSet>(file, doc).spec.unwrap().template.spec,
+        };
+        (ns, spec.unwrap())
+    };
+    let (watch_ns, watch) = pod_of("Deployment");
+    let (agent_ns, agent) = pod_of("DaemonSet");
+    assert_ne!(watch_ns, agent_ns, "one namespace for both");
+    assert_eq!(enforced_level(&watch_ns), "restricted");
+    assert_eq!(enforced_level(&agent_ns), "privileged");
+    assert_eq!(restricted_violations(&watch), Vec::<String>::new());
+    // The agent needs what only "privileged" admits: that is why it has its own namespace.
+    let refused = restricted_violations(&agent);
+    for why in ["hostNetwork", "agent: adds NET_ADMIN", "agent: runAsUser 0"] {
+        assert!(refused.iter().any(|r| r == why), "{why}: {refused:?}");
+    }
+    // Every namespaced object sits in one of the two (or kube-system for the Corefile and
+    // Cilium grants), and every ServiceAccount subject names the namespace of its account.
+    for (file, d) in &docs {
+        if let Some(ns) = d["metadata"]["namespace"].as_str() {
+            assert!(
+                [watch_ns.as_str(), agent_ns.as_str(), "kube-system"].contains(&ns),
+                "{file}: {} in {ns}",
+                d["metadata"]["name"]
+            );
+        }
+        for subj in d["subjects"].as_array().into_iter().flatten() {
+            let want = if subj["name"] == "ghostip-agent" {
+                &agent_ns
+            } else {
+                &watch_ns
+            };
+            assert_eq!(
+                subj["namespace"].as_str(),
+                Some(want.as_str()),
+                "{file}: {subj}"
+            );
+        }
+    }
+    // The Cilium exec fence names the agent's account in its namespace.
+    let (_, vap) = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "ValidatingAdmissionPolicy")
+        .unwrap();
+    let cond = vap["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap();
+    assert!(
+        cond.contains(&format!("'system:serviceaccount:{agent_ns}:ghostip-agent'")),
+        "{cond}"
+    );
+}
+
+#[test]
+fn the_restricted_check_refuses_what_the_level_refuses() {
+    let (file, doc) = documents()
+        .into_iter()
+        .find(|(_, d)| d["kind"] == "Deployment")
+        .unwrap();
+    let good = typed::<Deployment>(&file, &doc)
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
+    type Mutation = Box<dyn Fn(&mut PodSpec)>;
+    let mutations: Vec<(&str, Mutation)> = vec![
+        ("hostNetwork", Box::new(|p| p.host_network = Some(true))),
+        (
+            "escalation",
+            Box::new(|p| {
+                let sc = p.containers[0].security_context.as_mut().unwrap();
+                sc.allow_privilege_escalation = None;
+            }),
+        ),
+        (
+            "root",
+            Box::new(|p| p.security_context.as_mut().unwrap().run_as_non_root = None),
+        ),
+        (
+            "seccomp",
+            Box::new(|p| p.security_context.as_mut().unwrap().seccomp_profile = None),
+        ),
+        (
+            "capability",
+            Box::new(|p| {
+                let sc = p.containers[0].security_context.as_mut().unwrap();
+                sc.capabilities.as_mut().unwrap().add = Some(vec!["NET_RAW".into()]);
+            }),
+        ),
+    ];
+    for (what, mutate) in mutations {
+        let mut pod = good.clone();
+        mutate(&mut pod);
+        assert!(!restricted_violations(&pod).is_empty(), "{what} admitted");
+    }
+}
+
+#[test]
+fn watch_keeps_its_ledger_on_a_claim_with_one_writer() {
+    let docs = documents();
+    let (file, doc) = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "Deployment")
+        .unwrap();
+    let d: Deployment = typed(file, doc);
+    let spec = d.spec.unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    // SQLite has one writer: the old pod stops before the new one opens the file.
+    assert_eq!(spec.strategy.unwrap().type_.as_deref(), Some("Recreate"));
+    let pod = spec.template.spec.unwrap();
+    let c = &pod.containers[0];
+    let db = c
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "GHOSTIP_DB")
+        .unwrap();
+    let db_dir = Path::new(db.value.as_deref().unwrap()).parent().unwrap();
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| Path::new(&m.mount_path) == db_dir)
+        .expect("the ledger's directory is a mounted volume");
+    let vol = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .unwrap();
+    let claim = &vol
+        .persistent_volume_claim
+        .as_ref()
+        .expect("the ledger is on a PersistentVolumeClaim")
+        .claim_name;
+    let (pfile, pdoc) = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "PersistentVolumeClaim" && d["metadata"]["name"] == *claim)
+        .unwrap_or_else(|| panic!("no claim {claim} in deploy/"));
+    let pvc: PersistentVolumeClaim = typed(pfile, pdoc);
+    assert_eq!(pvc.metadata.namespace, d.metadata.namespace);
+    let pspec = pvc.spec.unwrap();
+    assert_eq!(
+        pspec.access_modes.unwrap(),
+        vec!["ReadWriteOnce".to_string()]
+    );
+    let size = &pspec.resources.unwrap().requests.unwrap()["storage"].0;
+    // docs/DEPLOY.md: 45 MB at 10 000 Services plus ~600 bytes per replacement kept 7 days
+    // plus 64 MiB of WAL; at least a week of one full rollout a day of 150 000 endpoints.
+    let gib: f64 = size.strip_suffix("Gi").unwrap().parse().unwrap();
+    let need = 45e6 + 150_000.0 * 7.0 * 600.0 + 64.0 * 1024.0 * 1024.0;
+    assert!(gib * 1024f64.powi(3) >= need, "{size} < {need} bytes");
+}
+
+#[test]
+fn agent_priority_class_is_its_own_and_never_preempts() {
+    let docs = documents();
+    let (file, doc) = docs.iter().find(|(_, d)| d["kind"] == "DaemonSet").unwrap();
+    let ds: DaemonSet = typed(file, doc);
+    let pod = ds.spec.unwrap().template.spec.unwrap();
+    let name = pod.priority_class_name.clone().unwrap();
+    let (pfile, pdoc) = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "PriorityClass" && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("the agent's PriorityClass {name} is not in deploy/"));
+    let pc: PriorityClass = typed(pfile, pdoc);
+    assert_eq!(pc.preemption_policy.as_deref(), Some("Never"));
+    assert_ne!(pc.global_default, Some(true));
+    // Above ordinary workloads (0), below the system classes (2 000 000 000 and up).
+    assert!(pc.value > 0 && pc.value < 1_000_000_000, "{}", pc.value);
+    // The agent's ledger is on an emptyDir with a limit; its retention keeps it inside.
+    let vol = pod
+        .volumes
+        .clone()
+        .unwrap()
+        .into_iter()
+        .find(|v| v.name == "state")
+        .unwrap();
+    let limit = vol.empty_dir.unwrap().size_limit.unwrap().0;
+    assert_eq!(limit, "512Mi");
+    let cli = parse_cli(&container_args(&pod), &["--node-name", "node-a"]);
+    let Command::Agent(a) = cli.command else {
+        panic!("not the agent")
+    };
+    assert!(
+        a.retention <= std::time::Duration::from_secs(86_400),
+        "{:?}",
+        a.retention
+    );
+}
+
+#[test]
+fn alerts_use_metrics_ghostip_exports() {
+    // Every ghostip_* series an alert reads is exported, with the labels it groups by (the
+    // series' own or the scrape target's): see tests/exported_metrics.
+    let series = exported_metrics::exported();
     let (_, doc) = documents()
         .into_iter()
         .find(|(_, d)| d["kind"] == "PrometheusRule")
@@ -405,15 +651,96 @@ fn alerts_use_metrics_ghostip_exports() {
     let mut alerts = 0;
     for r in rule.spec.groups.iter().flat_map(|g| &g.rules) {
         alerts += 1;
-        let used: Vec<&str> = r
-            .expr
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .filter(|w| w.starts_with("ghostip_"))
-            .collect();
-        assert!(!used.is_empty(), "{}: reads no ghostip metric", r.alert);
-        for m in used {
-            assert!(exported.contains(m), "{}: {m} is not exported", r.alert);
-        }
+        exported_metrics::check_promql(&r.alert, &r.expr, &series);
     }
     assert!(alerts >= 3);
+}
+
+/// deploy/krew/ghostip.yaml, as far as krew's `Plugin` (v1alpha2) goes (unknown fields rejected).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct KrewPlugin {
+    api_version: String,
+    kind: String,
+    metadata: KrewMetadata,
+    spec: KrewSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KrewMetadata {
+    name: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct KrewSpec {
+    version: String,
+    homepage: String,
+    short_description: String,
+    description: String,
+    caveats: String,
+    platforms: Vec<KrewPlatform>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KrewPlatform {
+    selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    uri: String,
+    sha256: String,
+    files: Vec<KrewFile>,
+    bin: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KrewFile {
+    from: String,
+    to: String,
+}
+
+#[test]
+fn krew_manifest_installs_the_binary_as_the_kubectl_plugin() {
+    let path = deploy_dir().join("krew/ghostip.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let m: KrewPlugin = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("krew: {e}"));
+    assert_eq!(
+        m.api_version,
+        "krew.googlecontainertools.github.com/v1alpha2"
+    );
+    assert_eq!(m.kind, "Plugin");
+    // Krew links `bin` as kubectl-<name>: the name the binary recognizes as the plugin's.
+    assert_eq!(
+        format!("kubectl-{}", m.metadata.name),
+        ghostip::cli::KUBECTL_PLUGIN
+    );
+    assert_eq!(m.spec.version, format!("v{}", env!("CARGO_PKG_VERSION")));
+    assert!(m.spec.short_description.len() <= 60);
+    assert!(!m.spec.platforms.is_empty());
+    let mut arches = BTreeSet::new();
+    for p in &m.spec.platforms {
+        let labels = p.selector.match_labels.clone().unwrap();
+        assert_eq!(labels["os"], "linux");
+        let arch = labels["arch"].clone();
+        let archive = format!("ghostip-{}-linux-{arch}.tar.gz", m.spec.version);
+        assert!(p.uri.ends_with(&format!("/{archive}")), "{}", p.uri);
+        // A released digest, or the documented placeholder naming the archive.
+        let hex = p.sha256.len() == 64
+            && p.sha256
+                .chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c));
+        assert!(
+            hex || p.sha256 == format!("<sha256 of {archive}>"),
+            "{arch}: {}",
+            p.sha256
+        );
+        assert_eq!(p.bin, "ghostip");
+        assert!(
+            p.files.iter().any(|f| f.from == "ghostip" && f.to == "."),
+            "{arch}: the binary is not installed"
+        );
+        assert!(arches.insert(arch), "two platforms for one arch");
+    }
 }

@@ -47,6 +47,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Datapath(args) => datapath::run(&cli.global, args),
         Command::Audit(args) => audit::run(&cli.global, args).await,
         Command::Explain(args) => explain::run(&cli.global, args),
+        Command::Completions(args) => {
+            use std::io::Write as _;
+            std::io::stdout()
+                .write_all(&crate::cli::completion_script(args.shell))
+                .context("writing the completion script to stdout")?;
+            Ok(Outcome::Clean)
+        }
     }
 }
 
