@@ -211,7 +211,8 @@ fn k8s_objects_directory() {
         report
             .findings
             .iter()
-            .any(|f| f.rule == "GIP-TERM-001" && f.object.name == "nginx-deployment"),
+            .any(|f| f.rule == ghostip::audit::RuleId::Term001
+                && f.object.name == "nginx-deployment"),
         "preStop 180 s > grace 120 s must be found"
     );
     insta::assert_snapshot!("k8s_objects_directory", render::table(&report));

@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use ghostip::audit::load::add_manifest;
-use ghostip::audit::{AuditConfig, AuditReport, Finding, Inventory, RULES, Severity, audit};
+use ghostip::audit::{
+    AuditConfig, AuditReport, Finding, Inventory, RULES, RuleId, Severity, audit,
+};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -25,7 +27,7 @@ fn run(name: &str) -> AuditReport {
     report
 }
 
-fn of<'a>(report: &'a AuditReport, rule: &str) -> Vec<&'a Finding> {
+fn of(report: &AuditReport, rule: RuleId) -> Vec<&Finding> {
     report.findings.iter().filter(|f| f.rule == rule).collect()
 }
 
@@ -57,7 +59,7 @@ fn every_rule_has_a_positive_and_a_negative_case() {
 #[test]
 fn the_issue_example_has_its_numbers_and_fix() {
     let report = run("GIP-DNS-001-pos.yaml");
-    let f = of(&report, "GIP-DNS-001");
+    let f = of(&report, RuleId::Dns001);
     assert_eq!(f.len(), 1, "{f:#?}");
     let f = f[0];
     assert_eq!(f.severity, Severity::Warning);
@@ -104,7 +106,7 @@ fn the_issue_example_has_its_numbers_and_fix() {
 #[test]
 fn a_recreate_rollout_reports_the_denial_cache() {
     let report = run("GIP-ROLL-001-pos.yaml");
-    let f = of(&report, "GIP-ROLL-001");
+    let f = of(&report, RuleId::Roll001);
     assert!(
         f[0].message.contains("denial up to 30 s"),
         "{}",
@@ -134,9 +136,9 @@ fn namespace_and_selector_scope_services() {
     };
     let r = audit(&inv, &other_ns);
     assert!(r.services.is_empty());
-    assert!(of(&r, "GIP-DNS-001").is_empty());
+    assert!(of(&r, RuleId::Dns001).is_empty());
     // Corefiles are always read.
-    assert_eq!(of(&r, "GIP-DNS-003").len(), 1);
+    assert_eq!(of(&r, RuleId::Dns003).len(), 1);
     let unmatched = AuditConfig {
         selector: vec![("tier".into(), Some("db".into()), false)],
         ..AuditConfig::default()
@@ -144,7 +146,7 @@ fn namespace_and_selector_scope_services() {
     let r = audit(&inv, &unmatched);
     assert!(r.services.is_empty());
     assert!(
-        r.findings.iter().all(|f| f.rule == "GIP-DNS-003"),
+        r.findings.iter().all(|f| f.rule == RuleId::Dns003),
         "{:#?}",
         r.findings
     );

@@ -19,4 +19,4 @@ pub mod render;
 pub mod rules;
 
 pub use inventory::{Inventory, Origin};
-pub use rules::{AuditConfig, AuditReport, Finding, RULES, Severity, audit};
+pub use rules::{AuditConfig, AuditReport, Finding, RULES, RuleId, Severity, audit};

@@ -160,7 +160,6 @@ pub fn sarif(report: &AuditReport, version: &str) -> Value {
         .findings
         .iter()
         .map(|f| {
-            let index = RULES.iter().position(|r| r.id == f.rule);
             let mut result = json!({
                 "ruleId": f.rule,
                 "level": f.severity.as_str(),
@@ -173,8 +172,8 @@ pub fn sarif(report: &AuditReport, version: &str) -> Value {
                     "object": {"kind": f.object.kind, "namespace": f.object.namespace, "name": f.object.name},
                 },
             });
-            if let (Some(i), Some(obj)) = (index, result.as_object_mut()) {
-                obj.insert("ruleIndex".to_string(), json!(i));
+            if let Some(obj) = result.as_object_mut() {
+                obj.insert("ruleIndex".to_string(), json!(f.rule.index()));
             }
             result
         })

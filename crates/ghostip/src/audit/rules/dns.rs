@@ -1,0 +1,276 @@
+//! GIP-DNS-*: the DNS layers read from Corefiles, `serve_stale`, and each headless Service's
+//! budget against what its pods' preStop covers.
+
+use std::collections::BTreeMap;
+
+use ghostip_core::corefile::{AnswerSource, Corefile, CorefileError, ExpectedLag};
+
+use super::budget::{DnsChain, Layer, SHUTDOWN_MARGIN, SMALL_DNS_LAG, describe, secs_i64};
+use super::client::CallerCache;
+use super::term::{PreStop, grace, pod_prestop};
+use super::{Ctx, DnsLayer, Finding, RuleId, Severity};
+use crate::audit::inventory::{InputProblem, Inventory, ObjectRef, ServiceInfo, Workload};
+
+/// The DNS layers of the inventory's Corefiles: the cluster DNS that lags most, and the node
+/// cache in front of it that lags most.
+pub(super) fn dns_chain(inv: &Inventory, zone: &str, problems: &mut Vec<InputProblem>) -> DnsChain {
+    let mut cluster: Vec<Layer> = Vec::new();
+    let mut forwarders: Vec<(ObjectRef, Corefile)> = Vec::new();
+    for cf in &inv.corefiles {
+        let parsed = Corefile::parse(&cf.text);
+        let lag = parsed
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|p| p.expected_lag(zone));
+        let (parsed, lag) = match (parsed, lag) {
+            (Ok(p), Ok(l)) => (p, l),
+            (Err(e), _) | (_, Err(e)) => {
+                problems.push(corefile_problem(&cf.obj, &e));
+                continue;
+            }
+        };
+        match lag.source {
+            AnswerSource::Kubernetes { .. } => cluster.push(Layer {
+                info: layer_info("cluster-dns", &cf.obj, &lag),
+                lag,
+            }),
+            AnswerSource::Forward { .. } => forwarders.push((cf.obj.clone(), parsed)),
+        }
+    }
+    // Several cluster DNS configurations (one per file in a directory of samples): the one
+    // that lags most is the budget; each is still reported as a layer.
+    let cluster = cluster.into_iter().reduce(|a, b| {
+        if b.info.cache_lag_s > a.info.cache_lag_s {
+            b
+        } else {
+            a
+        }
+    });
+    let mut node_cache: Option<Layer> = None;
+    for (obj, parsed) in forwarders {
+        let lag = match parsed.expected_lag_behind(zone, cluster.as_ref().map(|c| &c.lag)) {
+            Ok(l) => l,
+            Err(e) => {
+                problems.push(corefile_problem(&obj, &e));
+                continue;
+            }
+        };
+        let layer = Layer {
+            info: layer_info("node-cache", &obj, &lag),
+            lag,
+        };
+        if node_cache
+            .as_ref()
+            .is_none_or(|n| layer.info.cache_lag_s > n.info.cache_lag_s)
+        {
+            node_cache = Some(layer);
+        }
+    }
+    DnsChain {
+        cluster,
+        node_cache,
+    }
+}
+
+/// A Corefile that cannot be used: a raw file is named at the error's line; a ConfigMap at
+/// its own line, with the line inside its Corefile in the message.
+fn corefile_problem(obj: &ObjectRef, e: &CorefileError) -> InputProblem {
+    if obj.kind == "Corefile" {
+        let mut origin = obj.origin.clone();
+        origin.line = e.line().or(origin.line);
+        let text = e.to_string();
+        let text = match text.split_once(": ") {
+            Some((head, rest)) if head.starts_with("line ") => rest.to_string(),
+            _ => text,
+        };
+        return InputProblem {
+            origin,
+            message: format!("not a usable Corefile: {text}"),
+        };
+    }
+    InputProblem {
+        origin: obj.origin.clone(),
+        message: format!("{obj}: Corefile {e}"),
+    }
+}
+
+fn layer_info(role: &'static str, obj: &ObjectRef, lag: &ExpectedLag) -> DnsLayer {
+    DnsLayer {
+        role,
+        object: obj.clone(),
+        cache_lag_s: lag.cache_lag.as_secs(),
+        client_ttl_s: lag.client_ttl.as_secs(),
+        denial_lag_s: lag.denial_lag.as_secs(),
+        serve_stale_s: lag.serve_stale.map(|d| d.as_secs()),
+        notes: lag.notes.clone(),
+    }
+}
+
+/// GIP-DNS-003 for every layer, and GIP-DNS-002 where it serves stale answers.
+pub(super) fn corefile_findings(chain: &DnsChain, zone: &str, out: &mut Vec<Finding>) {
+    for layer in [&chain.cluster, &chain.node_cache].into_iter().flatten() {
+        let i = &layer.info;
+        let what = if i.role == "node-cache" {
+            "NodeLocal DNSCache"
+        } else {
+            "cluster DNS"
+        };
+        out.push(Finding {
+            rule: RuleId::Dns003,
+            severity: Severity::Note,
+            object: i.object.clone(),
+            service: None,
+            message: format!(
+                "{what} may serve a removed pod IP of a headless Service for up to {} s ({}), hands clients TTL {} s, and keeps a denial up to {} s",
+                i.cache_lag_s,
+                describe(&layer.lag),
+                i.client_ttl_s,
+                i.denial_lag_s
+            ),
+            fix: if i.cache_lag_s > SMALL_DNS_LAG {
+                format!("`disable success {zone}` (or `cache 5`) bounds the cache lag; give pods a preStop sleep covering what remains")
+            } else {
+                "none needed for the DNS layer itself".to_string()
+            },
+            figures: BTreeMap::from([
+                ("cache_lag_s", secs_i64(i.cache_lag_s)),
+                ("client_ttl_s", secs_i64(i.client_ttl_s)),
+                ("denial_lag_s", secs_i64(i.denial_lag_s)),
+            ]),
+        });
+        if let Some(stale) = i.serve_stale_s {
+            let verify = layer.lag.notes.iter().any(|n| n.contains(" verify:"));
+            out.push(Finding {
+                rule: RuleId::Dns002,
+                severity: if verify { Severity::Note } else { Severity::Warning },
+                object: i.object.clone(),
+                service: None,
+                message: if verify {
+                    format!("serve_stale {stale}s verify: when the upstream fails to answer, {what} serves an expired answer (possibly a removed IP) for up to {stale} s after it expired")
+                } else {
+                    format!("serve_stale {stale}s: after an entry expires, the next query within {stale} s still gets the old answer (possibly a removed IP) while it refreshes")
+                },
+                fix: format!("`disable success {zone}` in the cache block, or drop serve_stale for {zone}; if it is needed, use `serve_stale <duration> verify`"),
+                figures: BTreeMap::from([("serve_stale_s", secs_i64(stale))]),
+            });
+        }
+    }
+}
+
+impl Ctx<'_> {
+    /// GIP-DNS-001: the budget a workload's preStop does not cover.
+    pub(super) fn budget_finding(
+        &mut self,
+        svc: &ServiceInfo,
+        w: &Workload,
+        dns: Option<&(u64, String, u64)>,
+        client: &CallerCache,
+        budget: Option<i64>,
+    ) {
+        let Some(budget) = budget else { return };
+        let Some(spec) = &w.template.spec else { return };
+        let grace = grace(spec);
+        let prestop = pod_prestop(spec);
+        let cover = if svc.publish_not_ready {
+            0
+        } else {
+            match prestop {
+                PreStop::None | PreStop::Unknown(_) => 0,
+                PreStop::Sleep(s) => secs_i64(s).min(grace),
+            }
+        };
+        if budget <= cover {
+            return;
+        }
+        let exposure = budget - cover;
+        let zone = &self.cfg.zone;
+        let mut msg = match dns {
+            Some((lag, desc, _)) => {
+                format!("DNS may serve a removed IP for up to {lag} s ({desc})")
+            }
+            None => "DNS lag not counted (no Corefile was read: add the kube-system/coredns ConfigMap or use --cluster)".to_string(),
+        };
+        if let Some((t, src)) = &client.positive
+            && *t > 0
+        {
+            msg.push_str(&format!(" + {src}"));
+            if !src.contains(&format!("{t} s")) {
+                msg.push_str(&format!(" ({t} s)"));
+            }
+        }
+        match prestop {
+            _ if svc.publish_not_ready => msg.push_str(
+                ", but publishNotReadyAddresses keeps terminating pods in DNS, so preStop covers 0 s",
+            ),
+            PreStop::Unknown(kind) => msg.push_str(&format!(
+                ", but the preStop hook ({kind}) has no known duration, counted as 0 s"
+            )),
+            PreStop::Sleep(s) if secs_i64(s) > grace => msg.push_str(&format!(
+                ", but preStop sleep {s} s is cut at terminationGracePeriodSeconds {grace}, so it covers {cover} s"
+            )),
+            _ => msg.push_str(&format!(", but preStop covers {cover} s")),
+        }
+        msg.push_str(&format!(
+            ": expect up to {exposure} s of dials to dead IPs per rollout"
+        ));
+
+        let mut fixes = Vec::new();
+        let mut dns_after = dns.map_or(0, |d| d.0);
+        if let Some((lag, _, layers)) = dns
+            && *lag > SMALL_DNS_LAG
+        {
+            let mut f = format!("cache 5 or `disable success {zone}`");
+            if let Some(c) = &self.chain.cluster {
+                f.push_str(&format!(" in {}", c.info.object));
+            }
+            if let Some(n) = &self.chain.node_cache
+                && n.lag
+                    .cache
+                    .as_ref()
+                    .is_some_and(|c| c.success_cached && c.success_max.as_secs() > SMALL_DNS_LAG)
+            {
+                f.push_str(&format!(", `success <capacity> 5` in {}", n.info.object));
+            }
+            fixes.push(f);
+            dns_after = (*lag).min(SMALL_DNS_LAG * (*layers).max(1));
+        }
+        if svc.publish_not_ready {
+            fixes.push("publishNotReadyAddresses: false".to_string());
+        }
+        let target = secs_i64(dns_after) + client.positive.as_ref().map_or(0, |(t, _)| (*t).max(0));
+        if target > cover {
+            fixes.push(format!("preStop sleep ≥ {target} s"));
+        }
+        if grace < target + SHUTDOWN_MARGIN {
+            fixes.push(format!(
+                "terminationGracePeriodSeconds ≥ {} s",
+                target + SHUTDOWN_MARGIN
+            ));
+        }
+        let mut figures = BTreeMap::from([
+            ("budget_s", budget),
+            ("prestop_cover_s", cover),
+            ("exposure_s", exposure),
+            ("termination_grace_s", grace),
+        ]);
+        if let Some((lag, _, _)) = dns {
+            figures.insert("dns_lag_s", secs_i64(*lag));
+        }
+        if let Some((t, _)) = &client.positive {
+            figures.insert("client_cache_s", *t);
+        }
+        self.push(Finding {
+            rule: RuleId::Dns001,
+            severity: if matches!(prestop, PreStop::Unknown(_)) && !svc.publish_not_ready {
+                Severity::Note
+            } else {
+                Severity::Warning
+            },
+            object: w.obj.clone(),
+            service: Some(svc.key.clone()),
+            message: msg,
+            fix: fixes.join("; "),
+            figures,
+        });
+    }
+}
