@@ -9,6 +9,13 @@
 //! unless it opens a block, and `{$VAR}` environment placeholders are kept as they are.
 //! `import` lines are recorded, never followed.
 //!
+//! Corefiles published as templates are read as they are: their placeholders
+//! ([`Placeholder`]: `{{ .DNSDomain }}`, `CLUSTER_DOMAIN`, `__PILLAR__DNS__DOMAIN__`,
+//! `%{CLUSTER_DOMAIN}%`, `$DNS_DOMAIN`, …) are found and named. One that names a domain and
+//! stands where a zone is expected is taken as the domain asked about, and every lag computed
+//! through it carries a caveat ([`ExpectedLag::caveats`]) saying so; a Go template action that
+//! is not a field (`{{ if … }}`) is refused, since its output cannot be known.
+//!
 //! # Expected lag
 //!
 //! For a name in the cluster domain answered by the `kubernetes` plugin with TTL `t`
@@ -28,6 +35,7 @@
 //!
 //! - `lexer`: tokens (quotes, comments, line numbers);
 //! - `parser` and `syntax`: server blocks, their keys and directives ([`Corefile`]);
+//! - `placeholder`: template placeholders left unrendered;
 //! - `zone` and `args`: zone matching, plugin argument values (integers, Go durations);
 //! - `lag`: what each plugin implies for the expected lag (the `kubernetes` TTL, the
 //!   `cache` caps, MINTTL floor, `disable`, `serve_stale`, `prefetch`, `keepttl`, and
@@ -39,6 +47,7 @@ mod error;
 mod lag;
 mod lexer;
 mod parser;
+mod placeholder;
 mod syntax;
 mod zone;
 
@@ -49,6 +58,7 @@ use std::time::Duration;
 
 pub use error::CorefileError;
 pub use lag::{AnswerSource, CacheSummary, ExpectedLag, ListenerLag};
+pub use placeholder::{Placeholder, PlaceholderSyntax};
 pub use syntax::{Corefile, Directive, Import, ServerBlock, ServerKey};
 
 /// The `kubernetes` plugin's default TTL (seconds).
@@ -63,5 +73,7 @@ pub const DEFAULT_MIN_TTL: u64 = 5;
 pub const DEFAULT_SERVE_STALE: Duration = Duration::from_secs(3600);
 /// The port CoreDNS listens on when a server address has none.
 pub const DEFAULT_PORT: u16 = 53;
-/// NodeLocal DNSCache's placeholder for the cluster domain, replaced when its manifest is rendered.
-pub const NODELOCAL_DOMAIN_PLACEHOLDER: &str = "__pillar__dns__domain__.";
+/// The zone of a server key or plugin argument that is a template placeholder standing for a
+/// domain (`__PILLAR__DNS__DOMAIN__`, `{{ .DNSDomain }}`, `CLUSTER_DOMAIN`): it covers the
+/// domain asked about, and the lag computed through it carries a caveat naming it.
+pub const DOMAIN_PLACEHOLDER_ZONE: &str = "<domain placeholder>.";

@@ -1,17 +1,26 @@
 //! Builds server blocks and directives from tokens, refusing what CoreDNS would misread.
 
+use std::collections::BTreeSet;
+
 use super::error::CorefileError;
 use super::lexer::Token;
+use super::placeholder;
 use super::syntax::{Corefile, Directive, Import, ServerBlock, ServerKey};
 
 pub(super) struct Parser {
     tokens: Vec<Token>,
     pos: usize,
+    /// Tokens skipped as placeholders for text the installer adds (`STUBDOMAINS`).
+    fillers: BTreeSet<usize>,
 }
 
 impl Parser {
     pub(super) fn new(tokens: Vec<Token>) -> Self {
-        Self { tokens, pos: 0 }
+        Self {
+            tokens,
+            pos: 0,
+            fillers: BTreeSet::new(),
+        }
     }
 
     fn peek(&self) -> Option<&Token> {
@@ -32,6 +41,9 @@ impl Parser {
     pub(super) fn corefile(mut self) -> Result<Corefile, CorefileError> {
         let mut out = Corefile::default();
         while let Some(tok) = self.peek().cloned() {
+            if self.skip_filler() {
+                continue;
+            }
             check_token(&tok)?;
             if !tok.quoted && tok.text == "import" {
                 self.pos += 1;
@@ -64,7 +76,37 @@ impl Parser {
                 directives,
             });
         }
+        out.placeholders = self.placeholders();
         Ok(out)
+    }
+
+    /// A placeholder alone at the end of its line where a server block or a plugin would
+    /// start (`}STUBDOMAINS`, `}{{ .Federation }}`): the installer replaces it with text
+    /// (possibly nothing). Skipped, and named as a placeholder that fills in text.
+    fn skip_filler(&mut self) -> bool {
+        let Some(tok) = self.peek() else {
+            return false;
+        };
+        let alone = self.starts_line(self.pos + 1)
+            || self.tokens.get(self.pos + 1).is_some_and(Token::is_close);
+        if tok.quoted || !alone || !placeholder::is_whole(&tok.text) {
+            return false;
+        }
+        self.fillers.insert(self.pos);
+        self.pos += 1;
+        true
+    }
+
+    /// Every placeholder of the unquoted tokens, in file order.
+    fn placeholders(&self) -> Vec<placeholder::Placeholder> {
+        let mut out = Vec::new();
+        for (i, tok) in self.tokens.iter().enumerate().filter(|(_, t)| !t.quoted) {
+            for mut p in placeholder::find(&tok.text, tok.line) {
+                p.fills_text = self.fillers.contains(&i);
+                out.push(p);
+            }
+        }
+        out
     }
 
     /// Server addresses: tokens on one line, continued on the next after a trailing comma.
@@ -143,6 +185,9 @@ impl Parser {
             if tok.is_open() {
                 return Err(CorefileError::UnexpectedOpen { line: tok.line });
             }
+            if top && self.skip_filler() {
+                continue;
+            }
             check_token(&tok)?;
             if top && (tok.quoted || !is_plugin_name(&tok.text)) {
                 return Err(CorefileError::InvalidDirective {
@@ -176,7 +221,7 @@ fn check_token(tok: &Token) -> Result<(), CorefileError> {
         return Ok(());
     }
     let t = &tok.text;
-    if t.contains("{{") || t.contains("}}") {
+    if !tok.template && (t.contains("{{") || t.contains("}}")) {
         return Err(CorefileError::Template {
             line: tok.line,
             token: t.clone(),

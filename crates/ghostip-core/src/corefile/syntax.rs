@@ -5,6 +5,7 @@ use std::fmt;
 use super::error::CorefileError;
 use super::lexer::lex;
 use super::parser::Parser;
+use super::placeholder::Placeholder;
 use super::zone::normalize_zone;
 
 /// A parsed Corefile.
@@ -14,6 +15,8 @@ pub struct Corefile {
     pub servers: Vec<ServerBlock>,
     /// Top-level `import` lines (not followed).
     pub imports: Vec<Import>,
+    /// Template placeholders left unrendered, in file order.
+    pub placeholders: Vec<Placeholder>,
 }
 
 /// An `import` line, recorded but not followed.
@@ -43,7 +46,9 @@ pub struct ServerKey {
     pub raw: String,
     /// `dns`, `tls`, `grpc`, `https`, `quic`; `None` when not written (plain DNS).
     pub scheme: Option<String>,
-    /// Zone, lower-case and fully qualified (`cluster.local.`, `.`).
+    /// Zone, lower-case and fully qualified (`cluster.local.`, `.`), or
+    /// [`DOMAIN_PLACEHOLDER_ZONE`](super::DOMAIN_PLACEHOLDER_ZONE) for a template placeholder
+    /// standing for the domain.
     pub zone: String,
     /// Port, when written and numeric.
     pub port: Option<u16>,
@@ -128,6 +133,18 @@ impl ServerKey {
             scheme,
             zone: normalize_zone(host),
             port,
+        }
+    }
+
+    /// The zone part as written, without scheme and port.
+    pub fn host(&self) -> &str {
+        let rest = self
+            .raw
+            .split_once("://")
+            .map_or(self.raw.as_str(), |(_, r)| r);
+        match rest.rsplit_once(':') {
+            Some((h, _)) if !h.contains(':') => h,
+            _ => rest,
         }
     }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::corefile::args::{go_duration, int_arg, plugin_err, plugin_zones};
 use crate::corefile::syntax::Directive;
-use crate::corefile::zone::{best_zone, normalize_zone, zone_contains};
+use crate::corefile::zone::{best_zone, normalize_zone, shown, zone_contains};
 use crate::corefile::{
     CorefileError, DEFAULT_DENIAL_MAX_TTL, DEFAULT_MIN_TTL, DEFAULT_SERVE_STALE,
     DEFAULT_SUCCESS_MAX_TTL,
@@ -40,7 +40,8 @@ pub(super) fn denial_cached(c: &CacheSettings, name: &str, notes: &mut Vec<Strin
 fn disabled_for(zones: &[String], name: &str, kind: &str, notes: &mut Vec<String>) -> bool {
     if let Some(z) = best_zone(zones, name) {
         notes.push(format!(
-            "disable {kind} {z}: {kind} answers for {name} are never cached"
+            "disable {kind} {}: {kind} answers for {name} are never cached",
+            shown(z, name)
         ));
         return false;
     }

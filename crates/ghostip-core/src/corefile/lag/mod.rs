@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use super::CorefileError;
 use super::DEFAULT_PORT;
-use super::NODELOCAL_DOMAIN_PLACEHOLDER;
+use super::DOMAIN_PLACEHOLDER_ZONE;
 use super::args::plugin_zones;
+use super::placeholder;
 use super::syntax::{Corefile, Directive, ServerBlock};
 use super::zone::{best_zone, key_zone_match, normalize_zone, zone_contains};
 use cache::cache_settings;
@@ -42,6 +43,18 @@ pub struct ExpectedLag {
     pub cache: Option<CacheSummary>,
     /// How each figure was computed, one step per line.
     pub notes: Vec<String>,
+    /// What the figures assume and the Corefile does not show: template placeholders taken
+    /// for the cluster zone or left unknown, `import`s not followed, an unknown upstream,
+    /// options ignored. Each is also in `notes`.
+    pub caveats: Vec<String>,
+}
+
+impl ExpectedLag {
+    /// Adds a caveat, also as a note.
+    fn caveat(&mut self, text: String) {
+        self.notes.push(text.clone());
+        self.caveats.push(text);
+    }
 }
 
 /// The settings of the `cache` plugin that covers a domain, for explaining a lag and its fix.
@@ -202,13 +215,8 @@ impl Corefile {
                 continue;
             };
             let mut lag = server_lag(server, &zone, &name, upstream)?;
-            if !self.imports.is_empty() {
-                let pats: Vec<&str> = self.imports.iter().map(|i| i.pattern.as_str()).collect();
-                lag.notes.push(format!(
-                    "top-level import {} not followed: imported server blocks may also serve {}",
-                    pats.join(", "),
-                    name
-                ));
+            for caveat in self.file_caveats(&name) {
+                lag.caveat(caveat);
             }
             out.push(ListenerLag {
                 port,
@@ -220,6 +228,79 @@ impl Corefile {
         }
         Ok(out)
     }
+
+    /// Caveats about the whole file: top-level imports, placeholders for text the installer
+    /// adds, and the other placeholders (those standing for the domain are named by the
+    /// server block they are in).
+    fn file_caveats(&self, name: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.imports.is_empty() {
+            let pats: Vec<&str> = self.imports.iter().map(|i| i.pattern.as_str()).collect();
+            out.push(format!(
+                "top-level import {} not followed: imported server blocks may also serve {name}",
+                pats.join(", ")
+            ));
+        }
+        let list = |pick: &dyn Fn(&placeholder::Placeholder) -> bool| -> Vec<String> {
+            let mut seen: Vec<String> = Vec::new();
+            for p in self.placeholders.iter().filter(|p| pick(p)) {
+                let s = p.to_string();
+                if !seen.contains(&s) {
+                    seen.push(s);
+                }
+            }
+            seen
+        };
+        let fillers = list(&|p| p.fills_text);
+        if !fillers.is_empty() {
+            out.push(format!(
+                "template placeholder{} {} stand{} for text the installer adds there (server blocks or plugins, possibly none): not seen",
+                plural(fillers.len()),
+                fillers.join(", "),
+                if fillers.len() == 1 { "s" } else { "" }
+            ));
+        }
+        let others = list(&|p| !(p.fills_text || p.domain));
+        if !others.is_empty() {
+            out.push(format!(
+                "template placeholder{} left as written, matching nothing: {}",
+                plural(others.len()),
+                others.join(", ")
+            ));
+        }
+        out
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// The placeholders standing for the domain in a server block's keys and plugin arguments,
+/// with their lines.
+fn domain_placeholders(server: &ServerBlock) -> Vec<(String, usize)> {
+    fn walk(ds: &[Directive], out: &mut Vec<(String, usize)>) {
+        for d in ds {
+            for a in d.args.iter().filter(|a| placeholder::is_domain(a)) {
+                out.push((a.clone(), d.line));
+            }
+            walk(d.block_lines(), out);
+        }
+    }
+    let mut out: Vec<(String, usize)> = server
+        .keys
+        .iter()
+        .filter(|k| k.zone == DOMAIN_PLACEHOLDER_ZONE)
+        .map(|k| (k.host().to_string(), server.line))
+        .collect();
+    walk(&server.directives, &mut out);
+    let mut seen = Vec::new();
+    out.retain(|(t, _)| {
+        let new = !seen.contains(t);
+        seen.push(t.clone());
+        new
+    });
+    out
 }
 
 fn server_lag(
@@ -228,12 +309,12 @@ fn server_lag(
     name: &str,
     upstream: Option<&ExpectedLag>,
 ) -> Result<ExpectedLag, CorefileError> {
-    // NodeLocal's unrendered domain placeholder stands for the domain asked about.
+    // A template placeholder for the domain stands for the domain asked about.
     let server_zones: Vec<String> = server
         .zones()
         .into_iter()
         .map(|z| {
-            if z == NODELOCAL_DOMAIN_PLACEHOLDER {
+            if z == DOMAIN_PLACEHOLDER_ZONE {
                 name.to_string()
             } else {
                 z
@@ -256,12 +337,12 @@ fn server_lag(
         "{name} is served by the server block at line {} ({zone})",
         server.line
     )];
-    if server
-        .keys
-        .iter()
-        .any(|k| k.zone == NODELOCAL_DOMAIN_PLACEHOLDER)
-    {
-        notes.push("the server address is NodeLocal's __PILLAR__DNS__DOMAIN__ placeholder, taken as the cluster domain".into());
+    let mut caveats = Vec::new();
+    let shown_name = name.trim_end_matches('.');
+    for (text, line) in domain_placeholders(server) {
+        caveats.push(format!(
+            "zone is the template placeholder {text} (line {line}); lag computed assuming it is the cluster zone {shown_name}"
+        ));
     }
 
     // Source of answers: kubernetes covering the name, else a forward/proxy whose FROM covers it.
@@ -321,7 +402,15 @@ fn server_lag(
     });
     let lag = match &source {
         AnswerSource::Kubernetes { ttl } => kubernetes_lag(*ttl, cache.as_ref(), name, &mut notes),
-        AnswerSource::Forward { to } => forward_lag(to, cache.as_ref(), name, upstream, &mut notes),
+        AnswerSource::Forward { to } => {
+            if upstream.is_none() {
+                caveats.push(format!(
+                    "the upstream of this forwarding cache ({}) was not read: its own lag is not counted",
+                    to.join(" ")
+                ));
+            }
+            forward_lag(to, cache.as_ref(), name, upstream, &mut notes)
+        }
     };
     let (cache_lag, client_ttl, denial_lag, denial_ttl, serve_stale) = lag;
 
@@ -333,14 +422,14 @@ fn server_lag(
         .map(String::as_str)
         .collect();
     if !imports.is_empty() {
-        notes.push(format!(
+        caveats.push(format!(
             "import {} not followed: an imported snippet may add or change plugins",
             imports.join(", ")
         ));
     }
     if let Some(c) = &cache {
         for i in &c.ignored {
-            notes.push(format!(
+            caveats.push(format!(
                 "cache option {i:?} (line {}) is not understood by ghostip and was ignored",
                 c.line
             ));
@@ -352,7 +441,7 @@ fn server_lag(
         );
     }
 
-    Ok(ExpectedLag {
+    let mut lag = ExpectedLag {
         cache_lag,
         client_ttl,
         denial_lag,
@@ -361,7 +450,12 @@ fn server_lag(
         source,
         cache: cache_summary,
         notes,
-    })
+        caveats: Vec::new(),
+    };
+    for c in caveats {
+        lag.caveat(c);
+    }
+    Ok(lag)
 }
 
 type LagFigures = (Duration, Duration, Duration, Duration, Option<Duration>);

@@ -2,6 +2,7 @@
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 mod lag;
+mod placeholder;
 mod props;
 mod syntax;
 

@@ -105,17 +105,31 @@ fn syntax_errors_have_lines() {
             },
         ),
         (
-            ".:53 {\n kubernetes x {\n }FEDERATIONS\n}\n",
+            ".:53 {\n kubernetes x {\n }fallthrough\n}\n",
             CorefileError::GluedBrace {
                 line: 3,
-                token: "}FEDERATIONS".into(),
+                token: "}fallthrough".into(),
             },
         ),
         (
-            ".:53 {\n kubernetes {{ .DNSDomain }}\n}\n",
+            ".:53 {\n kubernetes {{ if .DNSDomain }}x{{ end }}\n}\n",
+            CorefileError::Template {
+                line: 2,
+                token: "{{ if .DNSDomain }}".into(),
+            },
+        ),
+        (
+            ".:53 {\n kubernetes {{ .DNSDomain\n}\n",
             CorefileError::Template {
                 line: 2,
                 token: "{{".into(),
+            },
+        ),
+        (
+            ".:53 {\n kubernetes cluster.local }}\n}\n",
+            CorefileError::Template {
+                line: 2,
+                token: "}}".into(),
             },
         ),
         ("a.org,\n", CorefileError::ExpectedAddress { line: 1 }),
