@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use ghostip::audit::load::add_manifest;
 use ghostip::audit::{
-    AuditConfig, AuditReport, Finding, Inventory, RULES, RuleId, Severity, audit,
+    AuditConfig, AuditReport, Finding, Inventory, RULES, RuleId, Severity, audit, render,
 };
 
 fn data(name: &str) -> PathBuf {
@@ -150,4 +150,98 @@ fn namespace_and_selector_scope_services() {
         "{:#?}",
         r.findings
     );
+}
+
+/// The Corefiles of a cluster: the classic cluster DNS (`ttl 30`, `cache 30`) and `extra`.
+fn with_corefiles(extra: &[(&str, &str)]) -> AuditReport {
+    let mut inv = Inventory::new("default");
+    inv.add_corefile_file("coredns.corefile", CLASSIC.to_string());
+    for (name, text) in extra {
+        inv.add_corefile_file(name, (*text).to_string());
+    }
+    audit(&inv, &AuditConfig::default())
+}
+
+const CLASSIC: &str = ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }\n    forward . /etc/resolv.conf\n    cache 30\n}\n";
+
+fn roles(report: &AuditReport) -> Vec<(&'static str, u64)> {
+    report.dns.iter().map(|l| (l.role, l.cache_lag_s)).collect()
+}
+
+#[test]
+fn corefile_caveats_show_in_the_table_as_in_json() {
+    let mut inv = Inventory::new("default");
+    inv.add_corefile_file(
+        "Corefile",
+        ".:53 {\n kubernetes cluster.local\n cache 30\n import custom/*.override\n}\nimport custom/*.server\n"
+            .to_string(),
+    );
+    let report = audit(&inv, &AuditConfig::default());
+    let json = render::json(&report).to_string();
+    let table = render::table(&report);
+    for c in [
+        "import custom/*.override not followed",
+        "top-level import custom/*.server not followed",
+    ] {
+        assert!(json.contains(c), "{json}");
+        assert!(table.contains(&format!("caveat: {c}")), "{table}");
+    }
+}
+
+#[test]
+fn a_cluster_dns_template_as_published_is_the_cluster_dns_with_its_placeholder_named() {
+    // kube-up's cluster addon Corefile, `__DNS__DOMAIN__` not rendered.
+    let report = {
+        let mut inv = Inventory::new("default");
+        inv.add_corefile_file(
+            "coredns.yaml.base.corefile",
+            CLASSIC.replace("cluster.local", "__DNS__DOMAIN__"),
+        );
+        audit(&inv, &AuditConfig::default())
+    };
+    assert_eq!(roles(&report), [("cluster-dns", 30)]);
+    let table = render::table(&report);
+    assert!(
+        table.contains(
+            "caveat: zone is the template placeholder __DNS__DOMAIN__ (line 3); lag computed assuming it is the cluster zone cluster.local"
+        ),
+        "{table}"
+    );
+    assert!(!table.contains("NodeLocal"), "{table}");
+}
+
+#[test]
+fn a_forwarder_to_public_resolvers_is_not_a_cache_in_front_of_the_cluster_dns() {
+    // CoreDNS under Nomad: its root zone goes to public resolvers, not to the cluster DNS.
+    let nomad = ". {\n  bind {$NOMAD_IP_dns}\n  cache {\n    serve_stale 24h\n  }\n  forward . 8.8.8.8 8.8.4.4\n}\n";
+    let report = with_corefiles(&[("nomad.corefile", nomad)]);
+    assert_eq!(roles(&report), [("cluster-dns", 30)]);
+    assert!(
+        of(&report, RuleId::Dns002).is_empty(),
+        "{:#?}",
+        report.findings
+    );
+    let notes: Vec<&Finding> = of(&report, RuleId::Dns003)
+        .into_iter()
+        .filter(|f| f.object.name == "nomad.corefile")
+        .collect();
+    assert_eq!(notes.len(), 1, "{:#?}", report.findings);
+    assert!(
+        notes[0].message.contains("not counted"),
+        "{}",
+        notes[0].message
+    );
+    // A zone block forwarding to an address, or NodeLocal's placeholder, is a node cache.
+    for cache in [
+        "cluster.local:53 {\n    cache 30\n    forward . 10.0.0.10\n}\n.:53 {\n    forward . 168.63.129.16\n}\n",
+        ".:53 {\n    cache 30\n    forward . __PILLAR__CLUSTER__DNS__\n}\n",
+        ".:53 {\n    cache 30\n    forward . 10.96.0.10\n}\n",
+    ] {
+        let report = with_corefiles(&[("node.corefile", cache)]);
+        assert_eq!(
+            roles(&report),
+            [("cluster-dns", 30), ("node-cache", 35)],
+            "{cache}"
+        );
+    }
 }

@@ -237,19 +237,29 @@ impl Corefile {
         if !self.imports.is_empty() {
             let pats: Vec<&str> = self.imports.iter().map(|i| i.pattern.as_str()).collect();
             out.push(format!(
-                "top-level import {} not followed: imported server blocks may also serve {name}",
-                pats.join(", ")
+                "top-level import {} not followed: imported server blocks may also serve {}",
+                pats.join(", "),
+                name.trim_end_matches('.')
             ));
         }
+        // `X (line 9)`, `X (lines 9, 14)`: each placeholder once, in file order.
         let list = |pick: &dyn Fn(&placeholder::Placeholder) -> bool| -> Vec<String> {
-            let mut seen: Vec<String> = Vec::new();
+            let mut found: Vec<(&str, Vec<usize>)> = Vec::new();
             for p in self.placeholders.iter().filter(|p| pick(p)) {
-                let s = p.to_string();
-                if !seen.contains(&s) {
-                    seen.push(s);
+                match found.iter_mut().find(|(t, _)| *t == p.text) {
+                    Some((_, lines)) if !lines.contains(&p.line) => lines.push(p.line),
+                    Some(_) => {}
+                    None => found.push((&p.text, vec![p.line])),
                 }
             }
-            seen
+            found
+                .into_iter()
+                .map(|(t, lines)| {
+                    let lines: Vec<String> = lines.iter().map(ToString::to_string).collect();
+                    let s = if lines.len() == 1 { "" } else { "s" };
+                    format!("{t} (line{s} {})", lines.join(", "))
+                })
+                .collect()
         };
         let fillers = list(&|p| p.fills_text);
         if !fillers.is_empty() {

@@ -4,6 +4,7 @@
 use ghostip_core::corefile::{AnswerSource, ExpectedLag};
 
 use super::DnsLayer;
+use crate::audit::inventory::ObjectRef;
 
 /// Time left to the application's own shutdown after the preStop hook, in the suggested grace.
 pub(super) const SHUTDOWN_MARGIN: i64 = 10;
@@ -20,6 +21,8 @@ pub(super) struct Layer {
 pub(super) struct DnsChain {
     pub(super) cluster: Option<Layer>,
     pub(super) node_cache: Option<Layer>,
+    /// Forwarding Corefiles that do not send the zone to the cluster DNS, and where they do.
+    pub(super) not_counted: Vec<(ObjectRef, String)>,
 }
 
 impl DnsChain {

@@ -305,6 +305,7 @@ impl Ctx<'_> {
             severity: Severity::Warning,
             object: svc.obj.clone(),
             service: Some(svc.key.clone()),
+            caveats: Vec::new(),
             message: format!(
                 "gRPC port {port_text} on a headless Service: clients balancing with dns:/// + round_robin keep the IPs they resolved and re-resolve only after a connection fails (at most every 30 s in grpc-go): removed pods are dialed until their connections break, new pods get no traffic until then"
             ),
@@ -339,6 +340,7 @@ impl Ctx<'_> {
                 severity: Severity::Error,
                 object: w.obj.clone(),
                 service: Some(svc.key.clone()),
+                caveats: Vec::new(),
                 message: format!(
                     "{src}: this caller keeps DNS {what} until it restarts; \
                      a removed pod's IP of {} is dialed forever",

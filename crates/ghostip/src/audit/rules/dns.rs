@@ -2,6 +2,7 @@
 //! budget against what its pods' preStop covers.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use ghostip_core::corefile::{AnswerSource, Corefile, CorefileError, ExpectedLag};
 
@@ -12,8 +13,10 @@ use super::{Ctx, DnsLayer, Finding, RuleId, Severity};
 use crate::audit::inventory::{InputProblem, Inventory, ObjectRef, ServiceInfo, Workload};
 
 /// The DNS layers of the inventory's Corefiles: the cluster DNS that lags most, and the node
-/// cache in front of it that lags most.
+/// cache in front of it that lags most. A forwarding Corefile that does not send the zone to
+/// the cluster DNS is left out of the chain and named.
 pub(super) fn dns_chain(inv: &Inventory, zone: &str, problems: &mut Vec<InputProblem>) -> DnsChain {
+    let mut not_counted = Vec::new();
     let mut cluster: Vec<Layer> = Vec::new();
     let mut forwarders: Vec<(ObjectRef, Corefile)> = Vec::new();
     for cf in &inv.corefiles {
@@ -48,13 +51,24 @@ pub(super) fn dns_chain(inv: &Inventory, zone: &str, problems: &mut Vec<InputPro
     });
     let mut node_cache: Option<Layer> = None;
     for (obj, parsed) in forwarders {
-        let lag = match parsed.expected_lag_behind(zone, cluster.as_ref().map(|c| &c.lag)) {
+        let caveat = match fronts_cluster_dns(&parsed, zone) {
+            Ok(c) => c,
+            Err(why) => {
+                not_counted.push((obj, why));
+                continue;
+            }
+        };
+        let mut lag = match parsed.expected_lag_behind(zone, cluster.as_ref().map(|c| &c.lag)) {
             Ok(l) => l,
             Err(e) => {
                 problems.push(corefile_problem(&obj, &e));
                 continue;
             }
         };
+        if let Some(c) = caveat {
+            lag.notes.push(c.clone());
+            lag.caveats.push(c);
+        }
         let layer = Layer {
             info: layer_info("node-cache", &obj, &lag),
             lag,
@@ -69,6 +83,63 @@ pub(super) fn dns_chain(inv: &Inventory, zone: &str, problems: &mut Vec<InputPro
     DnsChain {
         cluster,
         node_cache,
+        not_counted,
+    }
+}
+
+/// Whether a forwarding Corefile is a cache in front of the cluster DNS for `zone`: it gives
+/// the zone a server block of its own (NodeLocal DNSCache, AKS LocalDNS), or its root zone
+/// forwards to a cluster DNS placeholder or a private address (with a caveat). `Err` says
+/// where it sends the zone instead.
+fn fronts_cluster_dns(parsed: &Corefile, zone: &str) -> Result<Option<String>, String> {
+    let listeners = parsed
+        .expected_lags(zone, None)
+        .map_err(|e| e.to_string())?;
+    let mut root_targets: Vec<String> = Vec::new();
+    for l in &listeners {
+        let AnswerSource::Forward { to } = &l.lag.source else {
+            continue;
+        };
+        if l.zone != "." {
+            return Ok(None);
+        }
+        if to.iter().any(|t| cluster_dns_target(t)) {
+            return Ok(Some(format!(
+                "its root zone forwards {zone} to {}, taken as the cluster DNS",
+                to.join(" ")
+            )));
+        }
+        root_targets.extend(to.iter().cloned());
+    }
+    Err(format!(
+        "its root zone forwards {zone} to {}, not to a cluster DNS address",
+        if root_targets.is_empty() {
+            "nothing".to_string()
+        } else {
+            root_targets.join(" ")
+        }
+    ))
+}
+
+/// A forward target that can be the cluster DNS: a placeholder named for it
+/// (`__PILLAR__CLUSTER__DNS__`), or a private, link-local or unique-local address (a Service
+/// IP), unlike public resolvers, host names and `/etc/resolv.conf`.
+fn cluster_dns_target(target: &str) -> bool {
+    let upper = target.to_ascii_uppercase().replace('_', "");
+    if upper.contains("CLUSTERDNS") || upper.contains("KUBEDNS") {
+        return true;
+    }
+    let t = target.strip_prefix("dns://").unwrap_or(target);
+    let host = match t.parse::<IpAddr>() {
+        Ok(ip) => Some(ip),
+        Err(_) => t
+            .rsplit_once(':')
+            .and_then(|(h, _)| h.trim_matches(['[', ']']).parse::<IpAddr>().ok()),
+    };
+    match host {
+        Some(IpAddr::V4(ip)) => ip.is_private() || ip.is_link_local(),
+        Some(IpAddr::V6(ip)) => ip.is_unique_local() || ip.is_unicast_link_local(),
+        None => false,
     }
 }
 
@@ -103,6 +174,7 @@ fn layer_info(role: &'static str, obj: &ObjectRef, lag: &ExpectedLag) -> DnsLaye
         denial_lag_s: lag.denial_lag.as_secs(),
         serve_stale_s: lag.serve_stale.map(|d| d.as_secs()),
         notes: lag.notes.clone(),
+        caveats: lag.caveats.clone(),
     }
 }
 
@@ -120,6 +192,7 @@ pub(super) fn corefile_findings(chain: &DnsChain, zone: &str, out: &mut Vec<Find
             severity: Severity::Note,
             object: i.object.clone(),
             service: None,
+            caveats: i.caveats.clone(),
             message: format!(
                 "{what} may serve a removed pod IP of a headless Service for up to {} s ({}), hands clients TTL {} s, and keeps a denial up to {} s",
                 i.cache_lag_s,
@@ -145,6 +218,7 @@ pub(super) fn corefile_findings(chain: &DnsChain, zone: &str, out: &mut Vec<Find
                 severity: if verify { Severity::Note } else { Severity::Warning },
                 object: i.object.clone(),
                 service: None,
+                caveats: Vec::new(),
                 message: if verify {
                     format!("serve_stale {stale}s verify: when the upstream fails to answer, {what} serves an expired answer (possibly a removed IP) for up to {stale} s after it expired")
                 } else {
@@ -154,6 +228,22 @@ pub(super) fn corefile_findings(chain: &DnsChain, zone: &str, out: &mut Vec<Find
                 figures: BTreeMap::from([("serve_stale_s", secs_i64(stale))]),
             });
         }
+    }
+    for (obj, why) in &chain.not_counted {
+        out.push(Finding {
+            rule: RuleId::Dns003,
+            severity: Severity::Note,
+            object: obj.clone(),
+            service: None,
+            caveats: Vec::new(),
+            message: format!(
+                "a forwarding server, not counted in any budget: {why}"
+            ),
+            fix: format!(
+                "none if it does not sit in front of the cluster DNS; if it does, give {zone} a server block of its own forwarding to the cluster DNS Service IP"
+            ),
+            figures: BTreeMap::new(),
+        });
     }
 }
 
@@ -268,6 +358,7 @@ impl Ctx<'_> {
             },
             object: w.obj.clone(),
             service: Some(svc.key.clone()),
+            caveats: Vec::new(),
             message: msg,
             fix: fixes.join("; "),
             figures,

@@ -88,6 +88,10 @@ pub struct Finding {
     pub service: Option<ServiceKey>,
     /// What will happen, with the numbers.
     pub message: String,
+    /// What the figures assume and the input does not show (a Corefile's template
+    /// placeholders, `import`s not followed, an upstream not read).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub caveats: Vec<String>,
     /// The concrete fix.
     pub fix: String,
     /// The numbers, in seconds (or counts), by name.
@@ -112,6 +116,9 @@ pub struct DnsLayer {
     pub serve_stale_s: Option<u64>,
     /// How the figures were computed.
     pub notes: Vec<String>,
+    /// What the figures assume and the Corefile does not show (also in `notes`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub caveats: Vec<String>,
 }
 
 /// The budget chain of one Service.

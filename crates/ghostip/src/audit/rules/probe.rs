@@ -27,6 +27,7 @@ pub(super) fn liveness_with_dependency(
         severity: Severity::Warning,
         object: w.obj.clone(),
         service: None,
+        caveats: Vec::new(),
         message: format!(
             "container {}: liveness probe times out after {timeout} s{} and {dep}: a slow DNS answer (a lookup retry alone takes 5 s) fails it, and {} failures restart a healthy container (CrashLoopBackOff)",
             c.name,
@@ -55,6 +56,7 @@ pub(super) fn no_readiness_probe(
         severity: Severity::Note,
         object: w.obj.clone(),
         service: None,
+        caveats: Vec::new(),
         message: "no container has a readiness probe: new pods are published as soon as they start, before they accept connections".to_string(),
         fix: "a readinessProbe on the serving container (httpGet or tcpSocket on its port)".to_string(),
         figures: BTreeMap::new(),

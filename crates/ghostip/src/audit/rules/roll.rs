@@ -70,6 +70,7 @@ impl Ctx<'_> {
             severity: Severity::Warning,
             object: w.obj.clone(),
             service: Some(svc.key.clone()),
+            caveats: Vec::new(),
             message: msg,
             fix,
             figures,
@@ -98,6 +99,7 @@ impl Ctx<'_> {
                 severity: Severity::Note,
                 object: w.obj.clone(),
                 service: Some(svc.key.clone()),
+                caveats: Vec::new(),
                 message: format!(
                     "maxSurge 0: each step removes {max_unavailable} of {replicas} ready pods before their replacements are ready, while callers still dial the removed ones"
                 ),

@@ -27,6 +27,7 @@ impl Ctx<'_> {
             severity: Severity::Warning,
             object: svc.obj.clone(),
             service: Some(svc.key.clone()),
+            caveats: Vec::new(),
             message,
             fix: "publishNotReadyAddresses: false, unless peers must find each other before \
                   they are ready (StatefulSet bootstrap); then use a separate headless Service \

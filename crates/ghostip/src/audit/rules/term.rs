@@ -99,6 +99,7 @@ impl Ctx<'_> {
             severity: Severity::Note,
             object: w.obj.clone(),
             service: Some(svc.key.clone()),
+            caveats: Vec::new(),
             message: format!(
                 "no preStop delay behind ClusterIP Service {}: the container is signalled as soon as the pod terminates, while kube-proxy on each node may still route new connections to it for a moment",
                 svc.key
@@ -122,6 +123,7 @@ pub(super) fn prestop_beyond_grace(w: &Workload, c: &Container, grace: i64) -> O
         severity: Severity::Warning,
         object: w.obj.clone(),
         service: None,
+        caveats: Vec::new(),
         message: format!(
             "container {}: preStop sleep {s} s does not fit in terminationGracePeriodSeconds {grace}: the kubelet kills the container when the grace period ends, {} the application could shut down",
             c.name,
