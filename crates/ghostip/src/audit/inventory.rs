@@ -486,9 +486,9 @@ impl Inventory {
             Some("Recreate") => Rollout::Recreate,
             _ => {
                 let ru = strategy.rolling_update.unwrap_or_default();
-                let surge = resolve(ru.max_surge.as_ref(), replicas, true)
+                let surge = resolve(ru.max_surge.as_ref(), replicas, true, false)
                     .map_err(|e| format!("maxSurge: {e}"))?;
-                let unavailable = resolve(ru.max_unavailable.as_ref(), replicas, false)
+                let unavailable = resolve(ru.max_unavailable.as_ref(), replicas, false, true)
                     .map_err(|e| format!("maxUnavailable: {e}"))?;
                 // The controller never lets both be 0: it removes one pod at a time.
                 let unavailable = if surge == 0 && unavailable == 0 {
@@ -523,7 +523,7 @@ impl Inventory {
                 let ru = strategy.rolling_update.unwrap_or_default();
                 let unavailable = match ru.max_unavailable.as_ref() {
                     None => 1,
-                    Some(v) => resolve(Some(v), replicas, false)
+                    Some(v) => resolve(Some(v), replicas, false, true)
                         .map_err(|e| format!("maxUnavailable: {e}"))?
                         .max(1),
                 };
@@ -554,6 +554,7 @@ impl Inventory {
                 let surge = resolve(
                     ru.max_surge.as_ref().or(Some(&IntOrString::Int(0))),
                     1,
+                    true,
                     true,
                 )
                 .map_err(|e| format!("maxSurge: {e}"))?;
@@ -655,7 +656,14 @@ fn controlled(meta: &ObjectMeta) -> bool {
 
 /// Resolves `maxSurge`/`maxUnavailable` against `replicas`: percentages round up for surge
 /// and down for unavailability, as the Deployment controller does; the default is 25%.
-fn resolve(v: Option<&IntOrString>, replicas: i32, round_up: bool) -> Result<i32, String> {
+/// `capped` refuses percentages above 100% the way the API server's validation does
+/// (`maxUnavailable` always, a DaemonSet's `maxSurge` too; a Deployment may surge by 200%).
+fn resolve(
+    v: Option<&IntOrString>,
+    replicas: i32,
+    round_up: bool,
+    capped: bool,
+) -> Result<i32, String> {
     let v = v.cloned().unwrap_or(IntOrString::String("25%".to_string()));
     match v {
         IntOrString::Int(i) if i >= 0 => Ok(i),
@@ -669,15 +677,19 @@ fn resolve(v: Option<&IntOrString>, replicas: i32, round_up: bool) -> Result<i32
                     .filter(|i| *i >= 0)
                     .ok_or_else(|| format!("{s:?} is neither a count nor a percentage"));
             };
-            let pct: i64 = pct
+            let pct: u64 = pct
                 .trim()
                 .parse()
+                .map_err(|_| format!("{s:?} is not a percentage of 0% or more"))?;
+            if capped && pct > 100 {
+                return Err(format!("{s:?} is more than 100%"));
+            }
+            let scaled = u64::try_from(replicas.max(0))
                 .ok()
-                .filter(|p| (0..=100).contains(p))
-                .ok_or_else(|| format!("{s:?} is not a percentage between 0% and 100%"))?;
-            let scaled = i64::from(replicas.max(0)) * pct;
+                .and_then(|r| r.checked_mul(pct))
+                .ok_or_else(|| format!("{s:?} is out of range"))?;
             let n = if round_up {
-                (scaled + 99) / 100
+                scaled.div_ceil(100)
             } else {
                 scaled / 100
             };
@@ -721,6 +733,46 @@ mod tests {
                 max_surge: 0,
                 max_unavailable: 2
             }
+        );
+    }
+
+    #[test]
+    fn surge_may_exceed_100_percent_but_unavailability_may_not() {
+        // Kubernetes validates only maxUnavailable against 100% for a Deployment.
+        let inv = add(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {"replicas": 3, "selector": {}, "template": {},
+                     "strategy": {"rollingUpdate": {"maxSurge": "200%", "maxUnavailable": 0}}}}));
+        assert!(inv.problems.is_empty(), "{:?}", inv.problems);
+        assert_eq!(
+            inv.workloads[0].rollout,
+            Rollout::Rolling {
+                max_surge: 6,
+                max_unavailable: 0
+            }
+        );
+        let inv = add(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {"replicas": 3, "selector": {}, "template": {},
+                     "strategy": {"rollingUpdate": {"maxUnavailable": "150%"}}}}));
+        assert!(
+            inv.problems
+                .first()
+                .is_some_and(|p| p.message.contains("maxUnavailable")),
+            "{:?}",
+            inv.problems
+        );
+        // A DaemonSet caps both at 100%.
+        let inv = add(json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "agent"},
+            "spec": {"selector": {}, "template": {},
+                     "updateStrategy": {"rollingUpdate": {"maxSurge": "200%", "maxUnavailable": 0}}}}));
+        assert!(
+            inv.problems
+                .first()
+                .is_some_and(|p| p.message.contains("maxSurge")),
+            "{:?}",
+            inv.problems
         );
     }
 
