@@ -40,7 +40,10 @@ fn exit_codes_follow_the_worst_finding() {
             "expect up to 60 s of dials to dead IPs per rollout",
         ))
         .stdout(predicate::str::contains(
-            "preStop sleep ≥ 35 s; terminationGracePeriodSeconds ≥ 45 s",
+            "fix: preStop exec `ghostip drain-wait` with terminationGracePeriodSeconds ≥ 70 s",
+        ))
+        .stdout(predicate::str::contains(
+            "or a fixed preStop sleep ≥ 60 s with terminationGracePeriodSeconds ≥ 70 s",
         ));
 }
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use ghostip::audit::load::add_manifest;
 use ghostip::audit::{
     AuditConfig, AuditReport, Finding, Inventory, RULES, RuleId, Severity, audit, render,
+    staleness_budget, staleness_budget_from_parts,
 };
 
 fn data(name: &str) -> PathBuf {
@@ -84,17 +85,27 @@ fn the_issue_example_has_its_numbers_and_fix() {
         "{}",
         f.message
     );
+    // A 60 s budget is large: drain-wait first, a fixed sleep as the alternative, then the
+    // Corefile change and what it leaves.
+    let fixes: Vec<&str> = f.fix.split("; ").collect();
+    assert_eq!(fixes.len(), 3, "{}", f.fix);
     assert!(
-        f.fix
-            .starts_with("cache 5 or `disable success cluster.local`"),
+        fixes[0].starts_with(
+            "preStop exec `ghostip drain-wait` with terminationGracePeriodSeconds ≥ 70 s: "
+        ),
         "{}",
         f.fix
     );
     assert!(
-        f.fix
-            .ends_with("preStop sleep ≥ 35 s; terminationGracePeriodSeconds ≥ 45 s"),
+        fixes[1].starts_with(
+            "or a fixed preStop sleep ≥ 60 s with terminationGracePeriodSeconds ≥ 70 s"
+        ),
         "{}",
         f.fix
+    );
+    assert_eq!(
+        fixes[2],
+        "cache 5 or `disable success cluster.local` in ConfigMap kube-system/coredns lowers the budget to 35 s"
     );
     assert_eq!(f.figures.get("exposure_s"), Some(&60));
     // The budget chain is reported per Service, with the caller named.
@@ -244,4 +255,114 @@ fn a_forwarder_to_public_resolvers_is_not_a_cache_in_front_of_the_cluster_dns() 
             "{cache}"
         );
     }
+}
+
+#[test]
+fn a_small_budget_keeps_the_fixed_sleep() {
+    // 5 s of DNS lag (no kubernetes ttl) and no client cache: a 5 s sleep, no drain-wait.
+    let text = std::fs::read_to_string(data("GIP-DNS-001-pos.yaml"))
+        .unwrap()
+        .replace("           ttl 30\n", "")
+        .replace("-Dsun.net.inetaddr.ttl=30", "-Dsun.net.inetaddr.ttl=0");
+    let mut inv = Inventory::new("default");
+    add_manifest(&mut inv, "small.yaml", &text).unwrap();
+    let report = audit(&inv, &AuditConfig::default());
+    let f = of(&report, RuleId::Dns001);
+    assert_eq!(f.len(), 1, "{:#?}", report.findings);
+    assert_eq!(f[0].figures.get("budget_s"), Some(&5));
+    assert_eq!(f[0].fix, "preStop sleep ≥ 5 s");
+}
+
+#[test]
+fn a_budget_reaching_the_grace_period_advises_drain_wait() {
+    // 8 s of budget, under 10 s, but the pods have a 5 s grace period.
+    let text = std::fs::read_to_string(data("GIP-DNS-001-pos.yaml"))
+        .unwrap()
+        .replace("           ttl 30\n", "")
+        .replace("-Dsun.net.inetaddr.ttl=30", "-Dsun.net.inetaddr.ttl=3")
+        .replace(
+            "      containers:\n      - name: web\n",
+            "      terminationGracePeriodSeconds: 5\n      containers:\n      - name: web\n",
+        );
+    let mut inv = Inventory::new("default");
+    add_manifest(&mut inv, "grace.yaml", &text).unwrap();
+    let report = audit(&inv, &AuditConfig::default());
+    let f = of(&report, RuleId::Dns001);
+    assert_eq!(f.len(), 1, "{:#?}", report.findings);
+    assert_eq!(f[0].figures.get("budget_s"), Some(&8));
+    assert!(
+        f[0].fix.starts_with(
+            "preStop exec `ghostip drain-wait` with terminationGracePeriodSeconds ≥ 18 s"
+        ),
+        "{}",
+        f[0].fix
+    );
+}
+
+#[test]
+fn the_staleness_budget_of_one_service_has_its_chain() {
+    let text = std::fs::read_to_string(data("GIP-DNS-001-pos.yaml")).unwrap();
+    let mut inv = Inventory::new("default");
+    add_manifest(&mut inv, "x.yaml", &text).unwrap();
+    let key = ghostip_core::ServiceKey::new("demo", "web");
+    let cfg = AuditConfig::default();
+    let b = staleness_budget(&inv, &key, &cfg).unwrap();
+    assert_eq!(b.total_s, Some(60));
+    assert_eq!(b.dns_lag_s, Some(30));
+    assert_eq!(b.client_cache_s, Some(30));
+    let chain: Vec<(&str, i64, &str)> = b
+        .chain
+        .iter()
+        .map(|c| (c.layer, c.seconds, c.detail.as_str()))
+        .collect();
+    assert_eq!(
+        chain,
+        [
+            ("cluster-dns", 30, "kubernetes ttl 30, cache 30"),
+            ("client-cache", 30, "caches 30 s"),
+        ]
+    );
+    assert_eq!(b.chain[0].source, "ConfigMap kube-system/coredns");
+    assert!(
+        b.chain[1].source.contains("Deployment demo/checkout"),
+        "{}",
+        b.chain[1].source
+    );
+    assert!(b.caveats.is_empty(), "{:?}", b.caveats);
+    // The audit reports the same figure.
+    assert_eq!(audit(&inv, &cfg).services[0].budget_s, b.total_s);
+    assert!(staleness_budget(&inv, &ghostip_core::ServiceKey::new("demo", "nope"), &cfg).is_none());
+
+    // From the parts: NodeLocal DNSCache in front adds its floor; the caller is given.
+    let coredns = inv.corefiles[0].text.clone();
+    let nodelocal = "cluster.local:53 {\n    cache {\n        success 9984 30\n        denial 9984 5\n    }\n    forward . __PILLAR__CLUSTER__DNS__ {\n        force_tcp\n    }\n}\n";
+    let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "demo"},
+        "spec": {"clusterIP": "None", "selector": {"app": "web"}}
+    }))
+    .unwrap();
+    let caller: k8s_openapi::api::core::v1::PodTemplateSpec =
+        serde_json::from_value(serde_json::json!({
+            "spec": {"containers": [{"name": "app", "command": ["java", "-Dnetworkaddress.cache.ttl=10", "-jar", "app.jar"]}]}
+        }))
+        .unwrap();
+    let b = staleness_budget_from_parts(&[&coredns, nodelocal], &svc, &[caller], &cfg).unwrap();
+    let chain: Vec<(&str, i64)> = b.chain.iter().map(|c| (c.layer, c.seconds)).collect();
+    assert_eq!(
+        chain,
+        [("cluster-dns", 30), ("node-cache", 5), ("client-cache", 10)]
+    );
+    assert_eq!(b.total_s, Some(45));
+    // A ClusterIP Service: its name answers the Service IP.
+    let cluster_ip: k8s_openapi::api::core::v1::Service =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "demo"},
+            "spec": {"clusterIP": "10.96.0.20"}
+        }))
+        .unwrap();
+    let b = staleness_budget_from_parts(&[&coredns], &cluster_ip, &[], &cfg).unwrap();
+    assert_eq!((b.headless, b.total_s), (false, Some(0)));
+    assert!(b.chain.is_empty() && b.caveats[0].contains("ClusterIP"));
+    let nameless = k8s_openapi::api::core::v1::Service::default();
+    assert!(staleness_budget_from_parts(&[], &nameless, &[], &cfg).is_err());
 }

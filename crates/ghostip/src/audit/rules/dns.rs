@@ -6,7 +6,10 @@ use std::net::IpAddr;
 
 use ghostip_core::corefile::{AnswerSource, Corefile, CorefileError, ExpectedLag};
 
-use super::budget::{DnsChain, Layer, SHUTDOWN_MARGIN, SMALL_DNS_LAG, describe, secs_i64};
+use super::budget::{
+    DnsChain, Layer, SHUTDOWN_MARGIN, SMALL_DNS_LAG, cover_s, describe, dns_lag_after_fix, large,
+    secs_i64,
+};
 use super::client::CallerCache;
 use super::term::{PreStop, grace, pod_prestop};
 use super::{Ctx, DnsLayer, Finding, RuleId, Severity};
@@ -261,14 +264,7 @@ impl Ctx<'_> {
         let Some(spec) = &w.template.spec else { return };
         let grace = grace(spec);
         let prestop = pod_prestop(spec);
-        let cover = if svc.publish_not_ready {
-            0
-        } else {
-            match prestop {
-                PreStop::None | PreStop::Unknown(_) => 0,
-                PreStop::Sleep(s) => secs_i64(s).min(grace),
-            }
-        };
+        let cover = cover_s(prestop, grace, svc.publish_not_ready);
         if budget <= cover {
             return;
         }
@@ -304,7 +300,8 @@ impl Ctx<'_> {
             ": expect up to {exposure} s of dials to dead IPs per rollout"
         ));
 
-        let mut fixes = Vec::new();
+        // The Corefile change that bounds the DNS lag, and the budget left after it.
+        let mut dns_fix = None;
         let mut dns_after = dns.map_or(0, |d| d.0);
         if let Some((lag, _, layers)) = dns
             && *lag > SMALL_DNS_LAG
@@ -321,21 +318,53 @@ impl Ctx<'_> {
             {
                 f.push_str(&format!(", `success <capacity> 5` in {}", n.info.object));
             }
-            fixes.push(f);
-            dns_after = (*lag).min(SMALL_DNS_LAG * (*layers).max(1));
-        }
-        if svc.publish_not_ready {
-            fixes.push("publishNotReadyAddresses: false".to_string());
+            dns_fix = Some(f);
+            dns_after = dns_lag_after_fix(*lag, *layers);
         }
         let target = secs_i64(dns_after) + client.positive.as_ref().map_or(0, |(t, _)| (*t).max(0));
-        if target > cover {
-            fixes.push(format!("preStop sleep ≥ {target} s"));
-        }
-        if grace < target + SHUTDOWN_MARGIN {
+        let mut fixes = Vec::new();
+        if large(budget, grace) && !svc.publish_not_ready {
+            // drain-wait first: it waits only as long as the layers hold the IP; a sleep
+            // covering the worst case is waited in full at every rollout step.
+            let need = budget + SHUTDOWN_MARGIN;
+            let grace_text = if grace >= need {
+                format!("terminationGracePeriodSeconds {grace} s already leaves it {budget} s")
+            } else {
+                format!("terminationGracePeriodSeconds ≥ {need} s")
+            };
             fixes.push(format!(
-                "terminationGracePeriodSeconds ≥ {} s",
-                target + SHUTDOWN_MARGIN
+                "preStop exec `ghostip drain-wait` with {grace_text}: it returns once DNS, the node datapaths and the client TTL have let go of the pod IP (at most --max-wait, by default the grace period − {SHUTDOWN_MARGIN} s)"
             ));
+            fixes.push(format!(
+                "or a fixed preStop sleep ≥ {budget} s with terminationGracePeriodSeconds ≥ {need} s, waited in full by every pod at each rollout step"
+            ));
+            if let Some(f) = dns_fix {
+                let mut text = format!("{f} lowers the budget to {target} s");
+                if !large(target, grace) {
+                    text.push_str(&format!(", which a preStop sleep ≥ {target} s covers"));
+                    if grace < target + SHUTDOWN_MARGIN {
+                        text.push_str(&format!(
+                            " with terminationGracePeriodSeconds ≥ {} s",
+                            target + SHUTDOWN_MARGIN
+                        ));
+                    }
+                }
+                fixes.push(text);
+            }
+        } else {
+            fixes.extend(dns_fix);
+            if svc.publish_not_ready {
+                fixes.push("publishNotReadyAddresses: false".to_string());
+            }
+            if target > cover {
+                fixes.push(format!("preStop sleep ≥ {target} s"));
+            }
+            if grace < target + SHUTDOWN_MARGIN {
+                fixes.push(format!(
+                    "terminationGracePeriodSeconds ≥ {} s",
+                    target + SHUTDOWN_MARGIN
+                ));
+            }
         }
         let mut figures = BTreeMap::from([
             ("budget_s", budget),

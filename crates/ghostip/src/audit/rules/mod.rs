@@ -37,10 +37,15 @@ mod term;
 use std::collections::{BTreeMap, BTreeSet};
 
 use ghostip_core::ServiceKey;
+use k8s_openapi::api::core::v1::{PodTemplateSpec, Service};
 use serde::Serialize;
+use thiserror::Error;
 
-use super::inventory::{InputCounts, InputProblem, Inventory, ObjectRef, ServiceInfo, Workload};
-use budget::{DnsChain, secs_i64};
+use super::inventory::{
+    InputCounts, InputProblem, Inventory, ObjectRef, Origin, Rollout, ServiceInfo, Workload,
+};
+use budget::DnsChain;
+pub use budget::{Contribution, DRAIN_WAIT_ABOVE_S, SHUTDOWN_MARGIN, StalenessBudget};
 use client::{
     CallerCache, ClientCache, client_cache, names_service, referenced_hosts, service_client_cache,
 };
@@ -236,13 +241,7 @@ pub fn audit(inv: &Inventory, cfg: &AuditConfig) -> AuditReport {
             .filter(|i| selects(svc, workloads[*i]))
             .collect();
         backing_any.extend(backing.iter().copied());
-        let callers: Vec<usize> = (0..workloads.len())
-            .filter(|i| {
-                hosts[*i]
-                    .iter()
-                    .any(|h| names_service(h, &svc.key, &workloads[*i].obj.namespace, &cfg.zone))
-            })
-            .collect();
+        let callers = callers_of(svc, &workloads, &hosts, &cfg.zone);
         let client = service_client_cache(svc, &callers, &workloads, &caches, &mut problems);
         let budget = ctx.service(svc, &backing, &workloads, &client, &callers, &caches);
         budgets.push(budget);
@@ -268,6 +267,131 @@ pub fn audit(inv: &Inventory, cfg: &AuditConfig) -> AuditReport {
     }
 }
 
+/// The workloads (indices into `workloads`) whose pod specs name `svc`.
+fn callers_of(
+    svc: &ServiceInfo,
+    workloads: &[&Workload],
+    hosts: &[BTreeSet<String>],
+    zone: &str,
+) -> Vec<usize> {
+    (0..workloads.len())
+        .filter(|&i| {
+            hosts.get(i).is_some_and(|hs| {
+                hs.iter()
+                    .any(|h| names_service(h, &svc.key, &workloads[i].obj.namespace, zone))
+            })
+        })
+        .collect()
+}
+
+/// The staleness budget [`audit`] computes for one Service of `inv`: the DNS chain of the
+/// inventory's Corefiles plus the longest DNS cache among the workloads that name the Service
+/// (and a cache declared on it with [`CLIENT_TTL_ANNOTATION`]). `None` when `inv` has no such
+/// Service. Unusable Corefiles and malformed annotations become caveats.
+pub fn staleness_budget(
+    inv: &Inventory,
+    service: &ServiceKey,
+    cfg: &AuditConfig,
+) -> Option<StalenessBudget> {
+    let svc = inv.services.iter().find(|s| s.key == *service)?;
+    let workloads: Vec<&Workload> = inv.workloads.iter().collect();
+    let hosts: Vec<BTreeSet<String>> = workloads
+        .iter()
+        .map(|w| {
+            w.template
+                .spec
+                .as_ref()
+                .map(referenced_hosts)
+                .unwrap_or_default()
+        })
+        .collect();
+    let callers = callers_of(svc, &workloads, &hosts, &cfg.zone);
+    Some(budget_with_callers(inv, svc, &workloads, &callers, cfg))
+}
+
+/// [`staleness_budget`] from the parts instead of an inventory: the Corefile texts (the
+/// cluster DNS's, and NodeLocal DNSCache's when there is one), the Service, and the pod
+/// templates of its callers (all taken as callers, whatever they name).
+///
+/// # Errors
+///
+/// [`BudgetError::Service`] when the Service cannot be read (no name).
+pub fn staleness_budget_from_parts(
+    corefiles: &[&str],
+    service: &Service,
+    callers: &[PodTemplateSpec],
+    cfg: &AuditConfig,
+) -> Result<StalenessBudget, BudgetError> {
+    let namespace = service
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_string());
+    let mut inv = Inventory::new(namespace.clone());
+    for (i, text) in corefiles.iter().enumerate() {
+        inv.add_corefile_file(&format!("Corefile {}", i + 1), (*text).to_string());
+    }
+    let value = serde_json::to_value(service).map_err(|e| BudgetError::Service(e.to_string()))?;
+    inv.add_value(value, &Origin::cluster(), &[]);
+    if let Some(p) = inv.problems.first() {
+        return Err(BudgetError::Service(p.message.clone()));
+    }
+    let Some(svc) = inv.services.first().cloned() else {
+        return Err(BudgetError::Service("not a Service".to_string()));
+    };
+    let templates: Vec<Workload> = callers
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Workload {
+            obj: ObjectRef {
+                kind: "PodTemplate".to_string(),
+                namespace: namespace.clone(),
+                name: t
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.name.clone())
+                    .unwrap_or_else(|| format!("caller-{}", i + 1)),
+                origin: Origin::cluster(),
+            },
+            replicas: None,
+            rollout: Rollout::None,
+            template: t.clone(),
+            annotations: BTreeMap::new(),
+        })
+        .collect();
+    let workloads: Vec<&Workload> = templates.iter().collect();
+    let all: Vec<usize> = (0..workloads.len()).collect();
+    Ok(budget_with_callers(&inv, &svc, &workloads, &all, cfg))
+}
+
+fn budget_with_callers(
+    inv: &Inventory,
+    svc: &ServiceInfo,
+    workloads: &[&Workload],
+    callers: &[usize],
+    cfg: &AuditConfig,
+) -> StalenessBudget {
+    let mut problems = Vec::new();
+    let chain = dns_chain(inv, &cfg.zone, &mut problems);
+    let caches: Vec<ClientCache> = workloads
+        .iter()
+        .map(|w| client_cache(w, &mut problems))
+        .collect();
+    let client = service_client_cache(svc, callers, workloads, &caches, &mut problems);
+    let mut b = budget::staleness(&chain, svc, &client);
+    b.caveats
+        .extend(problems.iter().map(|p| format!("not read: {p}")));
+    b
+}
+
+/// A Service given to [`staleness_budget_from_parts`] that cannot be read.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum BudgetError {
+    /// No name, or not a Service.
+    #[error("the Service cannot be read: {0}")]
+    Service(String),
+}
+
 /// What every rule family's findings are added with.
 struct Ctx<'a> {
     cfg: &'a AuditConfig,
@@ -286,10 +410,9 @@ impl Ctx<'_> {
         caches: &[ClientCache],
     ) -> ServiceBudget {
         let dns = self.chain.lag();
-        let client_s = client.positive.as_ref().map(|(t, _)| *t);
-        let forever = client_s.is_some_and(|t| t < 0);
-        let budget = if svc.headless && !forever {
-            Some(secs_i64(dns.as_ref().map_or(0, |d| d.0)) + client_s.unwrap_or(0).max(0))
+        let staleness = budget::staleness(self.chain, svc, client);
+        let budget = if svc.headless {
+            staleness.total_s
         } else {
             None
         };
@@ -337,12 +460,8 @@ impl Ctx<'_> {
                     )
                 })
                 .collect(),
-            dns_lag_s: if svc.headless {
-                dns.as_ref().map(|d| d.0)
-            } else {
-                None
-            },
-            client_cache_s: client_s,
+            dns_lag_s: staleness.dns_lag_s,
+            client_cache_s: staleness.client_cache_s,
             budget_s: budget,
         }
     }
