@@ -343,7 +343,7 @@ fn the_staleness_budget_of_one_service_has_its_chain() {
     .unwrap();
     let caller: k8s_openapi::api::core::v1::PodTemplateSpec =
         serde_json::from_value(serde_json::json!({
-            "spec": {"containers": [{"name": "app", "command": ["java", "-Dnetworkaddress.cache.ttl=10", "-jar", "app.jar"]}]}
+            "spec": {"containers": [{"name": "app", "command": ["java", "-Dsun.net.inetaddr.ttl=10", "-jar", "app.jar"]}]}
         }))
         .unwrap();
     let b = staleness_budget_from_parts(&[&coredns, nodelocal], &svc, &[caller], &cfg).unwrap();
@@ -365,4 +365,92 @@ fn the_staleness_budget_of_one_service_has_its_chain() {
     assert!(b.chain.is_empty() && b.caveats[0].contains("ClusterIP"));
     let nameless = k8s_openapi::api::core::v1::Service::default();
     assert!(staleness_budget_from_parts(&[], &nameless, &[], &cfg).is_err());
+}
+
+/// demo/web (headless, one pod without preStop) and a caller `checkout` whose pod spec is
+/// `caller` (YAML, indented for `spec:` of the pod template), with `extra` documents.
+fn jvm_case(caller: &str, extra: &str) -> AuditReport {
+    let text = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: demo}}\nspec:\n  clusterIP: None\n  selector: {{app: web}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: web-0, namespace: demo, labels: {{app: web}}}}\nspec:\n  containers: [{{name: web, image: web}}]\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: checkout, namespace: demo}}\nspec:\n  selector: {{matchLabels: {{app: checkout}}}}\n  template:\n    metadata: {{labels: {{app: checkout}}}}\n    spec:\n{caller}{extra}"
+    );
+    let mut inv = Inventory::new("default");
+    add_manifest(&mut inv, "jvm.yaml", &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let report = audit(&inv, &AuditConfig::default());
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    report
+}
+
+fn client_cache(report: &AuditReport) -> Option<i64> {
+    report.services[0].client_cache_s
+}
+
+#[test]
+fn networkaddress_cache_ttl_as_a_system_property_is_ignored_like_the_jdk_does() {
+    // A security property: the JDK reads it from java.security, never from -D.
+    let r = jvm_case(
+        "      containers:\n      - name: app\n        command: [java, -Dnetworkaddress.cache.ttl=5, -jar, app.jar, --web=web:8080]\n",
+        "",
+    );
+    assert_eq!(client_cache(&r), Some(30));
+    let f = of(&r, RuleId::Dns001);
+    assert_eq!(f.len(), 1, "{:#?}", r.findings);
+    assert!(
+        f[0].message.contains("JVM default cache 30 s (container app, no networkaddress.cache.ttl; -Dnetworkaddress.cache.ttl=5 is ignored: a security property, read from java.security, not from -D)"),
+        "{}",
+        f[0].message
+    );
+    assert_eq!(r.services[0].budget_s, Some(30));
+    let r2 = jvm_case(
+        "      containers:\n      - name: app\n        env:\n        - {name: JAVA_TOOL_OPTIONS, value: \"-Dnetworkaddress.cache.ttl=-1\"}\n        - {name: WEB, value: \"http://web:8080\"}\n",
+        "",
+    );
+    assert_eq!(client_cache(&r2), Some(30));
+    assert!(of(&r2, RuleId::Client001).is_empty(), "{:#?}", r2.findings);
+}
+
+const JAVA_SECURITY_FOREVER: &str = "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: jvm-security, namespace: demo}\ndata:\n  java.security: |\n    # site policy\n    securerandom.source=file:/dev/random\n    networkaddress.cache.ttl=-1\n    networkaddress.cache.negative.ttl = 0\n";
+
+#[test]
+fn a_java_security_mounted_from_a_configmap_sets_the_cache() {
+    let caller = "      containers:\n      - name: app\n        command: [java, -Dsun.net.inetaddr.ttl=5, -jar, app.jar, --web=web:8080]\n        volumeMounts:\n        - {name: sec, mountPath: /opt/java/openjdk/conf/security/java.security, subPath: java.security}\n      volumes:\n      - name: sec\n        configMap: {name: jvm-security}\n";
+    let r = jvm_case(caller, JAVA_SECURITY_FOREVER);
+    // The security property wins over -Dsun.net.inetaddr.ttl.
+    assert_eq!(client_cache(&r), Some(-1));
+    let f = of(&r, RuleId::Client001);
+    assert_eq!(f.len(), 1, "{:#?}", r.findings);
+    assert!(
+        f[0].message.contains(
+            "networkaddress.cache.ttl=-1 in java.security from ConfigMap demo/jvm-security"
+        ),
+        "{}",
+        f[0].message
+    );
+    // Not mounted: the ConfigMap alone changes nothing.
+    let unmounted = "      containers:\n      - name: app\n        command: [java, -Dsun.net.inetaddr.ttl=5, -jar, app.jar, --web=web:8080]\n";
+    assert_eq!(
+        client_cache(&jvm_case(unmounted, JAVA_SECURITY_FOREVER)),
+        Some(5)
+    );
+}
+
+#[test]
+fn a_security_properties_file_named_on_the_command_line_is_read_from_its_configmap() {
+    let caller = "      containers:\n      - name: app\n        env:\n        - {name: JAVA_TOOL_OPTIONS, value: \"-Dsun.net.inetaddr.ttl=60 -Djava.security.properties=/etc/jvm/dns.properties\"}\n        - {name: WEB_HOST, value: web}\n        volumeMounts:\n        - {name: jvm, mountPath: /etc/jvm}\n      volumes:\n      - name: jvm\n        configMap:\n          name: jvm-dns\n          items:\n          - {key: dns, path: dns.properties}\n";
+    let cm = "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: jvm-dns, namespace: demo}\ndata:\n  dns: \"networkaddress.cache.ttl=5\\nnetworkaddress.cache.negative.ttl=1\\n\"\n";
+    let r = jvm_case(caller, cm);
+    assert_eq!(client_cache(&r), Some(5));
+    // The file is not in the input: the -D value counts, and the file is named.
+    let r = jvm_case(caller, "");
+    assert_eq!(client_cache(&r), Some(60));
+    let json = render::json(&r).to_string();
+    assert!(json.contains("/etc/jvm/dns.properties"), "{json}");
+}
+
+#[test]
+fn jvm_options_from_a_configmap_key_and_java_started_by_a_shell_are_read() {
+    let caller = "      containers:\n      - name: app\n        command: [sh, -c, \"exec java -jar /app.jar\"]\n        env:\n        - name: JAVA_TOOL_OPTIONS\n          valueFrom:\n            configMapKeyRef: {name: jvm-opts, key: opts}\n        - {name: WEB_HOST, value: web}\n";
+    let cm = "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: jvm-opts, namespace: demo}\ndata:\n  opts: \"-Xmx1g -Dsun.net.inetaddr.ttl=7\"\n";
+    assert_eq!(client_cache(&jvm_case(caller, cm)), Some(7));
+    // Without the ConfigMap: java is still seen (sh -c), with the JDK default.
+    assert_eq!(client_cache(&jvm_case(caller, "")), Some(30));
 }

@@ -2,11 +2,11 @@
 //!
 //! [`Inventory::add_value`] takes one parsed document (a `serde_json::Value` from YAML, JSON or
 //! the API server) and keeps what the rules need: Services, the pod templates of Deployments,
-//! StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs and bare Pods, and Corefiles held in
-//! ConfigMaps. `kind: List` documents are unrolled. Objects managed by a controller that is
-//! itself audited (a Pod or ReplicaSet with a controller owner reference, a Job owned by a
-//! CronJob) are counted and skipped, so a `kubectl get -o json` dump does not report a
-//! Deployment once per replica. Everything else is counted as ignored. Nothing here does IO.
+//! StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs and bare Pods, Corefiles held in
+//! ConfigMaps, and ConfigMaps with JVM DNS cache settings (a `java.security`, JVM options).
+//! `kind: List` documents are unrolled. Objects managed by a controller that is itself audited
+//! (a Pod or ReplicaSet with a controller owner reference, a Job owned by a CronJob) are counted
+//! and skipped, so a `kubectl get -o json` dump does not report a Deployment once per replica. Everything else is counted as ignored. Nothing here does IO.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -204,6 +204,24 @@ pub struct CorefileInput {
     pub text: String,
 }
 
+/// A ConfigMap that holds JVM DNS cache settings (`networkaddress.cache.*` in a
+/// `java.security` file, `-Dsun.net.inetaddr.*` options): pods may mount it or read an
+/// environment variable from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigMapData {
+    /// The ConfigMap.
+    pub obj: ObjectRef,
+    /// Its `data`.
+    pub data: BTreeMap<String, String>,
+}
+
+/// What a ConfigMap value mentions when it holds JVM DNS cache settings.
+const JVM_SETTINGS: &[&str] = &[
+    "networkaddress.cache.",
+    "sun.net.inetaddr.",
+    "java.security",
+];
+
 /// Something in the input that could not be read: a file that does not parse, an object of
 /// a known kind with a malformed field. Named by file and line.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -242,6 +260,8 @@ pub struct Inventory {
     pub workloads: Vec<Workload>,
     /// Corefiles.
     pub corefiles: Vec<CorefileInput>,
+    /// ConfigMaps with JVM DNS cache settings.
+    pub config_maps: Vec<ConfigMapData>,
     /// What was read.
     pub counts: InputCounts,
     /// What could not be read.
@@ -638,11 +658,25 @@ impl Inventory {
     }
 
     fn add_configmap(&mut self, cm: ConfigMap, origin: &Origin) -> Result<(), String> {
-        let Some(text) = cm.data.as_ref().and_then(|d| d.get(COREFILE_KEY)).cloned() else {
-            self.counts.ignored += 1;
-            return Ok(());
-        };
-        self.push_corefile_configmap(cm.metadata.namespace, cm.metadata.name, text, origin);
+        let data = cm.data.unwrap_or_default();
+        let jvm = data
+            .values()
+            .any(|v| JVM_SETTINGS.iter().any(|s| v.contains(s)));
+        let corefile = data.get(COREFILE_KEY).cloned();
+        if jvm {
+            let obj = self.object_ref("ConfigMap", &cm.metadata, origin)?;
+            if corefile.is_none() {
+                self.count("ConfigMap");
+            }
+            self.config_maps.push(ConfigMapData { obj, data });
+        }
+        match corefile {
+            Some(text) => {
+                self.push_corefile_configmap(cm.metadata.namespace, cm.metadata.name, text, origin);
+            }
+            None if !jvm => self.counts.ignored += 1,
+            None => {}
+        }
         Ok(())
     }
 }

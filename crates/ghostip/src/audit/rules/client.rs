@@ -6,13 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use ghostip_core::ServiceKey;
 use k8s_openapi::api::core::v1::PodSpec;
 
+use super::jvm::{JvmCache, jvm_cache};
 use super::{CLIENT_TTL_ANNOTATION, Ctx, Finding, RuleId, Severity};
-use crate::audit::inventory::{InputProblem, ObjectRef, ServiceInfo, Workload};
-
-/// The JDK's positive DNS cache when no property sets it (no security manager): 30 s.
-const JVM_DEFAULT_TTL: i64 = 30;
-/// The JDK's negative DNS cache default: 10 s.
-const JVM_DEFAULT_NEGATIVE_TTL: i64 = 10;
+use crate::audit::inventory::{ConfigMapData, InputProblem, ObjectRef, ServiceInfo, Workload};
 
 /// What a workload's own clients do with DNS answers.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -23,34 +19,13 @@ pub(super) struct ClientCache {
     pub(super) negative: Option<(i64, String)>,
 }
 
-const JVM_ENV: &[&str] = &[
-    "JAVA_TOOL_OPTIONS",
-    "JAVA_OPTS",
-    "JDK_JAVA_OPTIONS",
-    "_JAVA_OPTIONS",
-];
-
-fn jvm_property(text: &str, names: &[&str]) -> Option<i64> {
-    let mut found = None;
-    for tok in text.split_whitespace() {
-        let tok = tok.trim_matches(|c| c == '"' || c == '\'');
-        let Some(prop) = tok.strip_prefix("-D") else {
-            continue;
-        };
-        let Some((name, value)) = prop.split_once('=') else {
-            continue;
-        };
-        if names.contains(&name)
-            && let Ok(v) = value.trim().parse::<i64>()
-        {
-            // The last occurrence wins, as on the java command line.
-            found = Some(v);
-        }
-    }
-    found
-}
-
-pub(super) fn client_cache(w: &Workload, problems: &mut Vec<InputProblem>) -> ClientCache {
+/// The DNS caches of a workload's clients: a declared [`CLIENT_TTL_ANNOTATION`], and the
+/// longest cache among its JVM containers (see `jvm`).
+pub(super) fn client_cache(
+    w: &Workload,
+    config_maps: &[ConfigMapData],
+    problems: &mut Vec<InputProblem>,
+) -> ClientCache {
     let mut out = ClientCache::default();
     if let Some(v) = w.annotation(CLIENT_TTL_ANNOTATION)
         && let Some(t) = ttl_annotation(&w.obj, v, problems)
@@ -61,61 +36,12 @@ pub(super) fn client_cache(w: &Workload, problems: &mut Vec<InputProblem>) -> Cl
         return out;
     };
     for c in &spec.containers {
-        let mut texts: Vec<String> = Vec::new();
-        let mut jvm = false;
-        for e in c.env.as_deref().unwrap_or_default() {
-            if JVM_ENV.contains(&e.name.as_str()) {
-                jvm = true;
-                if let Some(v) = &e.value {
-                    texts.push(v.clone());
-                }
-            }
-        }
-        let cmdline: Vec<&String> = c
-            .command
-            .iter()
-            .flatten()
-            .chain(c.args.iter().flatten())
-            .collect();
-        if cmdline
-            .first()
-            .is_some_and(|p| p.rsplit('/').next() == Some("java"))
-        {
-            jvm = true;
-        }
-        texts.extend(cmdline.iter().map(|s| s.to_string()));
-        let text = texts.join(" ");
-        let pos = jvm_property(&text, &["sun.net.inetaddr.ttl", "networkaddress.cache.ttl"]);
-        let neg = jvm_property(
-            &text,
-            &[
-                "sun.net.inetaddr.negative.ttl",
-                "networkaddress.cache.negative.ttl",
-            ],
-        );
-        if pos.is_some() || neg.is_some() {
-            jvm = true;
-        }
-        if !jvm {
+        let Some(JvmCache {
+            positive: (p, psrc),
+            negative: (n, nsrc),
+        }) = jvm_cache(c, spec, &w.obj.namespace, config_maps)
+        else {
             continue;
-        }
-        let name = &c.name;
-        let (p, psrc) = match pos {
-            Some(v) => (v, format!("JVM cache {} (container {name})", ttl_text(v))),
-            None => (
-                JVM_DEFAULT_TTL,
-                format!("JVM default cache 30 s (container {name}, no networkaddress.cache.ttl)"),
-            ),
-        };
-        let (n, nsrc) = match neg {
-            Some(v) => (
-                v,
-                format!("JVM negative cache {} (container {name})", ttl_text(v)),
-            ),
-            None => (
-                JVM_DEFAULT_NEGATIVE_TTL,
-                format!("JVM default negative cache 10 s (container {name})"),
-            ),
         };
         if out.positive.as_ref().is_none_or(|(cur, _)| longer(p, *cur)) {
             out.positive = Some((p, psrc));
@@ -401,18 +327,6 @@ mod tests {
             "demo",
             "cluster.local"
         ));
-    }
-
-    #[test]
-    fn jvm_properties_last_wins() {
-        assert_eq!(
-            jvm_property(
-                "-Dsun.net.inetaddr.ttl=30 -Xmx1g -Dsun.net.inetaddr.ttl=-1",
-                &["sun.net.inetaddr.ttl"]
-            ),
-            Some(-1)
-        );
-        assert_eq!(jvm_property("-Dfoo=1", &["sun.net.inetaddr.ttl"]), None);
     }
 
     #[test]

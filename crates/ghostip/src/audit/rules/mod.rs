@@ -29,6 +29,7 @@ mod budget;
 mod client;
 mod dns;
 mod id;
+mod jvm;
 mod probe;
 mod roll;
 mod svc;
@@ -216,7 +217,7 @@ pub fn audit(inv: &Inventory, cfg: &AuditConfig) -> AuditReport {
         .collect();
     let caches: Vec<ClientCache> = workloads
         .iter()
-        .map(|w| client_cache(w, &mut problems))
+        .map(|w| client_cache(w, &inv.config_maps, &mut problems))
         .collect();
     let hosts: Vec<BTreeSet<String>> = workloads
         .iter()
@@ -375,7 +376,7 @@ fn budget_with_callers(
     let chain = dns_chain(inv, &cfg.zone, &mut problems);
     let caches: Vec<ClientCache> = workloads
         .iter()
-        .map(|w| client_cache(w, &mut problems))
+        .map(|w| client_cache(w, &inv.config_maps, &mut problems))
         .collect();
     let client = service_client_cache(svc, callers, workloads, &caches, &mut problems);
     let mut b = budget::staleness(&chain, svc, &client);
