@@ -257,16 +257,25 @@ fn a_forwarder_to_public_resolvers_is_not_a_cache_in_front_of_the_cluster_dns() 
     }
 }
 
+/// The example with text replaced.
+fn dns001_variant(replace: &[(&str, &str)]) -> AuditReport {
+    let mut text = std::fs::read_to_string(data("GIP-DNS-001-pos.yaml")).unwrap();
+    for (from, to) in replace {
+        assert!(text.contains(from), "{from}");
+        text = text.replace(from, to);
+    }
+    let mut inv = Inventory::new("default");
+    add_manifest(&mut inv, "variant.yaml", &text).unwrap();
+    audit(&inv, &AuditConfig::default())
+}
+
 #[test]
 fn a_small_budget_keeps_the_fixed_sleep() {
     // 5 s of DNS lag (no kubernetes ttl) and no client cache: a 5 s sleep, no drain-wait.
-    let text = std::fs::read_to_string(data("GIP-DNS-001-pos.yaml"))
-        .unwrap()
-        .replace("           ttl 30\n", "")
-        .replace("-Dsun.net.inetaddr.ttl=30", "-Dsun.net.inetaddr.ttl=0");
-    let mut inv = Inventory::new("default");
-    add_manifest(&mut inv, "small.yaml", &text).unwrap();
-    let report = audit(&inv, &AuditConfig::default());
+    let report = dns001_variant(&[
+        ("           ttl 30\n", ""),
+        ("-Dsun.net.inetaddr.ttl=30", "-Dsun.net.inetaddr.ttl=0"),
+    ]);
     let f = of(&report, RuleId::Dns001);
     assert_eq!(f.len(), 1, "{:#?}", report.findings);
     assert_eq!(f[0].figures.get("budget_s"), Some(&5));
@@ -276,17 +285,14 @@ fn a_small_budget_keeps_the_fixed_sleep() {
 #[test]
 fn a_budget_reaching_the_grace_period_advises_drain_wait() {
     // 8 s of budget, under 10 s, but the pods have a 5 s grace period.
-    let text = std::fs::read_to_string(data("GIP-DNS-001-pos.yaml"))
-        .unwrap()
-        .replace("           ttl 30\n", "")
-        .replace("-Dsun.net.inetaddr.ttl=30", "-Dsun.net.inetaddr.ttl=3")
-        .replace(
+    let report = dns001_variant(&[
+        ("           ttl 30\n", ""),
+        ("-Dsun.net.inetaddr.ttl=30", "-Dsun.net.inetaddr.ttl=3"),
+        (
             "      containers:\n      - name: web\n",
             "      terminationGracePeriodSeconds: 5\n      containers:\n      - name: web\n",
-        );
-    let mut inv = Inventory::new("default");
-    add_manifest(&mut inv, "grace.yaml", &text).unwrap();
-    let report = audit(&inv, &AuditConfig::default());
+        ),
+    ]);
     let f = of(&report, RuleId::Dns001);
     assert_eq!(f.len(), 1, "{:#?}", report.findings);
     assert_eq!(f[0].figures.get("budget_s"), Some(&8));

@@ -92,8 +92,17 @@ pub(super) fn ttl_text(v: i64) -> String {
     }
 }
 
+/// Host names a workload's pod spec mentions.
+pub(super) fn workload_hosts(w: &Workload) -> BTreeSet<String> {
+    w.template
+        .spec
+        .as_ref()
+        .map(referenced_hosts)
+        .unwrap_or_default()
+}
+
 /// Host names a pod spec mentions: env values, command and args.
-pub(super) fn referenced_hosts(spec: &PodSpec) -> BTreeSet<String> {
+fn referenced_hosts(spec: &PodSpec) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for c in &spec.containers {
         for e in c.env.as_deref().unwrap_or_default() {

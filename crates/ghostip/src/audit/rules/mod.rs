@@ -48,7 +48,7 @@ use super::inventory::{
 use budget::DnsChain;
 pub use budget::{Contribution, DRAIN_WAIT_ABOVE_S, SHUTDOWN_MARGIN, StalenessBudget};
 use client::{
-    CallerCache, ClientCache, client_cache, names_service, referenced_hosts, service_client_cache,
+    CallerCache, ClientCache, client_cache, names_service, service_client_cache, workload_hosts,
 };
 use dns::{corefile_findings, dns_chain};
 pub use id::{RULES, RuleId, RuleInfo, Severity, UnknownRule};
@@ -219,16 +219,7 @@ pub fn audit(inv: &Inventory, cfg: &AuditConfig) -> AuditReport {
         .iter()
         .map(|w| client_cache(w, &inv.config_maps, &mut problems))
         .collect();
-    let hosts: Vec<BTreeSet<String>> = workloads
-        .iter()
-        .map(|w| {
-            w.template
-                .spec
-                .as_ref()
-                .map(referenced_hosts)
-                .unwrap_or_default()
-        })
-        .collect();
+    let hosts: Vec<BTreeSet<String>> = workloads.iter().map(|w| workload_hosts(w)).collect();
 
     let mut budgets = Vec::new();
     let mut backing_any: BTreeSet<usize> = BTreeSet::new();
@@ -296,16 +287,7 @@ pub fn staleness_budget(
 ) -> Option<StalenessBudget> {
     let svc = inv.services.iter().find(|s| s.key == *service)?;
     let workloads: Vec<&Workload> = inv.workloads.iter().collect();
-    let hosts: Vec<BTreeSet<String>> = workloads
-        .iter()
-        .map(|w| {
-            w.template
-                .spec
-                .as_ref()
-                .map(referenced_hosts)
-                .unwrap_or_default()
-        })
-        .collect();
+    let hosts: Vec<BTreeSet<String>> = workloads.iter().map(|w| workload_hosts(w)).collect();
     let callers = callers_of(svc, &workloads, &hosts, &cfg.zone);
     Some(budget_with_callers(inv, svc, &workloads, &callers, cfg))
 }
@@ -445,21 +427,11 @@ impl Ctx<'_> {
             headless: svc.headless,
             workloads: backing
                 .iter()
-                .map(|&i| {
-                    format!(
-                        "{} {}/{}",
-                        workloads[i].obj.kind, workloads[i].obj.namespace, workloads[i].obj.name
-                    )
-                })
+                .map(|&i| workloads[i].obj.to_string())
                 .collect(),
             callers: callers
                 .iter()
-                .map(|&i| {
-                    format!(
-                        "{} {}/{}",
-                        workloads[i].obj.kind, workloads[i].obj.namespace, workloads[i].obj.name
-                    )
-                })
+                .map(|&i| workloads[i].obj.to_string())
                 .collect(),
             dns_lag_s: staleness.dns_lag_s,
             client_cache_s: staleness.client_cache_s,
