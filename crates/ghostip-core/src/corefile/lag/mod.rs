@@ -273,7 +273,8 @@ impl Corefile {
         let others = list(&|p| !(p.fills_text || p.domain));
         if !others.is_empty() {
             out.push(format!(
-                "template placeholder{} left as written, matching nothing: {}",
+                "template placeholder{} whose value{} ghostip does not see: {}",
+                plural(others.len()),
                 plural(others.len()),
                 others.join(", ")
             ));

@@ -113,7 +113,7 @@ fn sed_placeholders_are_named_and_glued_ones_split_from_their_brace() {
         [
             "zone is the template placeholder CLUSTER_DOMAIN (line 3); lag computed assuming it is the cluster zone cluster.local",
             "template placeholders FEDERATIONS (line 5), STUBDOMAINS (line 8) stand for text the installer adds there (server blocks or plugins, possibly none): not seen",
-            "template placeholders left as written, matching nothing: REVERSE_CIDRS (line 3), UPSTREAMNAMESERVER (line 6)",
+            "template placeholders whose values ghostip does not see: REVERSE_CIDRS (line 3), UPSTREAMNAMESERVER (line 6)",
         ]
     );
 }
