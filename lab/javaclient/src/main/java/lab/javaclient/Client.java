@@ -410,7 +410,8 @@ public final class Client {
 
   /** The kind of a call failure, from the exception chain (the OS's error text). */
   static String kind(Throwable t) {
-    for (Throwable c = t; c != null; c = c.getCause()) {
+    Throwable c = t;
+    for (int depth = 0; c != null && depth < 20; depth++, c = c.getCause()) {
       String m = String.valueOf(c.getMessage());
       if (c instanceof ConnectException && m.contains("Connection refused")) {
         return "refused";
@@ -422,19 +423,17 @@ public final class Client {
           || (c instanceof InterruptedIOException && m.contains("timeout"))) {
         return "timeout";
       }
-      if (c.getCause() == c) {
-        break;
-      }
     }
     return "other";
   }
 
-  /** Counts per target address. */
+  /** Counts per target address; call times are starts, error times are ends (the log's). */
   static final class Target {
     long ok;
     final long[] errors = new long[KINDS.length];
     long firstCallMs;
     long lastCallMs;
+    long lastEndMs;
     long firstErrorMs;
     long lastErrorMs;
   }
@@ -445,13 +444,15 @@ public final class Client {
     long ok;
     long calls;
 
-    synchronized void record(String target, long t0, String kind) {
+    /** One call to {@code target}, started at {@code t0}, ended at {@code t1}; kind null: ok. */
+    synchronized void record(String target, long t0, long t1, String kind) {
       calls++;
       Target t = byTarget.computeIfAbsent(target, k -> new Target());
-      if (t.firstCallMs == 0) {
+      if (t.firstCallMs == 0 || t0 < t.firstCallMs) {
         t.firstCallMs = t0;
       }
-      t.lastCallMs = t0;
+      t.lastCallMs = Math.max(t.lastCallMs, t0);
+      t.lastEndMs = Math.max(t.lastEndMs, t1);
       if (kind == null) {
         ok++;
         t.ok++;
@@ -460,10 +461,10 @@ public final class Client {
       int k = List.of(KINDS).indexOf(kind);
       errors[k]++;
       t.errors[k]++;
-      if (t.firstErrorMs == 0) {
-        t.firstErrorMs = t0;
+      if (t.firstErrorMs == 0 || t1 < t.firstErrorMs) {
+        t.firstErrorMs = t1;
       }
-      t.lastErrorMs = t0;
+      t.lastErrorMs = Math.max(t.lastErrorMs, t1);
     }
 
     synchronized Map<String, Object> summary(Config c, long startMs) {
@@ -501,6 +502,7 @@ public final class Client {
         }
         m.put("first_call_unix_ms", t.firstCallMs);
         m.put("last_call_unix_ms", t.lastCallMs);
+        m.put("last_end_unix_ms", t.lastEndMs);
         if (t.firstErrorMs != 0) {
           m.put("first_error_unix_ms", t.firstErrorMs);
           m.put("last_error_unix_ms", t.lastErrorMs);
@@ -655,16 +657,17 @@ public final class Client {
       }
       if (!r.isSuccessful()) {
         log("WARN", "call to " + url + " failed: HTTP " + r.code(), null);
-        stats.record(target, t0, "other");
+        stats.record(target, t0, System.currentTimeMillis(), "other");
         return;
       }
       if (c.logOk) {
         info("call to " + url + " ok");
       }
-      stats.record(target, t0, null);
+      stats.record(target, t0, System.currentTimeMillis(), null);
     } catch (IOException e) {
+      long t1 = System.currentTimeMillis();
       log("WARN", "call to " + url + " failed", e);
-      stats.record(target, t0, kind(e));
+      stats.record(target, t0, t1, kind(e));
     }
   }
 }
