@@ -10,6 +10,8 @@
 //! Needs a running lab (`lab/up`), `lab/build podsync registry javaclient` and root; `#[ignore]`d
 //! so plain `cargo test` never touches a cluster. Run with
 //! `GHOSTIP_LAB=1 cargo test --release -p ghostip --test e2e_client_cache -- --ignored --test-threads=1`.
+//! With `GHOSTIP_CAPTURE=DIR` it also copies the client log, the pod watch capture, the ledger and
+//! the watch's log there.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -140,6 +142,7 @@ fn a_jvm_client_keeps_calling_removed_pods_and_explain_names_each_layer() {
         WATCH_PORT,
         &dir.path().join("watch.log"),
     );
+    eprintln!("ghostip watch: ledger {}", db.display());
     let (code, r) = scenario(&[
         "--jvm-ttl",
         "30",
@@ -148,7 +151,31 @@ fn a_jvm_client_keeps_calling_removed_pods_and_explain_names_each_layer() {
         "--json",
         dir.path().join("result.json").to_str().unwrap(),
     ]);
+    let watch_log = dir.path().join("watch.log");
+    let tail = || {
+        let log = std::fs::read_to_string(&watch_log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    };
+    assert!(
+        watch.try_wait().unwrap().is_none(),
+        "ghostip watch exited during the scenario:\n{}",
+        tail()
+    );
     stop(&mut watch);
+    if let Some(capture) = std::env::var_os("GHOSTIP_CAPTURE") {
+        let capture = std::path::PathBuf::from(capture);
+        std::fs::create_dir_all(&capture).unwrap();
+        let pods_watch = r["data"]["pods_watch"].as_str().unwrap_or_default();
+        for (from, to) in [
+            (client_log.as_path(), "client.log"),
+            (Path::new(pods_watch), "pods-watch.json"),
+            (watch_log.as_path(), "watch.log"),
+            (db.as_path(), "ledger.db"),
+        ] {
+            let _ = std::fs::copy(from, capture.join(to));
+        }
+    }
     assert_eq!(code, 0, "symptom not reproduced: {}", r["reason"]);
 
     // The client logged real refusals and resets, all aimed at the removed pod IPs.
@@ -196,7 +223,12 @@ fn a_jvm_client_keeps_calling_removed_pods_and_explain_names_each_layer() {
 
     // ... and from the ledger, which knows when each pod was really gone.
     let (code, y) = explain(&["--db", db.to_str().unwrap()], &client_log);
-    assert_eq!(code, 1, "staleness found: exit 1");
+    assert_eq!(
+        code,
+        1,
+        "staleness found: exit 1; ghostip watch's log ends with:\n{}",
+        tail()
+    );
     let classes = check(&y, &r, &old);
     for g in y["report"]["groups"].as_array().unwrap() {
         assert_eq!(g["service"], "javademo/backend", "{g}");
