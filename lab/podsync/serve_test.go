@@ -22,6 +22,16 @@ func startServer(t *testing.T, keepalive bool) (*server, string) {
 	return s, ln.Addr().String()
 }
 
+func dialServer(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // get sends one GET on c and reads the answer's status line, headers and body.
 func get(t *testing.T, c net.Conn, r *bufio.Reader, extra string) (string, error) {
 	t.Helper()
@@ -46,11 +56,7 @@ func get(t *testing.T, c net.Conn, r *bufio.Reader, extra string) (string, error
 
 func TestKeepAliveAnswersSeveralRequestsOnOneConnection(t *testing.T) {
 	_, addr := startServer(t, true)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialServer(t, addr)
 	r := bufio.NewReader(c)
 	for i := 0; i < 3; i++ {
 		a, err := get(t, c, r, "")
@@ -69,11 +75,7 @@ func TestKeepAliveAnswersSeveralRequestsOnOneConnection(t *testing.T) {
 
 func TestKeepAliveGreetsAClientThatSendsNothing(t *testing.T) {
 	_, addr := startServer(t, true)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialServer(t, addr)
 	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 	b, err := io.ReadAll(c)
 	if err != nil || string(b) != "ghostip-lab pod=t/p ip=127.0.0.1\n" {
@@ -83,11 +85,7 @@ func TestKeepAliveGreetsAClientThatSendsNothing(t *testing.T) {
 
 func TestDrainLeavesRequestsOnOpenConnectionsUnread(t *testing.T) {
 	s, addr := startServer(t, true)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialServer(t, addr)
 	r := bufio.NewReader(c)
 	if _, err := get(t, c, r, ""); err != nil {
 		t.Fatal(err)
