@@ -245,12 +245,17 @@ impl PathInfo {
 /// When the truth changed, as Kubernetes says and as ghostip received it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangeTime {
-    /// `endpoints.kubernetes.io/last-change-trigger-time` when present, else `received`.
+    /// `endpoints.kubernetes.io/last-change-trigger-time` when present and plausible, else
+    /// `received` (see [`T0Correction`]).
     pub t0: Time,
     /// When ghostip's watch delivered the change.
     pub received: Time,
     /// Whether `t0` came from the trigger-time annotation.
     pub from_trigger_annotation: bool,
+    /// The trigger-time annotation ghostip did not take as t0, and why (`t0` is then
+    /// `received`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corrected: Option<T0Correction>,
 }
 
 impl ChangeTime {
@@ -260,7 +265,147 @@ impl ChangeTime {
             t0: at,
             received: at,
             from_trigger_annotation: false,
+            corrected: None,
         }
+    }
+
+    /// The change a write of an EndpointSlice stands for: its trigger-time annotation when
+    /// what ghostip itself observed allows it, else the receive time.
+    ///
+    /// `last_seen` is when ghostip received the version this write replaces: every endpoint
+    /// this write removes was still listed then, so the change cannot predate it (by more
+    /// than the second the API server rounds condition times down to: a trigger time is a
+    /// pod's Ready `lastTransitionTime`, whole seconds).
+    /// `max_lead` bounds how long before its receive time the write's cause may lie (the
+    /// EndpointSlice controller writes within a second or so of a change; a trigger time
+    /// tens of seconds older is a change the controller saw late, e.g. a Ready flap just
+    /// after an API server outage, not the one this write makes). A trigger time after the
+    /// receive time (clocks that differ) is corrected too.
+    pub fn bounded(
+        trigger: Option<Time>,
+        received: Time,
+        last_seen: Option<Time>,
+        max_lead: Duration,
+    ) -> Self {
+        let Some(trigger) = trigger else {
+            return Self::received_at(received);
+        };
+        let reason = if trigger > received {
+            Some(T0CorrectionReason::AfterReceived)
+        } else if let Some(seen) = last_seen.filter(|seen| {
+            seen.duration_since(trigger) > jiff::SignedDuration::from_secs(TRIGGER_ROUNDING_S)
+        }) {
+            Some(T0CorrectionReason::BeforeLastSeen { last_seen: seen })
+        } else if received.duration_since(trigger)
+            > jiff::SignedDuration::try_from(max_lead).unwrap_or(jiff::SignedDuration::MAX)
+        {
+            Some(T0CorrectionReason::FarBeforeReceived { max_lead })
+        } else {
+            None
+        };
+        match reason {
+            None => Self {
+                t0: trigger,
+                received,
+                from_trigger_annotation: true,
+                corrected: None,
+            },
+            Some(reason) => Self {
+                t0: received,
+                received,
+                from_trigger_annotation: false,
+                corrected: Some(T0Correction { trigger, reason }),
+            },
+        }
+    }
+
+    /// The trigger time the change carried, taken as t0 or not.
+    pub fn trigger(&self) -> Option<Time> {
+        match (self.from_trigger_annotation, self.corrected) {
+            (true, _) => Some(self.t0),
+            (false, Some(c)) => Some(c.trigger),
+            (false, None) => None,
+        }
+    }
+}
+
+/// Condition times, and so trigger times, are whole seconds: a trigger time may lie up to
+/// this long before the change it stands for.
+const TRIGGER_ROUNDING_S: i64 = 1;
+
+/// A trigger time ghostip did not take as t0 (it took the receive time instead).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct T0Correction {
+    /// The `last-change-trigger-time` annotation of the write.
+    pub trigger: Time,
+    /// Why it was not taken.
+    pub reason: T0CorrectionReason,
+}
+
+/// Why a trigger time was not taken as t0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "reason")]
+pub enum T0CorrectionReason {
+    /// Earlier than a version of the slice ghostip received that still listed the endpoints
+    /// this write changes.
+    BeforeLastSeen {
+        /// When that version was received.
+        last_seen: Time,
+    },
+    /// More than `max_lead` before ghostip received the write.
+    FarBeforeReceived {
+        /// The bound.
+        #[serde(with = "secs_f64")]
+        max_lead: Duration,
+    },
+    /// Later than ghostip received the write (the API server's clock is ahead).
+    AfterReceived,
+}
+
+impl T0CorrectionReason {
+    /// A short label (`before-last-seen`, `far-before-received`, `after-received`), as the
+    /// ledger stores it.
+    pub fn label(&self) -> &'static str {
+        match self {
+            T0CorrectionReason::BeforeLastSeen { .. } => "before-last-seen",
+            T0CorrectionReason::FarBeforeReceived { .. } => "far-before-received",
+            T0CorrectionReason::AfterReceived => "after-received",
+        }
+    }
+}
+
+impl fmt::Display for T0Correction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let trigger = self.trigger.strftime("%T%.3f");
+        match self.reason {
+            T0CorrectionReason::BeforeLastSeen { last_seen } => write!(
+                f,
+                "trigger time {trigger} predates the version received at {} that still listed the endpoint",
+                last_seen.strftime("%T%.3f")
+            ),
+            T0CorrectionReason::FarBeforeReceived { max_lead } => write!(
+                f,
+                "trigger time {trigger} is more than {:.0} s before the write was received",
+                max_lead.as_secs_f64()
+            ),
+            T0CorrectionReason::AfterReceived => {
+                write!(f, "trigger time {trigger} is after the write was received")
+            }
+        }
+    }
+}
+
+mod secs_f64 {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Duration::try_from_secs_f64(f64::deserialize(d)?).map_err(serde::de::Error::custom)
     }
 }
 

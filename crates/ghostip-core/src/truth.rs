@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -302,6 +303,8 @@ pub struct StoredSlice {
     pub ports: Vec<EndpointPort>,
     /// `endpoints.kubernetes.io/last-change-trigger-time`, when present and parseable.
     pub trigger_time: Option<Time>,
+    /// When ghostip received this version.
+    pub received: Time,
 }
 
 impl StoredSlice {
@@ -441,8 +444,12 @@ pub struct ServiceChange {
     pub at: ChangeTime,
 }
 
+/// How long before ghostip received an EndpointSlice write its trigger time may lie and
+/// still be taken as t0 ([`ChangeTime::bounded`]).
+pub const DEFAULT_MAX_TRIGGER_LEAD: Duration = Duration::from_secs(5);
+
 /// The truth store. Pure: times are passed in by the caller.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Truth {
     /// Services, boxed: a B-tree node holds eleven entries and is mostly half full, so
     /// small entries keep its empty room small.
@@ -456,6 +463,22 @@ pub struct Truth {
     /// per object, not a set of keys: at 20 000 slices the set was 3 MiB at the peak.)
     relisting_slices: bool,
     relisting_services: bool,
+    /// See [`Truth::set_max_trigger_lead`].
+    max_trigger_lead: Duration,
+}
+
+impl Default for Truth {
+    fn default() -> Self {
+        Self {
+            services: BTreeMap::new(),
+            slices: BTreeMap::new(),
+            names: Names::default(),
+            slices_by_service: BTreeMap::new(),
+            relisting_slices: false,
+            relisting_services: false,
+            max_trigger_lead: DEFAULT_MAX_TRIGGER_LEAD,
+        }
+    }
 }
 
 /// A Service as the store keeps it.
@@ -478,6 +501,12 @@ impl Truth {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// How long before its receive time the trigger time of a slice write may lie and still
+    /// be its t0 (default [`DEFAULT_MAX_TRIGGER_LEAD`]); see [`ChangeTime::bounded`].
+    pub fn set_max_trigger_lead(&mut self, lead: Duration) {
+        self.max_trigger_lead = lead;
     }
 
     /// All known services.
@@ -568,6 +597,11 @@ impl Truth {
 
     /// Adds or replaces a slice. Returns the change of its Service when its endpoints differ,
     /// and of the Service it left when its `kubernetes.io/service-name` label was edited.
+    ///
+    /// The change time is the slice's trigger time bounded by what ghostip observed
+    /// ([`ChangeTime::bounded`]): for a write that replaces a version ghostip holds, not
+    /// before that version was received and not more than the maximum lead before this
+    /// one was; a new slice keeps its trigger time.
     pub fn apply_slice(&mut self, slice: SliceRecord, received: Time) -> Vec<ServiceChange> {
         // Not `into_iter().map().collect()`: that reuses the records' allocation in place,
         // which keeps twice the room the smaller stored endpoints need.
@@ -588,13 +622,18 @@ impl Truth {
             address_type: slice.address_type,
             ports: slice.ports,
             trigger_time: slice.trigger_time,
+            received,
             relisted: true,
         };
         let key = slice.service_key();
-        let at = ChangeTime {
-            t0: slice.trigger_time.unwrap_or(received),
-            received,
-            from_trigger_annotation: slice.trigger_time.is_some(),
+        let at = match self.slice(&slice.namespace, &slice.name) {
+            Some(old) => ChangeTime::bounded(
+                slice.trigger_time,
+                received,
+                Some(old.received),
+                self.max_trigger_lead,
+            ),
+            None => ChangeTime::bounded(slice.trigger_time, received, None, Duration::MAX),
         };
         let mut changes = Vec::new();
         let changed = match self.slice(&slice.namespace, &slice.name) {
@@ -917,5 +956,110 @@ mod tests {
         // Re-applying the same slice changes nothing.
         let again = slice("api", vec![endpoint(1, "u1")]);
         assert!(truth.apply_slice(again, t(6)).is_empty());
+    }
+
+    fn ms(ms: i64) -> Time {
+        Time::from_millisecond(1_800_000_000_000 + ms).unwrap()
+    }
+
+    fn with_trigger(endpoints: Vec<EndpointRecord>, trigger: Time) -> SliceRecord {
+        SliceRecord {
+            trigger_time: Some(trigger),
+            ..slice("web", endpoints)
+        }
+    }
+
+    /// The apiserver-outage case: after the outage, the write that removed an endpoint
+    /// carried the trigger time of a Ready flap 34.7 s earlier. The relist had shown the
+    /// endpoint serving after that, and the trigger is far before the write: t0 is the
+    /// receive time, the trigger time is kept as the correction.
+    #[test]
+    fn a_trigger_time_before_what_ghostip_saw_is_not_the_change_time() {
+        let mut truth = Truth::new();
+        let both = vec![endpoint(1, "u1"), endpoint(2, "u2")];
+        truth.apply_slice(with_trigger(both.clone(), ms(-600_000)), ms(-600_000));
+        // The relist after the outage: the same version, received again.
+        assert!(
+            truth
+                .apply_slice(with_trigger(both, ms(-600_000)), ms(-20_000))
+                .is_empty()
+        );
+        let flap = ms(-34_700);
+        let changes = truth.apply_slice(with_trigger(vec![endpoint(2, "u2")], flap), ms(0));
+        let at = changes[0].at;
+        assert_eq!(at.t0, ms(0));
+        assert_eq!(at.received, ms(0));
+        assert!(!at.from_trigger_annotation);
+        assert_eq!(at.trigger(), Some(flap));
+        let c = at.corrected.unwrap();
+        assert_eq!(c.trigger, flap);
+        assert_eq!(
+            c.reason,
+            crate::model::T0CorrectionReason::BeforeLastSeen {
+                last_seen: ms(-20_000)
+            }
+        );
+        // Without the relist, the bound on the lead before the write corrects it.
+        let mut truth = Truth::new();
+        truth.apply_slice(
+            with_trigger(vec![endpoint(1, "u1"), endpoint(2, "u2")], ms(-600_000)),
+            ms(-600_000),
+        );
+        let changes = truth.apply_slice(with_trigger(vec![endpoint(2, "u2")], flap), ms(0));
+        assert_eq!(changes[0].at.t0, ms(0));
+        assert_eq!(
+            changes[0].at.corrected.map(|c| c.reason.label()),
+            Some("far-before-received")
+        );
+    }
+
+    /// An ordinary write: the trigger time (a whole second, as condition times are) a
+    /// moment before the write, even inside the second of the version before it, is t0.
+    #[test]
+    fn a_plausible_trigger_time_is_the_change_time() {
+        let mut truth = Truth::new();
+        truth.apply_slice(
+            with_trigger(vec![endpoint(1, "u1"), endpoint(2, "u2")], ms(-3_000)),
+            ms(-2_950),
+        );
+        // The previous version arrived at 10.350 s; the pod's transition, rounded down to
+        // 10 s, arrives with the next write at 10.600 s.
+        truth.apply_slice(
+            with_trigger(
+                vec![endpoint(1, "u1"), endpoint(2, "u2"), endpoint(3, "u3")],
+                ms(9_000),
+            ),
+            ms(10_350),
+        );
+        let changes = truth.apply_slice(
+            with_trigger(vec![endpoint(2, "u2"), endpoint(3, "u3")], ms(10_000)),
+            ms(10_600),
+        );
+        let at = changes[0].at;
+        assert_eq!(at.t0, ms(10_000));
+        assert!(at.from_trigger_annotation);
+        assert_eq!(at.corrected, None);
+        // A new slice keeps its trigger time however old.
+        let mut truth = Truth::new();
+        let changes =
+            truth.apply_slice(with_trigger(vec![endpoint(1, "u1")], ms(-3_600_000)), ms(0));
+        assert_eq!(changes[0].at.t0, ms(-3_600_000));
+        // A trigger time after the receive time (the API server's clock ahead) is not t0.
+        let changes =
+            truth.apply_slice(with_trigger(vec![endpoint(2, "u2")], ms(1_500)), ms(1_000));
+        assert_eq!(changes[0].at.t0, ms(1_000));
+        assert_eq!(
+            changes[0].at.corrected.map(|c| c.reason.label()),
+            Some("after-received")
+        );
+        // The lead bound is a setting.
+        let mut truth = Truth::new();
+        truth.set_max_trigger_lead(Duration::from_secs(60));
+        truth.apply_slice(
+            with_trigger(vec![endpoint(1, "u1")], ms(-600_000)),
+            ms(-600_000),
+        );
+        let changes = truth.apply_slice(with_trigger(vec![endpoint(2, "u2")], ms(-34_700)), ms(0));
+        assert_eq!(changes[0].at.t0, ms(-34_700));
     }
 }

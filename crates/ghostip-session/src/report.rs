@@ -19,6 +19,10 @@ pub struct ChangeRow {
     pub at: Time,
     /// When ghostip received it.
     pub received: Time,
+    /// The trigger-time annotation the write carried, taken as t0 or not.
+    pub trigger: Option<Time>,
+    /// Why the trigger time was not taken as t0 (t0 is then the receive time).
+    pub t0_correction: Option<String>,
     /// Service.
     pub service: String,
     /// IPs that joined the DNS answer.
@@ -69,6 +73,13 @@ pub struct WindowRow {
     pub t0: Option<Time>,
     /// t0 came from the trigger-time annotation.
     pub t0_from_annotation: bool,
+    /// When ghostip received the change.
+    pub t0_received: Option<Time>,
+    /// The trigger-time annotation the change carried, taken as t0 or not.
+    pub t0_trigger: Option<Time>,
+    /// Why the trigger time was not taken as t0 (t0 is then the receive time): the window
+    /// is measured from what ghostip observed.
+    pub t0_correction: Option<String>,
     /// Last observation that was still wrong.
     pub last_wrong: Option<Time>,
     /// First observation after which the path was right.
@@ -161,6 +172,8 @@ pub struct Summary {
     pub stuck_or_unconverged: usize,
     /// Stale windows that exposed clients to a dead endpoint.
     pub exposed: usize,
+    /// Windows measured from the receive time because their trigger time was implausible.
+    pub t0_corrected: usize,
     /// Whether the report has a finding (exit code 1).
     pub finding: bool,
 }
@@ -192,6 +205,9 @@ pub fn window_row(
         pod,
         t0: start,
         t0_from_annotation: t.change.is_some_and(|c| c.from_trigger_annotation),
+        t0_received: t.change.map(|c| c.received),
+        t0_trigger: t.change.and_then(|c| c.trigger()),
+        t0_correction: t.change.and_then(|c| c.corrected).map(|c| c.to_string()),
         last_wrong: t.last_wrong,
         converged_by: t.converged_by,
         window_lower_s: t.window_lower().map(|d| d.as_secs_f64()),
@@ -242,6 +258,9 @@ pub fn summarize(stale: &[WindowRow], missing: &[WindowRow]) -> Summary {
         }
         if matches!(r.verdict, Verdict::Stuck | Verdict::Pending) {
             s.stuck_or_unconverged += 1;
+        }
+        if r.t0_correction.is_some() {
+            s.t0_corrected += 1;
         }
     }
     for r in stale {

@@ -79,6 +79,8 @@ impl ChangeMemory {
             self.changes.push(ChangeRow {
                 at: at.t0,
                 received: at.received,
+                trigger: at.trigger(),
+                t0_correction: at.corrected.map(|c| c.to_string()),
                 service: service.to_string(),
                 added: added.to_vec(),
                 removed: removed.to_vec(),

@@ -102,6 +102,7 @@ fn change(t: Time) -> ChangeTime {
         t0: t,
         received: t + Duration::from_millis(3),
         from_trigger_annotation: true,
+        corrected: None,
     }
 }
 

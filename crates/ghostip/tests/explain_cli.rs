@@ -69,6 +69,7 @@ fn change(s: f64) -> ChangeTime {
         t0: t(s),
         received: t(s + 0.05),
         from_trigger_annotation: true,
+        corrected: None,
     }
 }
 

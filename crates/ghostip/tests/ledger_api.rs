@@ -501,6 +501,7 @@ fn memberships_record_joins_state_changes_and_leaves() {
         t0: t(n),
         received: t(n) + Duration::from_millis(20),
         from_trigger_annotation: true,
+        corrected: None,
     };
     l.sync_memberships(
         &s,
@@ -724,6 +725,8 @@ fn finding(path: &str, t0: i64) -> FindingRecord {
         target: Target::ip(ip("10.0.0.7")),
         t0: t(t0),
         received: t(t0) + Duration::from_millis(40),
+        trigger: Some(t(t0)),
+        t0_correction: None,
         last_seen: Some(t(t0 + 28)),
         converged_by: None,
         window: None,
@@ -757,6 +760,14 @@ fn findings_are_upserted_per_path_service_target_and_t0() {
     assert_eq!(json["kind"], "stale");
     let back: FindingRecord = serde_json::from_value(json).unwrap();
     assert_eq!(back, f);
+    // A window measured from the receive time keeps the trigger time it did not take.
+    let mut c = finding("dns-pod/c", 700);
+    c.t0 = c.received;
+    c.trigger = Some(t(665));
+    c.t0_correction = Some("far-before-received".into());
+    l.record_finding(&c).unwrap();
+    let back = l.findings_since(t(700)).unwrap();
+    assert_eq!(back, vec![c]);
 }
 
 #[test]

@@ -269,6 +269,7 @@ fn truth_gaps_never_produce_staleness() {
             t0: t(4_000),
             received: t(5_000),
             from_trigger_annotation: true,
+            corrected: None,
         },
     );
     e.observe(&obs(p, t(6_000), &[(ip(3), 30)]));

@@ -170,7 +170,7 @@ impl Pipeline {
                     let mut actions = self.session.on_truth(&r);
                     let changes = std::mem::take(&mut actions.changes);
                     let events = actions.events.clone();
-                    self.ledger_truth(&r).await;
+                    self.ledger_truth(&r, &changes).await;
                     self.act(actions).await;
                     self.send_probe_commands().await;
                     Step::Truth { received: Box::new(r), changes, events }
@@ -264,7 +264,9 @@ impl Pipeline {
         });
     }
 
-    async fn ledger_truth(&self, r: &Received) {
+    /// Writes a truth event's pods and endpoint memberships to the ledger; a slice's changes
+    /// carry the change time the truth gave them (its bounded trigger time).
+    async fn ledger_truth(&self, r: &Received, changes: &[ServiceChange]) {
         let Some(l) = &self.ledger else { return };
         let op = match &r.event {
             TruthEvent::InitApply(TruthObject::Pod(p)) | TruthEvent::Apply(TruthObject::Pod(p)) => {
@@ -288,11 +290,10 @@ impl Pipeline {
                     .slices_of(&key)
                     .flat_map(|s| s.endpoints.iter().map(|e| s.record(e)))
                     .collect();
-                let at = ghostip_core::ChangeTime {
-                    t0: s.trigger_time.unwrap_or(r.at),
-                    received: r.at,
-                    from_trigger_annotation: s.trigger_time.is_some(),
-                };
+                let at = changes
+                    .iter()
+                    .find(|c| c.service == key)
+                    .map_or_else(|| ghostip_core::ChangeTime::received_at(r.at), |c| c.at);
                 LedgerOp::SyncMemberships {
                     service: key,
                     endpoints,
@@ -354,6 +355,10 @@ impl Pipeline {
             target: t.target,
             t0: change.map_or(t.opened, |c| c.t0),
             received: change.map_or(t.opened, |c| c.received),
+            trigger: change.and_then(|c| c.trigger()),
+            t0_correction: change
+                .and_then(|c| c.corrected)
+                .map(|c| c.reason.label().to_string()),
             last_seen: t.last_wrong,
             converged_by: t.converged_by,
             window: t.window_upper(),

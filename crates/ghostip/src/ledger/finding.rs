@@ -63,6 +63,13 @@ pub struct FindingRecord {
     pub t0: Time,
     /// When ghostip received the change.
     pub received: Time,
+    /// The trigger-time annotation of the change, taken as t0 or not.
+    #[serde(default)]
+    pub trigger: Option<Time>,
+    /// Why the trigger time was not taken as t0 (`before-last-seen`, `far-before-received`,
+    /// `after-received`): t0 is then `received`.
+    #[serde(default)]
+    pub t0_correction: Option<String>,
     /// Last observation at which the path was still wrong.
     pub last_seen: Option<Time>,
     /// First observation after which the path was right.
@@ -114,7 +121,7 @@ mod opt_secs {
 
 const COLS: &str = "kind, layer, path_id, path_kind, svc_namespace, svc_name, target_ip, target_port, t0_ns, \
                     received_ns, last_seen_ns, converged_by_ns, window_ns, expected_lag_ns, verdict, exposure_ns, \
-                    former_pod_namespace, former_pod_name, former_pod_uid";
+                    former_pod_namespace, former_pod_name, former_pod_uid, trigger_ns, t0_correction";
 
 /// Stores a finding, or updates the one with the same (path, service, target, t0). Returns its id.
 pub(crate) fn record(conn: &Connection, f: &FindingRecord) -> Result<i64, Inner> {
@@ -126,14 +133,15 @@ pub(crate) fn record(conn: &Connection, f: &FindingRecord) -> Result<i64, Inner>
     let id = conn
         .prepare_cached(&format!(
             "INSERT INTO findings (target, {COLS}) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22) \
              ON CONFLICT (path_id, svc_namespace, svc_name, target, t0_ns) DO UPDATE SET \
              kind = excluded.kind, layer = excluded.layer, path_kind = excluded.path_kind, \
              received_ns = excluded.received_ns, last_seen_ns = excluded.last_seen_ns, \
              converged_by_ns = excluded.converged_by_ns, window_ns = excluded.window_ns, \
              expected_lag_ns = excluded.expected_lag_ns, verdict = excluded.verdict, \
              exposure_ns = excluded.exposure_ns, former_pod_namespace = excluded.former_pod_namespace, \
-             former_pod_name = excluded.former_pod_name, former_pod_uid = excluded.former_pod_uid \
+             former_pod_name = excluded.former_pod_name, former_pod_uid = excluded.former_pod_uid, \
+             trigger_ns = excluded.trigger_ns, t0_correction = excluded.t0_correction \
              RETURNING id"
         ))?
         .query_row(
@@ -158,6 +166,8 @@ pub(crate) fn record(conn: &Connection, f: &FindingRecord) -> Result<i64, Inner>
                 pod.map(|p| &p.namespace),
                 pod.map(|p| &p.name),
                 pod.map(|p| &p.uid),
+                opt_to_ns(f.trigger)?,
+                f.t0_correction,
             ],
             |r| r.get(0),
         )?;
@@ -186,6 +196,7 @@ type RawFinding = (
         Option<i64>,
     ),
     (Option<String>, Option<String>, Option<String>),
+    (Option<i64>, Option<String>),
 );
 
 fn raw(r: &Row<'_>) -> rusqlite::Result<RawFinding> {
@@ -211,11 +222,13 @@ fn raw(r: &Row<'_>) -> rusqlite::Result<RawFinding> {
             r.get(15)?,
         ),
         (r.get(16)?, r.get(17)?, r.get(18)?),
+        (r.get(19)?, r.get(20)?),
     ))
 }
 
 fn into_record(raw: RawFinding) -> Result<FindingRecord, Inner> {
-    let ((kind, layer, path_id, path_kind, svc_ns, svc_name, ip, port), times, pod) = raw;
+    let ((kind, layer, path_id, path_kind, svc_ns, svc_name, ip, port), times, pod, t0) = raw;
+    let (trigger, t0_correction) = t0;
     let (t0, received, last_seen, converged_by, window, expected_lag, verdict, exposure) = times;
     let layer = serde_json::from_value(serde_json::Value::String(layer.clone()))
         .map_err(|_| Inner::InvalidData(format!("finding layer {layer:?}")))?;
@@ -232,6 +245,8 @@ fn into_record(raw: RawFinding) -> Result<FindingRecord, Inner> {
         target: Target { ip, port },
         t0: from_ns(t0)?,
         received: from_ns(received)?,
+        trigger: opt_from_ns(trigger)?,
+        t0_correction,
         last_seen: opt_from_ns(last_seen)?,
         converged_by: opt_from_ns(converged_by)?,
         window: window.map(ns_duration),
@@ -313,4 +328,47 @@ pub(crate) fn gaps(conn: &Connection, from: Time, to: Time) -> Result<Vec<TruthG
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::ledger::schema::{MIGRATIONS, check_and_migrate};
+
+    /// A finding written by a binary of schema 1 reads back after the migration, without a
+    /// trigger time; new findings keep theirs.
+    #[test]
+    fn findings_of_schema_1_read_back_after_the_migration() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        let mut conn = Connection::open(&path).unwrap();
+        assert_eq!(
+            check_and_migrate(&mut conn, &path, &MIGRATIONS[..1]).unwrap(),
+            1
+        );
+        conn.execute(
+            "INSERT INTO findings (kind, layer, path_id, path_kind, svc_namespace, svc_name, target, \
+             target_ip, t0_ns, received_ns, verdict) VALUES ('stale', 'dns', 'dns-pod/a', 'dns-pod', \
+             'demo', 'web', '10.0.0.7', '10.0.0.7', 1000, 2000, 'within expected lag')",
+            [],
+        )
+        .unwrap();
+        assert_eq!(check_and_migrate(&mut conn, &path, MIGRATIONS).unwrap(), 2);
+        let old = since(&conn, from_ns(0).unwrap()).unwrap();
+        assert_eq!(old.len(), 1);
+        assert_eq!(
+            (old[0].trigger, old[0].t0_correction.as_deref()),
+            (None, None)
+        );
+        let mut f = old[0].clone();
+        f.t0 = from_ns(5_000_000_000).unwrap();
+        f.received = f.t0;
+        f.trigger = Some(from_ns(1_000_000_000).unwrap());
+        f.t0_correction = Some("before-last-seen".into());
+        record(&conn, &f).unwrap();
+        let all = since(&conn, from_ns(0).unwrap()).unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[1], f);
+    }
 }

@@ -14,7 +14,7 @@ use super::error::{LedgerError, sql_error};
 pub const APPLICATION_ID: i64 = 0x6768_6970;
 
 /// The schema version this binary writes (the last migration).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// One schema migration.
 #[derive(Clone, Copy, Debug)]
@@ -29,11 +29,18 @@ pub(crate) struct Migration {
 }
 
 /// Every migration, oldest first. Never edit a released one: append a new one.
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial schema",
-    sql: V1,
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial schema",
+        sql: V1,
+    },
+    Migration {
+        version: 2,
+        name: "findings keep the trigger time and why it was not t0",
+        sql: V2,
+    },
+];
 
 /// Times are INTEGER unix nanoseconds (`*_ns`); IPs are canonical text (`IpAddr` display,
 /// IPv4-mapped IPv6 folded to IPv4); booleans are 0/1.
@@ -162,6 +169,13 @@ CREATE TABLE truth_gaps (
     CHECK (end_ns IS NULL OR end_ns >= start_ns)
 );
 CREATE INDEX truth_gaps_start ON truth_gaps (start_ns);
+"#;
+
+/// A finding's t0 is the receive time when the trigger-time annotation was implausible
+/// (ChangeTime::bounded): the annotation is kept beside it, with the reason.
+const V2: &str = r#"
+ALTER TABLE findings ADD COLUMN trigger_ns INTEGER;      -- the trigger-time annotation, taken as t0 or not
+ALTER TABLE findings ADD COLUMN t0_correction TEXT;      -- why it was not t0: before-last-seen | far-before-received | after-received
 "#;
 
 /// Connection-scoped state: which relists are running and what they have seen.

@@ -20,6 +20,17 @@ fn clock(t: Option<Time>) -> String {
     )
 }
 
+/// t0 of a window, marked `*` when it is the receive time that replaced an implausible
+/// trigger time.
+fn left_at(w: &WindowRow) -> String {
+    let at = clock(w.t0);
+    if w.t0_correction.is_some() {
+        format!("{at}*")
+    } else {
+        at
+    }
+}
+
 /// Renders the report as text tables.
 pub fn render_table(r: &Report) -> String {
     let mut out = String::new();
@@ -82,7 +93,7 @@ pub fn render_table(r: &Report) -> String {
                 w.path_description.clone(),
                 w.target.clone(),
                 w.pod.clone().unwrap_or_else(|| "-".into()),
-                clock(w.t0),
+                left_at(w),
                 clock(w.last_wrong),
                 match (w.window_lower_s, w.window_upper_s) {
                     (Some(lo), Some(hi)) => format!("{lo:.2}–{hi:.2}s"),
@@ -117,7 +128,7 @@ pub fn render_table(r: &Report) -> String {
                 w.path_description.clone(),
                 w.target.clone(),
                 w.pod.clone().unwrap_or_else(|| "-".into()),
-                clock(w.t0),
+                left_at(w),
                 clock(w.converged_by),
                 secs(w.window_upper_s),
                 w.verdict.label().to_string(),
@@ -126,6 +137,18 @@ pub fn render_table(r: &Report) -> String {
         let _ = writeln!(
             out,
             "\nAdded endpoints not yet served (missing windows)\n{t}"
+        );
+    }
+    let corrected: std::collections::BTreeSet<&str> = r
+        .stale
+        .iter()
+        .chain(&r.missing)
+        .filter_map(|w| w.t0_correction.as_deref())
+        .collect();
+    for c in corrected {
+        let _ = writeln!(
+            out,
+            "* t0 is when ghostip received the change: {c}; the window is measured from what ghostip observed."
         );
     }
     let s = &r.summary;
