@@ -11,8 +11,13 @@
 //! - Each observation of a path updates its trackings: a stale target still held moves
 //!   `last_wrong`; the first observation without it sets `converged_by`. A target that
 //!   reappears (a flapping path) clears `converged_by` again.
+//! - A tracking whose path still held the target at an observation later than the
+//!   expected lag (plus the tolerance) after t0 is **over expected lag** from then on,
+//!   open or not ([`EngineEvent::OverExpectedLag`]).
 //! - A tracking is final once it stayed converged for `settle`; its verdict compares
-//!   the window with the path's expected lag.
+//!   the window with the path's expected lag: the path let go between the last
+//!   observation that still held the target and the first that did not, and the window
+//!   is judged at the middle of those bounds. A path never seen wrong after t0 is within.
 //! - Nothing is judged before the truth synced, and nothing across a truth gap: a
 //!   tracking that overlaps a gap is reported as unjudged.
 //! - A path whose observations fail says nothing about staleness; failures are counted.
@@ -213,6 +218,30 @@ impl Tracking {
             .map(|c| non_negative(c.duration_since(self.start())))
     }
 
+    /// Whether an observation later than the expected lag plus `tolerance` after t0 still
+    /// found the path wrong (the window's lower bound is past it). Nothing is judged across
+    /// a truth gap.
+    pub fn past_expected_lag(&self, tolerance: Duration) -> bool {
+        !self.gap
+            && self.last_wrong.is_some()
+            && self.window_lower().unwrap_or_default() > self.expected_lag + tolerance
+    }
+
+    /// The window a verdict judges: the middle of its bounds (the path let go between the
+    /// last observation that still held the target and the first that did not). Zero when
+    /// no observation after t0 found the path wrong; the lower bound while it has not
+    /// converged.
+    pub fn judged_window(&self) -> Duration {
+        let lower = self.window_lower().unwrap_or_default();
+        if self.last_wrong.is_none() {
+            return Duration::ZERO;
+        }
+        match self.window_upper() {
+            Some(upper) if upper > lower => lower + (upper - lower) / 2,
+            _ => lower,
+        }
+    }
+
     /// The part of the window during which the target was dead.
     pub fn exposure(&self, death: Option<Death>) -> Option<Exposure> {
         let death = death?;
@@ -247,6 +276,9 @@ pub enum EngineEvent {
     Converging(Tracking),
     /// A target came back on a path that had dropped it.
     Reappeared(Tracking),
+    /// An observation later than the path's expected lag (plus the tolerance) after t0 still
+    /// found the path wrong: the tracking is over its expected lag from now on.
+    OverExpectedLag(Tracking),
     /// A tracking was declared stuck.
     Stuck(Tracking),
     /// A tracking reached its final verdict.
@@ -419,9 +451,8 @@ impl Engine {
         let mut events = Vec::new();
         for k in keys {
             if let Some(mut t) = self.remove_open(&k) {
-                if t.converged_by.is_none() {
+                if t.converged_by.is_none() && t.verdict != Verdict::OverExpectedLag {
                     t.verdict = Verdict::Unjudged(Unjudged::PathRemoved);
-                    t.converged_by = None;
                 } else {
                     t.verdict = self.judge(&t);
                 }
@@ -663,7 +694,9 @@ impl Engine {
         events: &mut Vec<EngineEvent>,
     ) {
         if let Some(mut t) = self.remove_open(&(path, sid, target, kind)) {
-            t.verdict = Verdict::Unjudged(why);
+            if t.verdict != Verdict::OverExpectedLag {
+                t.verdict = Verdict::Unjudged(why);
+            }
             events.push(EngineEvent::Closed(t.clone()));
             self.push_closed(t);
         }
@@ -904,12 +937,18 @@ impl Engine {
         events
     }
 
-    /// Advances time: closes trackings that stayed converged for `settle`, declares stuck ones.
+    /// Advances time: marks trackings past their expected lag, closes trackings that stayed
+    /// converged for `settle`, declares stuck ones.
     pub fn tick(&mut self, now: Time) -> Vec<EngineEvent> {
         self.forget_old_changes(now);
         let mut events = Vec::new();
         let mut to_close = Vec::new();
+        let tolerance = self.cfg.tolerance;
         for (k, t) in self.open.iter_mut() {
+            if t.verdict == Verdict::Pending && t.past_expected_lag(tolerance) {
+                t.verdict = Verdict::OverExpectedLag;
+                events.push(EngineEvent::OverExpectedLag(t.clone()));
+            }
             if let Some(c) = t.converged_by {
                 if now.duration_since(c)
                     >= jiff::SignedDuration::try_from(self.cfg.settle).unwrap_or_default()
@@ -996,14 +1035,17 @@ impl Engine {
     }
 
     fn judge(&self, t: &Tracking) -> Verdict {
+        // Over its expected lag once is over for good (what was published stays true).
+        if t.verdict == Verdict::OverExpectedLag {
+            return Verdict::OverExpectedLag;
+        }
         if t.gap {
             return Verdict::Unjudged(Unjudged::TruthGap);
         }
         if t.was_stuck {
             return Verdict::Stuck;
         }
-        let lower = t.window_lower().unwrap_or_default();
-        if lower <= t.expected_lag + self.cfg.tolerance {
+        if t.judged_window() <= t.expected_lag + self.cfg.tolerance {
             Verdict::WithinExpectedLag
         } else {
             Verdict::OverExpectedLag

@@ -74,6 +74,8 @@ pub struct Metrics {
     pub stale_window: Family<WindowLabels, Histogram, fn() -> Histogram>,
     /// `ghostip_stale_endpoints`.
     pub stale_endpoints: Family<StaleLabels, Gauge>,
+    /// `ghostip_over_lag_endpoints`.
+    pub over_lag_endpoints: Family<StaleLabels, Gauge>,
     /// `ghostip_stuck_paths`.
     pub stuck_paths: Family<StuckLabels, Gauge>,
     /// `ghostip_probe_queries_total`.
@@ -108,6 +110,12 @@ impl Metrics {
             "Endpoints a path serves now although they left the truth",
             stale_endpoints.clone(),
         );
+        let over_lag_endpoints = Family::<StaleLabels, Gauge>::default();
+        registry.register(
+            "ghostip_over_lag_endpoints",
+            "Stale or missing endpoints a path has held wrong longer than its expected lag, not converged yet",
+            over_lag_endpoints.clone(),
+        );
         let stuck_paths = Family::<StuckLabels, Gauge>::default();
         registry.register(
             "ghostip_stuck_paths",
@@ -136,6 +144,7 @@ impl Metrics {
             registry,
             stale_window,
             stale_endpoints,
+            over_lag_endpoints,
             stuck_paths,
             probe_queries,
             probe_errors,
@@ -211,6 +220,13 @@ mod tests {
                 node: String::new(),
             })
             .set(2);
+        m.over_lag_endpoints
+            .get_or_create(&StaleLabels {
+                layer: "datapath".into(),
+                path_kind: "iptables".into(),
+                node: "node-2".into(),
+            })
+            .set(1);
         m.stuck_paths
             .get_or_create(&StuckLabels {
                 layer: "dns".into(),
@@ -231,6 +247,7 @@ mod tests {
             "ghostip_probe_queries_total{path_kind=\"dns-pod\"} 1",
             "ghostip_probe_errors_total{path_kind=\"dns-pod\",reason=\"timeout\"} 1",
             "ghostip_stale_endpoints{layer=\"dns\",path_kind=\"dns-pod\",node=\"\"} 2",
+            "ghostip_over_lag_endpoints{layer=\"datapath\",path_kind=\"iptables\",node=\"node-2\"} 1",
             "ghostip_stuck_paths{layer=\"dns\",node=\"\"} 0",
             "ghostip_stale_window_seconds_bucket{",
         ] {

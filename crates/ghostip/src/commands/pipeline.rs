@@ -305,7 +305,8 @@ impl Pipeline {
         let _ = l.send(op).await;
     }
 
-    /// Sends engine events to the metrics and, for closed and stuck trackings, to the ledger.
+    /// Sends engine events to the metrics and, for closed, stuck and over-lag trackings, to
+    /// the ledger (an open tracking's finding is updated when it closes).
     pub async fn engine_events(&mut self, events: Vec<EngineEvent>) {
         self.events_seen += events.len() as u64;
         for ev in events {
@@ -313,9 +314,14 @@ impl Pipeline {
                 let engine = &self.session.engine;
                 m.observe_event(&ev, |t| engine.path(t.path).map(|p| (p.layer(), p.kind)));
             }
-            let (EngineEvent::Closed(t) | EngineEvent::Stuck(t)) = &ev else {
+            let (EngineEvent::Closed(t) | EngineEvent::Stuck(t) | EngineEvent::OverExpectedLag(t)) =
+                &ev
+            else {
                 continue;
             };
+            if let EngineEvent::OverExpectedLag(t) = &ev {
+                log_over_lag(&self.session, t);
+            }
             if matches!(t.verdict, Verdict::Unjudged(_)) && t.kind == Discrepancy::Missing {
                 continue;
             }
@@ -398,6 +404,13 @@ impl Pipeline {
         self.reported = snap;
         let engine = &self.session.engine;
         let stale = engine.stale_now();
+        let mut over_lag: std::collections::HashMap<ghostip_core::PathIdx, i64> =
+            Default::default();
+        for t in engine.open_trackings() {
+            if t.verdict == Verdict::OverExpectedLag && t.converged_by.is_none() {
+                *over_lag.entry(t.path).or_default() += 1;
+            }
+        }
         let mut stuck_by_node: std::collections::BTreeMap<(Layer, String), i64> =
             Default::default();
         for (idx, info) in engine.paths() {
@@ -409,6 +422,13 @@ impl Pipeline {
                     node: node.clone(),
                 })
                 .set(stale.get(&idx).copied().unwrap_or(0) as i64);
+            m.over_lag_endpoints
+                .get_or_create(&StaleLabels {
+                    layer: info.layer().to_string(),
+                    path_kind: info.kind.to_string(),
+                    node: node.clone(),
+                })
+                .set(over_lag.get(&idx).copied().unwrap_or(0));
             let stuck = engine
                 .open_trackings()
                 .any(|t| t.path == idx && t.was_stuck && t.converged_by.is_none());
@@ -441,4 +461,25 @@ impl Pipeline {
         self.cancel.cancel();
         self.connect_tasks.abort_all();
     }
+}
+
+/// A warning for a tracking that went past its path's expected lag while still open: the
+/// layer misbehaves now, not only when (if) it converges.
+fn log_over_lag(session: &Session, t: &Tracking) {
+    let Some(path) = session.engine.path(t.path) else {
+        return;
+    };
+    let since = t.change.map_or(t.opened, |c| c.t0);
+    tracing::warn!(
+        path = %path.id,
+        layer = %path.layer(),
+        service = %t.service,
+        target = %t.target,
+        kind = ?t.kind,
+        since = %since,
+        expected_lag_s = t.expected_lag.as_secs_f64(),
+        last_seen = ?t.last_wrong,
+        former_pod = session.former_pod(t.target.ip).unwrap_or_default(),
+        "still serving past its expected lag"
+    );
 }

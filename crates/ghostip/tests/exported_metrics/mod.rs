@@ -56,6 +56,13 @@ fn fixed_metrics() -> Series {
             node: s(),
         })
         .set(1);
+    m.over_lag_endpoints
+        .get_or_create(&StaleLabels {
+            layer: s(),
+            path_kind: s(),
+            node: s(),
+        })
+        .set(1);
     m.stuck_paths
         .get_or_create(&StuckLabels {
             layer: s(),

@@ -30,7 +30,7 @@ use anyhow::Context as _;
 use axum::Router;
 use axum::routing::get;
 use futures::StreamExt;
-use ghostip_core::engine::{Discrepancy, EngineEvent};
+use ghostip_core::engine::{Discrepancy, EngineEvent, Verdict};
 use ghostip_core::{PathIdx, ServiceKey, Target, Time};
 use ghostip_session::layers::dns::DnsModel;
 use ghostip_session::{ServiceFilter, Session};
@@ -51,9 +51,9 @@ use dns_health::DnsHealthCheck;
 use metrics::AgentMetrics;
 use status::{AgentStatus, Line, Printer, SharedStatus, emit_events, lock, status_handler, view};
 
-/// Open trackings by identity, with whether each was stuck, to report what the engine
-/// changed on its own tick.
-type OpenSet = BTreeMap<(PathIdx, ServiceKey, Target, Discrepancy), bool>;
+/// Open trackings by identity, with whether each was stuck and over its expected lag, to
+/// report what the engine changed on its own tick.
+type OpenSet = BTreeMap<(PathIdx, ServiceKey, Target, Discrepancy), (bool, bool)>;
 
 pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outcome> {
     validate(&args)?;
@@ -263,14 +263,29 @@ fn report_open(p: &Pipeline, printer: &Printer, status: &SharedStatus, open_befo
     let open = engine.open_trackings().filter_map(|t| view(p, t)).collect();
     let mut now_open = OpenSet::new();
     for t in engine.open_trackings() {
-        now_open.insert((t.path, t.service.clone(), t.target, t.kind), t.was_stuck);
+        let over = t.verdict == Verdict::OverExpectedLag;
+        now_open.insert(
+            (t.path, t.service.clone(), t.target, t.kind),
+            (t.was_stuck, over),
+        );
     }
-    for (key, was_stuck) in &now_open {
-        if *was_stuck
-            && open_before.get(key) == Some(&false)
-            && let Some(t) = engine
+    for (key, (was_stuck, over)) in &now_open {
+        let (stuck_before, over_before) = open_before.get(key).copied().unwrap_or_default();
+        let find = || {
+            engine
                 .open_trackings()
                 .find(|t| (t.path, &t.service, t.target, t.kind) == (key.0, &key.1, key.2, key.3))
+        };
+        if *over
+            && !over_before
+            && let Some(t) = find()
+        {
+            emit_events(printer, p, &[EngineEvent::OverExpectedLag(t.clone())]);
+        }
+        if *was_stuck
+            && open_before.contains_key(key)
+            && !stuck_before
+            && let Some(t) = find()
         {
             emit_events(printer, p, &[EngineEvent::Stuck(t.clone())]);
         }

@@ -32,6 +32,11 @@ pub(super) struct TrackingView {
     pub window_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub former_pod: Option<String>,
+    /// The path's expected lag: past it, the verdict is `over expected lag` at once.
+    pub expected_lag_s: f64,
+    /// Why `since` is the receive time rather than the slice's trigger time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub t0_correction: Option<String>,
 }
 
 /// The last read.
@@ -160,6 +165,8 @@ pub(super) fn view(p: &Pipeline, t: &Tracking) -> Option<TrackingView> {
         converged_by: t.converged_by,
         window_s: t.window_upper().map(|d| d.as_secs_f64()),
         former_pod: p.session.former_pod(t.target.ip),
+        expected_lag_s: t.expected_lag.as_secs_f64(),
+        t0_correction: t.change.and_then(|c| c.corrected).map(|c| c.to_string()),
     })
 }
 
@@ -171,6 +178,7 @@ pub(super) fn emit_events(printer: &Printer, p: &Pipeline, events: &[EngineEvent
             EngineEvent::Opened(t) => ("opened", t),
             EngineEvent::Converging(t) => ("converging", t),
             EngineEvent::Reappeared(t) => ("reappeared", t),
+            EngineEvent::OverExpectedLag(t) => ("over-lag", t),
             EngineEvent::Stuck(t) => ("stuck", t),
             EngineEvent::Closed(t) => ("closed", t),
         };
