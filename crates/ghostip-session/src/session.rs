@@ -237,13 +237,17 @@ impl Session {
                     .or_insert_with(|| (pod.clone(), r.at));
             }
         }
-        let transition = self.sync.observe(r);
-        if let Some(SyncTransition::GapStarted { at, .. }) = &transition {
+        let transitions = self.sync.observe(r);
+        if let Some(SyncTransition::GapStarted { at, .. }) = transitions
+            .iter()
+            .find(|t| matches!(t, SyncTransition::GapStarted { .. }))
+        {
             self.engine.truth_gap(*at);
         }
-        let first_sync = matches!(transition, Some(SyncTransition::GapEnded { .. }))
-            && self.sync.truth_synced()
-            && !self.synced_once;
+        let gap_ended = transitions
+            .iter()
+            .any(|t| matches!(t, SyncTransition::GapEnded { .. }));
+        let first_sync = gap_ended && self.sync.truth_synced() && !self.synced_once;
         if first_sync {
             self.synced_once = true;
             tracing::info!(
@@ -254,12 +258,10 @@ impl Session {
             );
         }
         self.for_each_layer(&mut actions, |layer, cx| layer.on_truth(cx, r, &changes));
-        if matches!(transition, Some(SyncTransition::GapEnded { .. })) && self.sync.truth_synced() {
+        if gap_ended && self.sync.truth_synced() {
             self.engine.truth_synced(r.at);
         }
-        if let Some(t) = transition {
-            actions.sync.push(t);
-        }
+        actions.sync.extend(transitions);
         actions.changes = changes;
         actions
     }

@@ -108,27 +108,54 @@ impl SyncState {
         Self { kinds }
     }
 
-    /// Updates the status from an event; returns the transition when a gap starts or ends.
+    /// Updates the status from an event; returns the transitions of the watches whose gap
+    /// starts or ends (one, or every synced watch when the API server is unreachable).
     /// Events of watches not given to [`SyncState::new`] register them.
-    pub fn observe(&mut self, ev: &Received) -> Option<SyncTransition> {
+    pub fn observe(&mut self, ev: &Received) -> Vec<SyncTransition> {
         match &ev.event {
+            TruthEvent::ApiUnreachable { error } => {
+                let mut started = Vec::new();
+                for (kind, status) in &mut self.kinds {
+                    match status {
+                        SyncStatus::Synced { .. } => {
+                            *status = SyncStatus::Unsynced {
+                                since: ev.at,
+                                error: Some(error.clone()),
+                            };
+                            started.push(SyncTransition::GapStarted {
+                                kind: kind.clone(),
+                                at: ev.at,
+                                error: error.clone(),
+                            });
+                        }
+                        SyncStatus::Unsynced { error: last, .. } => *last = Some(error.clone()),
+                    }
+                }
+                started
+            }
+            other => self.observe_one(other, ev.at).into_iter().collect(),
+        }
+    }
+
+    fn observe_one(&mut self, event: &TruthEvent, at: Time) -> Option<SyncTransition> {
+        match event {
             TruthEvent::WatchFailed { kind, error } => {
                 let status = self
                     .kinds
                     .entry(kind.clone())
                     .or_insert(SyncStatus::Unsynced {
-                        since: ev.at,
+                        since: at,
                         error: None,
                     });
                 match status {
                     SyncStatus::Synced { .. } => {
                         *status = SyncStatus::Unsynced {
-                            since: ev.at,
+                            since: at,
                             error: Some(error.clone()),
                         };
                         Some(SyncTransition::GapStarted {
                             kind: kind.clone(),
-                            at: ev.at,
+                            at: at,
                             error: error.clone(),
                         })
                     }
@@ -141,18 +168,18 @@ impl SyncState {
             TruthEvent::InitDone(kind) => {
                 let previous = self
                     .kinds
-                    .insert(kind.clone(), SyncStatus::Synced { since: ev.at });
+                    .insert(kind.clone(), SyncStatus::Synced { since: at });
                 match previous {
                     Some(SyncStatus::Synced { .. }) => None,
                     Some(SyncStatus::Unsynced { since, .. }) => Some(SyncTransition::GapEnded {
                         kind: kind.clone(),
                         since,
-                        at: ev.at,
+                        at: at,
                     }),
                     None => Some(SyncTransition::GapEnded {
                         kind: kind.clone(),
-                        since: ev.at,
-                        at: ev.at,
+                        since: at,
+                        at: at,
                     }),
                 }
             }
@@ -197,5 +224,78 @@ impl SyncState {
     /// All watches and their status.
     pub fn iter(&self) -> impl Iterator<Item = (&ResourceKind, &SyncStatus)> {
         self.kinds.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn t(s: i64) -> Time {
+        Time::from_second(1_800_000_000 + s).unwrap()
+    }
+
+    fn at(s: i64, event: TruthEvent) -> Received {
+        Received { at: t(s), event }
+    }
+
+    /// The API server stops answering its probe before any watch stream notices: every
+    /// synced watch is in a gap from then, and each one's relist ends its own gap.
+    #[test]
+    fn an_unreachable_api_server_starts_a_gap_for_every_watch_until_each_relists() {
+        let kinds = [
+            ResourceKind::EndpointSlices,
+            ResourceKind::Services,
+            ResourceKind::Pods,
+        ];
+        let mut s = SyncState::new(t(0), kinds.clone());
+        for k in &kinds {
+            s.observe(&at(1, TruthEvent::InitDone(k.clone())));
+        }
+        assert!(s.truth_synced() && s.all_synced());
+        let down = s.observe(&at(
+            10,
+            TruthEvent::ApiUnreachable {
+                error: "GET /readyz: connection refused".into(),
+            },
+        ));
+        assert_eq!(down.len(), 3);
+        assert!(
+            down.iter()
+                .all(|d| matches!(d, SyncTransition::GapStarted { at, .. } if *at == t(10)))
+        );
+        assert!(!s.truth_synced());
+        assert_eq!(s.truth_gap_since(), Some(t(10)));
+        // The streams fail later: the gap keeps its start.
+        let later = s.observe(&at(
+            21,
+            TruthEvent::WatchFailed {
+                kind: ResourceKind::EndpointSlices,
+                error: "stream closed".into(),
+            },
+        ));
+        assert!(later.is_empty());
+        assert!(s.observe(&at(22, TruthEvent::ApiReachable)).is_empty());
+        assert!(!s.truth_synced(), "a reachable API server is not a relist");
+        assert!(
+            s.observe(&at(
+                23,
+                TruthEvent::ApiUnreachable {
+                    error: "again".into()
+                }
+            ))
+            .is_empty()
+        );
+        let ended = s.observe(&at(30, TruthEvent::InitDone(ResourceKind::EndpointSlices)));
+        assert!(
+            matches!(ended.as_slice(), [SyncTransition::GapEnded { since, at, .. }] if *since == t(10) && *at == t(30))
+        );
+        assert!(!s.truth_synced());
+        s.observe(&at(31, TruthEvent::InitDone(ResourceKind::Services)));
+        assert!(s.truth_synced());
+        assert!(!s.all_synced());
+        s.observe(&at(32, TruthEvent::InitDone(ResourceKind::Pods)));
+        assert!(s.all_synced());
     }
 }

@@ -6,7 +6,8 @@
 //! Any object applied before but not listed in the `InitApply` events of a relist was
 //! deleted while the watch was down ([`crate::sync::apply_to_truth`] deletes it); the
 //! resource is synced from `InitDone` on. [`TruthEvent::WatchFailed`] starts a truth gap
-//! that the next `InitDone` ends.
+//! that the next `InitDone` ends; [`TruthEvent::ApiUnreachable`] (the API server stopped
+//! answering a liveness probe) starts one for every watch, each ended by its relist.
 
 use std::fmt;
 
@@ -149,6 +150,15 @@ pub enum TruthEvent {
         /// The error, as text.
         error: String,
     },
+    /// The API server stopped answering its liveness probe (`/readyz`), although the watch
+    /// streams may not have noticed yet: a truth gap starts for every watch, each ended by
+    /// the `InitDone` of its relist (the adapter restarts the watches).
+    ApiUnreachable {
+        /// The probe's error, as text.
+        error: String,
+    },
+    /// The API server answers its liveness probe again (the gap still ends with the relists).
+    ApiReachable,
 }
 
 impl TruthEvent {

@@ -103,6 +103,8 @@ fn short(ev: &TruthEvent) -> String {
         TruthEvent::Init(k) => format!("relist {k}"),
         TruthEvent::InitDone(k) => format!("synced {k}"),
         TruthEvent::WatchFailed { kind, .. } => format!("failed {kind}"),
+        TruthEvent::ApiUnreachable { .. } => "api unreachable".to_string(),
+        TruthEvent::ApiReachable => "api reachable".to_string(),
     }
 }
 
@@ -409,7 +411,7 @@ async fn corefile_changes_and_disappears() {
         TruthEvent::Apply(TruthObject::Corefile { text, .. }) if text.contains("cache 5")
     ));
     let mut sync = SyncState::new(t(-1), [ResourceKind::ConfigMap(r.clone())]);
-    let transitions: Vec<_> = events.iter().filter_map(|e| sync.observe(e)).collect();
+    let transitions: Vec<_> = events.iter().flat_map(|e| sync.observe(e)).collect();
     assert_eq!(transitions.len(), 3);
     assert!(sync.is_synced(&ResourceKind::ConfigMap(r)));
 }

@@ -20,13 +20,17 @@
 //! Any watch error yields [`TruthEvent::WatchFailed`] (a truth gap starts for that resource),
 //! drops the watch, waits a backoff ([`BackoffPolicy`]) and starts over with a fresh LIST, so a
 //! gap always ends with a complete relist and its [`TruthEvent::InitDone`]; deletions missed
-//! while the API was unreachable come out of that relist.
+//! while the API was unreachable come out of that relist. A liveness probe of `/readyz`
+//! ([`api_liveness`]) notices a dead API server within seconds, before the watch streams do:
+//! [`TruthEvent::ApiUnreachable`] starts the gap of every watch, and every watch relists.
 //!
 //! # RBAC
 //!
 //! list/watch `endpointslices.discovery.k8s.io`, `services`, `pods` (cluster-wide, or in the
 //! namespace given with `-n`); get/list/watch `configmaps` in `kube-system`, restricted to the
-//! Corefile ConfigMaps by name (the watches use a `metadata.name` field selector). Never Secrets.
+//! Corefile ConfigMaps by name (the watches use a `metadata.name` field selector); the
+//! non-resource URL `/readyz` (granted to every client by `system:public-info-viewer`).
+//! Never Secrets.
 
 mod client;
 pub mod convert;
@@ -44,6 +48,8 @@ pub use ghostip_session::truth_event::{
 };
 pub use snapshot::{Snapshot, snapshot};
 pub use watch::{
-    BackoffPolicy, TruthSource, WatchScope, corefile_events_from, events_from, watch_corefile,
-    watch_endpoint_slices, watch_pods, watch_pods_selected, watch_services, watch_truth,
+    BackoffPolicy, LivenessProbe, RelistSignal, RelistTrigger, TruthSource, WatchScope,
+    api_liveness, corefile_events_from, events_from, relist_signal, relisting_events_from,
+    watch_corefile, watch_endpoint_slices, watch_pods, watch_pods_selected, watch_services,
+    watch_truth,
 };

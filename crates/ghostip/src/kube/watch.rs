@@ -8,6 +8,13 @@
 //! On any watcher error the stream emits [`TruthEvent::WatchFailed`], drops the watch, sleeps
 //! the next backoff delay and starts a new watch, whose first step is a full LIST. A watch
 //! stream that ends is restarted the same way, without a gap: the new LIST covers it.
+//!
+//! A watch stream notices a dead API server only when its connection fails, which can take
+//! many seconds (a stopped server's streams closed 11 s later in the lab). [`watch_truth`]
+//! therefore also probes `GET /readyz` ([`api_liveness`], every second, bounded by a short
+//! timeout): after two failed probes in a row it emits [`TruthEvent::ApiUnreachable`] (a
+//! truth gap for every watch from then) and makes every watch drop its stream and relist
+//! ([`RelistSignal`]), so the gap ends with a complete relist once the server answers.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -22,6 +29,7 @@ use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, DefaultBackoff, Event};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use tokio::sync::watch as signal;
 use tracing::{debug, warn};
 
 use ghostip_core::model::{PodRef, ServiceKey};
@@ -89,6 +97,68 @@ impl Backoff for CappedBackoff {
     }
 }
 
+/// The API server's liveness probe ([`api_liveness`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LivenessProbe {
+    /// Time between the starts of two probes.
+    pub interval: Duration,
+    /// A probe without an answer within this long failed.
+    pub timeout: Duration,
+    /// Failed probes in a row after which the API server is unreachable.
+    pub failures: u32,
+}
+
+impl Default for LivenessProbe {
+    /// `GET /readyz` every second, failed after 1 s, unreachable after two failures: a
+    /// stopped API server (`/readyz` fails at once while it shuts down) is noticed within
+    /// about 2 s, one that hangs within about 4 s.
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            failures: 2,
+        }
+    }
+}
+
+/// Makes the watches built with it drop their stream and start over with a LIST.
+#[derive(Clone, Debug)]
+pub struct RelistSignal(signal::Receiver<u64>);
+
+/// Sends a [`RelistSignal`].
+#[derive(Debug)]
+pub struct RelistTrigger(signal::Sender<u64>);
+
+impl RelistTrigger {
+    /// Every watch of the signal drops its stream and relists.
+    pub fn relist(&self) {
+        self.0.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// A new relist trigger and the signal watches listen to.
+pub fn relist_signal() -> (RelistTrigger, RelistSignal) {
+    let (tx, rx) = signal::channel(0);
+    (RelistTrigger(tx), RelistSignal(rx))
+}
+
+impl RelistSignal {
+    /// `s`, ended at the next relist signal sent after this call.
+    fn until_next<S: Stream + Send + 'static>(
+        &self,
+        s: S,
+    ) -> impl Stream<Item = S::Item> + Send + use<S> {
+        let mut rx = self.0.clone();
+        rx.borrow_and_update();
+        s.take_until(async move {
+            // A dropped trigger never signals again.
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        })
+    }
+}
+
 /// What to watch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchScope {
@@ -102,6 +172,8 @@ pub struct WatchScope {
     pub corefiles: Vec<ConfigMapRef>,
     /// Restart delay after a failed watch.
     pub backoff: BackoffPolicy,
+    /// Probe the API server's liveness; `None`: only failed watch streams start gaps.
+    pub liveness: Option<LivenessProbe>,
 }
 
 impl Default for WatchScope {
@@ -112,6 +184,7 @@ impl Default for WatchScope {
             pods_on_node: None,
             corefiles: vec![ConfigMapRef::coredns(), ConfigMapRef::node_local_dns()],
             backoff: BackoffPolicy::default(),
+            liveness: Some(LivenessProbe::default()),
         }
     }
 }
@@ -302,7 +375,43 @@ where
     M: FnMut() -> S + Send + 'static,
     S: Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
 {
-    drive(K::KIND, make, translate::<K>, clock, backoff)
+    relisting_events_from(make, clock, backoff, None)
+}
+
+/// [`events_from`], whose watch also drops its stream and relists on `relist`.
+pub fn relisting_events_from<K, M, S>(
+    make: M,
+    clock: Arc<dyn Clock>,
+    backoff: BackoffPolicy,
+    relist: Option<RelistSignal>,
+) -> BoxStream<'static, Received>
+where
+    K: TruthSource,
+    M: FnMut() -> S + Send + 'static,
+    S: Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+{
+    drive(
+        K::KIND,
+        relisting(make, relist),
+        translate::<K>,
+        clock,
+        backoff,
+    )
+}
+
+/// `make`, whose streams end at the next relist signal (the driver then relists).
+fn relisting<M, S>(
+    mut make: M,
+    relist: Option<RelistSignal>,
+) -> impl FnMut() -> BoxStream<'static, S::Item> + Send + 'static
+where
+    M: FnMut() -> S + Send + 'static,
+    S: Stream + Send + 'static,
+{
+    move || match &relist {
+        Some(r) => r.until_next(make()).boxed(),
+        None => make().boxed(),
+    }
 }
 
 /// Timestamped events of one Corefile ConfigMap, from watcher streams made by `make`.
@@ -316,6 +425,22 @@ where
     M: FnMut() -> S + Send + 'static,
     S: Stream<Item = Result<Event<ConfigMap>, watcher::Error>> + Send + 'static,
 {
+    relisting_corefile_events_from(cm, make, clock, backoff, None)
+}
+
+/// [`corefile_events_from`], whose watch also drops its stream and relists on `relist`.
+fn relisting_corefile_events_from<M, S>(
+    cm: ConfigMapRef,
+    make: M,
+    clock: Arc<dyn Clock>,
+    backoff: BackoffPolicy,
+    relist: Option<RelistSignal>,
+) -> BoxStream<'static, Received>
+where
+    M: FnMut() -> S + Send + 'static,
+    S: Stream<Item = Result<Event<ConfigMap>, watcher::Error>> + Send + 'static,
+{
+    let make = relisting(make, relist);
     let mut t = CorefileTranslator {
         cm: cm.clone(),
         present: false,
@@ -403,6 +528,26 @@ where
     .boxed()
 }
 
+/// Watches one namespaced kind through `api`, relisting on `relist`.
+fn watch_kind<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    clock: Arc<dyn Clock>,
+    backoff: BackoffPolicy,
+    relist: Option<RelistSignal>,
+) -> BoxStream<'static, Received>
+where
+    K: TruthSource + Sync,
+    K::DynamicType: Default,
+{
+    relisting_events_from(
+        move || watcher::watcher(api.clone(), config.clone()),
+        clock,
+        backoff,
+        relist,
+    )
+}
+
 /// Watches EndpointSlices in `namespace` (all namespaces when `None`).
 pub fn watch_endpoint_slices(
     client: kube::Client,
@@ -411,11 +556,7 @@ pub fn watch_endpoint_slices(
     backoff: BackoffPolicy,
 ) -> BoxStream<'static, Received> {
     let api: Api<EndpointSlice> = scoped_api(client, namespace);
-    events_from(
-        move || watcher::watcher(api.clone(), list_config()),
-        clock,
-        backoff,
-    )
+    watch_kind(api, list_config(), clock, backoff, None)
 }
 
 /// Watches Services in `namespace` (all namespaces when `None`).
@@ -426,11 +567,7 @@ pub fn watch_services(
     backoff: BackoffPolicy,
 ) -> BoxStream<'static, Received> {
     let api: Api<Service> = scoped_api(client, namespace);
-    events_from(
-        move || watcher::watcher(api.clone(), list_config()),
-        clock,
-        backoff,
-    )
+    watch_kind(api, list_config(), clock, backoff, None)
 }
 
 /// Watches Pods in `namespace` (all namespaces when `None`).
@@ -453,15 +590,14 @@ pub fn watch_pods_selected(
     backoff: BackoffPolicy,
 ) -> BoxStream<'static, Received> {
     let api: Api<Pod> = scoped_api(client, namespace);
-    let config = match node {
+    watch_kind(api, pods_config(node), clock, backoff, None)
+}
+
+fn pods_config(node: Option<&str>) -> watcher::Config {
+    match node {
         Some(n) => list_config().fields(&format!("spec.nodeName={n}")),
         None => list_config(),
-    };
-    events_from(
-        move || watcher::watcher(api.clone(), config.clone()),
-        clock,
-        backoff,
-    )
+    }
 }
 
 /// Watches one Corefile ConfigMap, selected by name (a `metadata.name` field selector, so
@@ -472,18 +608,31 @@ pub fn watch_corefile(
     clock: Arc<dyn Clock>,
     backoff: BackoffPolicy,
 ) -> BoxStream<'static, Received> {
+    corefile_watch(client, cm, clock, backoff, None)
+}
+
+fn corefile_watch(
+    client: kube::Client,
+    cm: ConfigMapRef,
+    clock: Arc<dyn Clock>,
+    backoff: BackoffPolicy,
+    relist: Option<RelistSignal>,
+) -> BoxStream<'static, Received> {
     let api: Api<ConfigMap> = Api::namespaced(client, &cm.namespace);
     let config = list_config().fields(&format!("metadata.name={}", cm.name));
-    corefile_events_from(
+    relisting_corefile_events_from(
         cm,
         move || watcher::watcher(api.clone(), config.clone()),
         clock,
         backoff,
+        relist,
     )
 }
 
 /// Watches everything in `scope`, merged into one stream. The stream never ends; failures
-/// are [`TruthEvent::WatchFailed`] events and every watch restarts on its own.
+/// are [`TruthEvent::WatchFailed`] events and every watch restarts on its own. With
+/// `scope.liveness`, an API server that stops answering its probe is a
+/// [`TruthEvent::ApiUnreachable`] and every watch relists.
 pub fn watch_truth(
     conn: &Connection,
     scope: &WatchScope,
@@ -491,28 +640,137 @@ pub fn watch_truth(
 ) -> BoxStream<'static, Received> {
     let ns = scope.namespace.as_deref();
     let client = &conn.client;
+    let (trigger, relist) = match scope.liveness {
+        Some(_) => {
+            let (t, r) = relist_signal();
+            (Some(t), Some(r))
+        }
+        None => (None, None),
+    };
     let mut streams = vec![
-        watch_endpoint_slices(client.clone(), ns, clock.clone(), scope.backoff),
-        watch_services(client.clone(), ns, clock.clone(), scope.backoff),
-    ];
-    if scope.pods {
-        streams.push(watch_pods_selected(
-            client.clone(),
-            ns,
-            scope.pods_on_node.as_deref(),
+        watch_kind(
+            scoped_api::<EndpointSlice>(client.clone(), ns),
+            list_config(),
             clock.clone(),
             scope.backoff,
+            relist.clone(),
+        ),
+        watch_kind(
+            scoped_api::<Service>(client.clone(), ns),
+            list_config(),
+            clock.clone(),
+            scope.backoff,
+            relist.clone(),
+        ),
+    ];
+    if scope.pods {
+        streams.push(watch_kind(
+            scoped_api::<Pod>(client.clone(), ns),
+            pods_config(scope.pods_on_node.as_deref()),
+            clock.clone(),
+            scope.backoff,
+            relist.clone(),
         ));
     }
     for cm in &scope.corefiles {
-        streams.push(watch_corefile(
+        streams.push(corefile_watch(
             client.clone(),
             cm.clone(),
             clock.clone(),
             scope.backoff,
+            relist.clone(),
         ));
     }
+    if let (Some(probe), Some(trigger)) = (scope.liveness, trigger) {
+        streams.push(api_liveness(client.clone(), probe, clock, trigger));
+    }
     stream::select_all(streams).boxed()
+}
+
+/// Probes `GET /readyz` every `probe.interval`: after `probe.failures` failed probes in a
+/// row, emits [`TruthEvent::ApiUnreachable`] and sends `relist` (the watches drop their
+/// streams, which may not have noticed yet, and relist once the server answers); after the
+/// next successful probe, [`TruthEvent::ApiReachable`]. `/readyz` is readable by every
+/// client (`system:public-info-viewer`) and fails as soon as a server starts shutting down.
+pub fn api_liveness(
+    client: kube::Client,
+    probe: LivenessProbe,
+    clock: Arc<dyn Clock>,
+    relist: RelistTrigger,
+) -> BoxStream<'static, Received> {
+    struct State {
+        client: kube::Client,
+        probe: LivenessProbe,
+        clock: Arc<dyn Clock>,
+        relist: RelistTrigger,
+        ticker: tokio::time::Interval,
+        failed: u32,
+        down: bool,
+    }
+    let mut ticker = tokio::time::interval(probe.interval.max(Duration::from_millis(10)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let state = State {
+        client,
+        probe,
+        clock,
+        relist,
+        ticker,
+        failed: 0,
+        down: false,
+    };
+    stream::unfold(state, |mut st| async move {
+        loop {
+            st.ticker.tick().await;
+            match readyz(&st.client, st.probe.timeout).await {
+                Ok(()) => {
+                    st.failed = 0;
+                    if std::mem::take(&mut st.down) {
+                        let at = st.clock.now();
+                        debug!("API server answers /readyz again");
+                        return Some((
+                            Received {
+                                at,
+                                event: TruthEvent::ApiReachable,
+                            },
+                            st,
+                        ));
+                    }
+                }
+                Err(error) => {
+                    st.failed = st.failed.saturating_add(1);
+                    if !st.down && st.failed >= st.probe.failures.max(1) {
+                        st.down = true;
+                        let at = st.clock.now();
+                        warn!(%error, failures = st.failed, "API server unreachable; truth gap, the watches relist when it answers");
+                        st.relist.relist();
+                        return Some((
+                            Received {
+                                at,
+                                event: TruthEvent::ApiUnreachable { error },
+                            },
+                            st,
+                        ));
+                    }
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+/// One `GET /readyz`, bounded by `timeout`.
+async fn readyz(client: &kube::Client, timeout: Duration) -> Result<(), String> {
+    let req = http::Request::get("/readyz")
+        .body(Vec::new())
+        .map_err(|e| e.to_string())?;
+    match tokio::time::timeout(timeout, client.request_text(req)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("GET /readyz: {e}")),
+        Err(_) => Err(format!(
+            "GET /readyz: no answer within {} ms",
+            timeout.as_millis()
+        )),
+    }
 }
 
 /// Objects per page of the initial LIST (kube-rs defaults to 500).
