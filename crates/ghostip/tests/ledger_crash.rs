@@ -151,6 +151,8 @@ fn child(path: &Path, seed: u64) -> ! {
                     target: Target::ip(ip(rng.below(64))),
                     t0: at,
                     received: at,
+                    trigger: None,
+                    t0_correction: None,
                     last_seen: Some(at),
                     converged_by: None,
                     window: None,
