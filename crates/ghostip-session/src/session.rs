@@ -423,6 +423,18 @@ impl Session {
         self.memory.former.get(&ip).map(|(pod, _)| pod.clone())
     }
 
+    /// The pod behind `ip` among `service`'s endpoints now, else its former owner as far as
+    /// this session saw (`namespace/name`).
+    pub fn endpoint_pod(&self, service: &ServiceKey, ip: IpAddr) -> Option<String> {
+        self.truth
+            .slices_of(service)
+            .find_map(|s| {
+                let e = s.endpoints.iter().find(|e| e.ip() == ip)?;
+                s.pod(e).map(|p| p.to_string())
+            })
+            .or_else(|| self.former_pod(ip))
+    }
+
     /// When an IP left a layer-wide desired set during the session.
     pub fn removed_at(&self, ip: IpAddr) -> Option<Time> {
         self.memory.removed_at.get(&ip).copied()

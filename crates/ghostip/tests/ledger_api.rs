@@ -286,6 +286,64 @@ fn whois_names_the_former_pod_and_when_it_left() {
     assert_eq!(l.whois(ip("10.9.9.9"), t(0)).unwrap(), Default::default());
 }
 
+/// The pod's deletionTimestamp is the request plus the grace period; whois says when the
+/// deletion was requested and when the IP left the Service's endpoints (the slice marked it
+/// terminating), not the deadline.
+#[test]
+fn whois_says_when_the_ip_left_the_endpoints_not_the_deletion_deadline() {
+    let (_d, mut l) = fresh();
+    let mut a = pod("web-a", &["10.0.0.7"], 0);
+    a.ready_since = Some(t(3));
+    l.apply_pod(&a, t(3)).unwrap();
+    let at = |s: i64| ghostip_core::ChangeTime::received_at(t(s));
+    l.sync_memberships(&svc(), &[ep("10.0.0.7", true, true, false, "web-a")], at(4))
+        .unwrap();
+    // Deleted at 100 s with 30 s of grace: deletionTimestamp 130 s.
+    a.deletion = Some(t(130));
+    l.apply_pod(&a, t(100)).unwrap();
+    l.sync_memberships(
+        &svc(),
+        &[ep("10.0.0.7", false, true, true, "web-a")],
+        at(100),
+    )
+    .unwrap();
+    l.sync_memberships(&svc(), &[], at(112)).unwrap();
+    l.pod_gone(&a.pod, t(112)).unwrap();
+
+    let w = l.whois(ip("10.0.0.7"), t(105)).unwrap();
+    assert_eq!(w.at_time.as_ref().unwrap().terminating, Some(t(130)));
+    assert_eq!(w.left_endpoints.len(), 1, "{w:?}");
+    let exit = &w.left_endpoints[0];
+    assert_eq!((exit.at, exit.removed), (t(100), false));
+    assert_eq!(exit.service, svc());
+    let table = render_whois_table(&w, ip("10.0.0.7"), t(105));
+    assert!(
+        table.contains("terminating from 2023-11-14T22:15:00Z; left the endpoints of default/web 2023-11-14T22:15:00Z"),
+        "{table}"
+    );
+    assert!(
+        !table.contains("22:15:30"),
+        "the deadline is not shown: {table}"
+    );
+    let json = whois_json(&w, ip("10.0.0.7"), t(105));
+    assert_eq!(json["left_endpoints"][0]["at"], "2023-11-14T22:15:00Z");
+    // A removal without a terminating state first is the exit.
+    let (_d, mut l) = fresh();
+    let b = pod("web-b", &["10.0.0.8"], 0);
+    l.apply_pod(&b, t(1)).unwrap();
+    l.sync_memberships(&svc(), &[ep("10.0.0.8", true, true, false, "web-b")], at(2))
+        .unwrap();
+    l.sync_memberships(&svc(), &[], at(50)).unwrap();
+    let w = l.whois(ip("10.0.0.8"), t(60)).unwrap();
+    assert_eq!(
+        w.left_endpoints
+            .iter()
+            .map(|x| (x.at, x.removed))
+            .collect::<Vec<_>>(),
+        [(t(50), true)]
+    );
+}
+
 #[test]
 fn ip_reuse_closes_the_open_interval_at_the_new_start() {
     let (_d, mut l) = fresh();

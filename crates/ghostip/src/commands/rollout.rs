@@ -449,12 +449,12 @@ pub(crate) fn build_report(
     let mut missing = Vec::new();
     for t in trackings.iter().filter(|t| services.contains(&t.service)) {
         let path = p.session.engine.path(t.path);
-        let row = window_row(
-            t,
-            path,
-            p.session.engine.death(t.target.ip),
-            p.session.former_pod(t.target.ip),
-        );
+        // A removed endpoint's pod is its former owner; an added one's is in the truth.
+        let pod = match t.kind {
+            Discrepancy::Stale => p.session.former_pod(t.target.ip),
+            Discrepancy::Missing => p.session.endpoint_pod(&t.service, t.target.ip),
+        };
+        let row = window_row(t, path, p.session.engine.death(t.target.ip), pod);
         match t.kind {
             Discrepancy::Stale => stale.push(row),
             Discrepancy::Missing => missing.push(row),

@@ -53,6 +53,51 @@ pub struct Membership {
     pub states: Vec<MembershipState>,
 }
 
+/// When an IP stopped being a ready endpoint of a Service: what DNS stops answering and a
+/// load balancer stops sending new connections to (while any other endpoint is ready).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointExit {
+    /// The Service.
+    pub service: ServiceKey,
+    /// The pod behind the endpoint, when the slice named it.
+    pub pod: Option<PodRef>,
+    /// Change time (t0) of the first state that was no longer ready, or of the removal from
+    /// the slice.
+    pub at: Time,
+    /// When ghostip received it.
+    pub received: Time,
+    /// Whether it is the removal from the slice (else the endpoint turned not ready, e.g.
+    /// terminating, and left the slice later).
+    pub removed: bool,
+}
+
+impl Membership {
+    /// When this membership's endpoint stopped being ready after it had been: the first
+    /// not-ready state after a ready one, else the membership's end while ready. `None`
+    /// while it is still ready, or when it never was.
+    pub fn exit(&self) -> Option<EndpointExit> {
+        let exit = |at, received, removed| EndpointExit {
+            service: self.service.clone(),
+            pod: self.pod.clone(),
+            at,
+            received,
+            removed,
+        };
+        let mut was_ready = false;
+        for s in &self.states {
+            if s.ready {
+                was_ready = true;
+            } else if was_ready {
+                return Some(exit(s.t0, s.received, false));
+            }
+        }
+        match (was_ready, self.end_t0, self.end_received) {
+            (true, Some(at), Some(received)) => Some(exit(at, received, true)),
+            _ => None,
+        }
+    }
+}
+
 struct Open {
     id: i64,
     ready: bool,

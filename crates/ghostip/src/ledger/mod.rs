@@ -48,7 +48,7 @@ mod writer;
 pub use at::{AtParseError, parse_at};
 pub use error::LedgerError;
 pub use finding::{FindingKind, FindingRecord, TruthGap};
-pub use membership::{Membership, MembershipState};
+pub use membership::{EndpointExit, Membership, MembershipState};
 pub use observation::{ObservationRun, ObservationWrite};
 pub use ownership::{EndReason, Ownership, Whois};
 pub use path::{ROOT_DB_PATH, default_db_path, default_db_path_from};

@@ -12,6 +12,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 
 use super::error::Inner;
+use super::membership::{EndpointExit, Membership};
 use super::relist::{self, RelistKind, Relists};
 use super::time::{from_ns, opt_from_ns, opt_to_ns, to_ns};
 
@@ -106,6 +107,26 @@ pub struct Whois {
     pub before: Option<Ownership>,
     /// The next owner to start after the time asked.
     pub after: Option<Ownership>,
+    /// When the IP stopped being a ready endpoint while these pods owned it, per Service
+    /// (from the ledger's memberships): when it left the endpoints, which a pod's
+    /// `deletionTimestamp` (the request plus the grace period) is not.
+    #[serde(default)]
+    pub left_endpoints: Vec<EndpointExit>,
+}
+
+impl Whois {
+    /// The exits of `o`'s tenure: endpoints naming its pod, or naming no pod and leaving
+    /// while it owned the IP.
+    pub fn exits_of<'a>(&'a self, o: &'a Ownership) -> impl Iterator<Item = &'a EndpointExit> + 'a {
+        self.left_endpoints.iter().filter(move |x| match &x.pod {
+            Some(p) => {
+                p.namespace == o.pod.namespace
+                    && p.name == o.pod.name
+                    && (p.uid.is_empty() || o.pod.uid.is_empty() || p.uid == o.pod.uid)
+            }
+            None => o.start <= x.at && o.closed.is_none_or(|c| x.at <= c),
+        })
+    }
 }
 
 /// The text an IP is stored as: its display form, IPv4-mapped IPv6 folded to IPv4.
@@ -408,8 +429,8 @@ pub(crate) fn finish_relist(
 }
 
 /// Who owned `ip` at `at`, with the owners just before and after.
-pub(crate) fn whois(conn: &Connection, ip: IpAddr, at: Time) -> Result<Whois, Inner> {
-    let ip = canonical_ip(ip);
+pub(crate) fn whois(conn: &Connection, addr: IpAddr, at: Time) -> Result<Whois, Inner> {
+    let ip = canonical_ip(addr);
     let at_ns = to_ns(at)?;
     let last_started = conn
         .prepare_cached(concat!(
@@ -443,11 +464,24 @@ pub(crate) fn whois(conn: &Connection, ip: IpAddr, at: Time) -> Result<Whois, In
         }
         other => (None, other),
     };
-    Ok(Whois {
+    let mut w = Whois {
         at_time: at_time.map(Raw::into_ownership).transpose()?,
         before: before.map(Raw::into_ownership).transpose()?,
         after: after.map(Raw::into_ownership).transpose()?,
-    })
+        left_endpoints: super::membership::of_ip(conn, addr)?
+            .iter()
+            .filter_map(Membership::exit)
+            .collect(),
+    };
+    // Only the exits of the owners shown.
+    let shown: Vec<EndpointExit> = [&w.before, &w.at_time, &w.after]
+        .into_iter()
+        .flatten()
+        .flat_map(|o| w.exits_of(o))
+        .cloned()
+        .collect();
+    w.left_endpoints = shown;
+    Ok(w)
 }
 
 /// Every ownership of `ip`, oldest first.

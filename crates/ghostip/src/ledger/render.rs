@@ -21,9 +21,9 @@ pub fn render_whois_table(whois: &Whois, ip: IpAddr, at: Time) -> String {
     table.set_header(vec![
         "WHEN", "POD", "UID", "NODE", "OWNER", "FROM", "UNTIL", "NOTES",
     ]);
-    table.add_row(row("before", whois.before.as_ref(), at));
-    table.add_row(row("at", whois.at_time.as_ref(), at));
-    table.add_row(row("after", whois.after.as_ref(), at));
+    table.add_row(row(whois, "before", whois.before.as_ref(), at));
+    table.add_row(row(whois, "at", whois.at_time.as_ref(), at));
+    table.add_row(row(whois, "after", whois.after.as_ref(), at));
     for column in table.column_iter_mut() {
         column.set_padding((0, 2));
     }
@@ -35,7 +35,9 @@ pub fn render_whois_table(whois: &Whois, ip: IpAddr, at: Time) -> String {
     out
 }
 
-/// The `whois` answer as JSON: `{"ip", "at", "at_time", "before", "after"}`, times in RFC 3339.
+/// The `whois` answer as JSON: `{"ip", "at", "at_time", "before", "after", "left_endpoints"}`,
+/// times in RFC 3339. `left_endpoints` says when the IP stopped being a ready endpoint of
+/// each Service while these pods owned it.
 pub fn whois_json(whois: &Whois, ip: IpAddr, at: Time) -> serde_json::Value {
     serde_json::json!({
         "ip": ip.to_canonical(),
@@ -43,10 +45,11 @@ pub fn whois_json(whois: &Whois, ip: IpAddr, at: Time) -> serde_json::Value {
         "at_time": whois.at_time,
         "before": whois.before,
         "after": whois.after,
+        "left_endpoints": whois.left_endpoints,
     })
 }
 
-fn row(when: &str, o: Option<&Ownership>, at: Time) -> Vec<String> {
+fn row(whois: &Whois, when: &str, o: Option<&Ownership>, at: Time) -> Vec<String> {
     let Some(o) = o else {
         let what = if when == "at" {
             "(no known owner)"
@@ -73,14 +76,25 @@ fn row(when: &str, o: Option<&Ownership>, at: Time) -> Vec<String> {
         owner,
         fmt_time(o.start),
         until,
-        notes(when, o, at),
+        notes(whois, when, o, at),
     ]
 }
 
-fn notes(when: &str, o: &Ownership, at: Time) -> String {
+fn notes(whois: &Whois, when: &str, o: &Ownership, at: Time) -> String {
     let mut notes = Vec::new();
-    if let Some(t) = o.terminating {
-        notes.push(format!("terminating from {}", fmt_time(t)));
+    // The deletionTimestamp is the request plus the grace period: the request is when the
+    // pod started terminating.
+    if let Some(deadline) = o.terminating {
+        let grace = jiff::SignedDuration::from_secs(o.grace_period_seconds.unwrap_or(0).max(0));
+        let requested = deadline.checked_sub(grace).unwrap_or(deadline).max(o.start);
+        notes.push(format!("terminating from {}", fmt_time(requested)));
+    }
+    for x in whois.exits_of(o) {
+        notes.push(format!(
+            "left the endpoints of {} {}",
+            x.service,
+            fmt_time(x.at)
+        ));
     }
     match o.end_reason {
         Some(EndReason::Gone) => notes.push("pod gone".to_string()),
