@@ -108,7 +108,7 @@ pub enum Command {
     Watch(WatchArgs),
     /// Observe a rollout (or trigger it with --restart) and report every stale window per path.
     Rollout(RolloutArgs),
-    /// One-shot: compare each headless Service's answers on each DNS path with the truth now.
+    /// One-shot: judge every DNS path reachable from here against the truth now, and each node's datapath and DNS health where agents run.
     Check(CheckArgs),
     /// Who owned an IP at a given time (and before and after), from the ledger.
     Whois(WhoisArgs),
@@ -227,6 +227,9 @@ pub struct CheckArgs {
     /// DNS probing.
     #[command(flatten)]
     pub dns: DnsArgs,
+    /// The node agents whose findings the check includes.
+    #[command(flatten)]
+    pub agents: AgentsArgs,
     /// Give up on the API server after this long.
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub request_timeout: Duration,
@@ -571,4 +574,29 @@ pub struct DatapathDiffArgs {
     /// The cluster DNS Service, for stale DNS conntrack entries.
     #[arg(long, default_value = "kube-system/kube-dns", value_name = "NS/NAME")]
     pub dns_service: String,
+}
+
+/// Where `ghostip check` finds the node agents (`ghostip agent` DaemonSet) whose datapath and
+/// DNS-health findings it includes.
+#[derive(Debug, Args, Clone)]
+pub struct AgentsArgs {
+    /// Do not ask the node agents (only the DNS paths reachable from here are checked).
+    #[arg(long)]
+    pub no_agents: bool,
+    /// Namespace of the agent pods.
+    #[arg(long, default_value = "ghostip-agent", value_name = "NS")]
+    pub agents_namespace: String,
+    /// Label selector of the agent pods.
+    #[arg(
+        long,
+        default_value = "app.kubernetes.io/name=ghostip-agent",
+        value_name = "SELECTOR"
+    )]
+    pub agents_selector: String,
+    /// Port of the agents' HTTP endpoint on their node's address.
+    #[arg(long, default_value_t = 9754, value_name = "PORT")]
+    pub agents_port: u16,
+    /// Give up on one agent after this long.
+    #[arg(long, default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
+    pub agent_timeout: Duration,
 }

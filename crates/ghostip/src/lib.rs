@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+pub mod agents;
 pub mod audit;
 pub mod cli;
 pub mod clock;

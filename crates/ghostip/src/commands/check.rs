@@ -1,4 +1,12 @@
-//! `ghostip check`: one-shot comparison of each headless Service's answers on each DNS path with the truth now.
+//! `ghostip check`: one-shot judgment of every path it can reach against the truth now: each headless Service's answers on each DNS path, each DNS path's own answer for the DNS Service, and each node's datapath and DNS health as the node agents judge them.
+//!
+//! A path that fails to answer is a finding like a stale one (exit 1): from where `check`
+//! runs, clients of that path fail too. The agents (`ghostip agent`, one per node) are found
+//! as pods and asked for their `/status`; their open trackings over the expected lag (or
+//! stuck) and a node whose kube-dns ClusterIP fails while the CoreDNS pods answer are
+//! findings, named with the node, Service, backend, former pod and since when. An agent that
+//! does not answer is a finding too (that node was not checked); agents that are not
+//! deployed, or that the caller may not list, are a note.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -7,17 +15,18 @@ use std::time::Duration;
 use anyhow::Context as _;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use ghostip_core::engine::{Discrepancy, Engine};
-use ghostip_core::{ChangeTime, HeldTarget, Layer, Observation, ObservationResult, Target, Time};
+use ghostip_core::{ChangeTime, Layer, Observation, ObservationResult, ServiceKey, Target, Time};
 use serde::Serialize;
 
 use super::{Outcome, kube_connect, print_json};
-use crate::cli::{CheckArgs, GlobalArgs, OutputFormat};
+use crate::agents::{self, Agent, AgentClient, AgentSelector, AgentStatus};
+use crate::cli::{AgentsArgs, CheckArgs, GlobalArgs, OutputFormat};
 use crate::clock::SystemClock;
 use crate::dns::budget::Budget;
-use crate::dns::names::{NameConfig, service_names};
-use crate::dns::paths::{PathConfig, discover};
+use crate::dns::names::{NameConfig, ProbeName, service_names};
+use crate::dns::paths::{DnsPath, PathConfig, discover};
 use crate::dns::query::{QueryConfig, QueryType, query};
-use crate::kube::{WatchScope, snapshot};
+use crate::kube::{Connection, WatchScope, snapshot};
 use ghostip_session::ServiceFilter;
 
 /// One (service, path) comparison.
@@ -32,6 +41,43 @@ struct Row {
     missing: Vec<String>,
     min_ttl: Option<u32>,
     error: Option<String>,
+}
+
+impl Row {
+    /// Stale, missing, wrong or no answer: clients of this path get a wrong one.
+    fn is_finding(&self) -> bool {
+        self.state != "ok"
+    }
+}
+
+/// One node agent: how it answered.
+#[derive(Debug, Serialize)]
+struct AgentRow {
+    node: String,
+    addr: String,
+    /// `ok`, `findings`, `unsynced` (its truth is not synced: nothing judged) or `failed`.
+    state: &'static str,
+    datapath: Option<String>,
+    datapath_error: Option<String>,
+    dns: Option<String>,
+    error: Option<String>,
+}
+
+/// A finding of a node agent: one stale or missing backend of its datapath (or DNS path)
+/// past its expected lag, or its node's DNS through the ClusterIP failing.
+#[derive(Debug, Serialize)]
+struct NodeFinding {
+    node: String,
+    path: String,
+    layer: String,
+    service: String,
+    target: Option<String>,
+    kind: String,
+    verdict: String,
+    former_pod: Option<String>,
+    since: Option<Time>,
+    last_seen: Option<Time>,
+    detail: Option<String>,
 }
 
 pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outcome> {
@@ -75,16 +121,147 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
         .filter(|k| filter_matches(&filter, &snap.truth, k))
         .collect();
 
-    // The same engine as watch and rollout: the truth now is the baseline, every path is
-    // observed once, and whatever does not match opens a tracking.
+    // Ask the agents while the DNS paths are probed.
+    let agents = (!args.agents.no_agents).then(|| {
+        let conn = conn.clone();
+        let a = args.agents.clone();
+        tokio::spawn(async move { ask_agents(&conn, &a).await })
+    });
+
+    let qcfg = QueryConfig {
+        timeout: args.dns.query_timeout,
+        ..QueryConfig::default()
+    };
+    let qps = std::num::NonZeroU32::new(args.dns.qps).context("--qps must be at least 1")?;
+    let prober = Prober {
+        budget: Budget::per_second(qps),
+        config: qcfg,
+    };
+    let mut rows = dns_rows(&snap.truth, &paths, &services, &names_cfg, &prober, at).await?;
+    rows.extend(
+        dns_service_rows(
+            &snap.truth,
+            &paths,
+            &path_cfg.dns_service,
+            &names_cfg,
+            &prober,
+        )
+        .await?,
+    );
+
+    let mut notes = Vec::new();
+    let (agent_rows, node_findings) = match agents {
+        None => (Vec::new(), Vec::new()),
+        Some(task) => match task.await {
+            Ok(Ok(asked)) => judge_agents(asked, &filter, &snap.truth),
+            Ok(Err(e)) => {
+                notes.push(format!(
+                    "node datapaths not checked: {e:#} (deploy `ghostip agent`, or pass --no-agents)"
+                ));
+                (Vec::new(), Vec::new())
+            }
+            Err(e) => anyhow::bail!("asking the node agents: {e}"),
+        },
+    };
+    if !args.agents.no_agents && agent_rows.is_empty() && notes.is_empty() {
+        notes.push(format!(
+            "no node agent runs ({} in {}): node datapaths not checked",
+            args.agents.agents_selector, args.agents.agents_namespace
+        ));
+    }
+    if !rows.is_empty() && rows.iter().all(|r| r.state == "failed") {
+        notes.push(
+            "no DNS path answered from here: run check where pod IPs and the ClusterIP are reachable (a node or a pod), or pass --no-pod-paths/--no-cluster-ip".into(),
+        );
+    }
+
+    let dns_findings = rows.iter().filter(|r| r.is_finding()).count();
+    let failed = rows.iter().filter(|r| r.state == "failed").count();
+    let agents_failed = agent_rows.iter().filter(|a| a.state == "failed").count();
+    let findings = dns_findings + node_findings.len() + agents_failed;
+    match g.output {
+        OutputFormat::Json => print_json(&serde_json::json!({
+            "at": at,
+            "paths": paths.iter().map(|p| &p.info).collect::<Vec<_>>(),
+            "results": rows,
+            "stale_or_missing": rows.iter().filter(|r| matches!(r.state, "stale" | "missing")).count(),
+            "failed": failed,
+            "agents": agent_rows,
+            "node_findings": node_findings,
+            "notes": notes,
+            "findings": findings,
+        }))?,
+        OutputFormat::Table => print!(
+            "{}",
+            render(
+                &rows,
+                &agent_rows,
+                &node_findings,
+                &notes,
+                paths.len(),
+                services.len()
+            )
+        ),
+        OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
+    }
+    Ok(if findings > 0 {
+        Outcome::Finding
+    } else {
+        Outcome::Clean
+    })
+}
+
+/// Single DNS queries within the global budget.
+struct Prober {
+    budget: Budget,
+    config: QueryConfig,
+}
+
+impl Prober {
+    /// One query: what the path held, or why it failed, with its latency.
+    async fn ask(&self, path: &DnsPath, name: &ProbeName) -> (ObservationResult, Time, Duration) {
+        self.budget.acquire().await;
+        let started = std::time::Instant::now();
+        let result = query(path.server, &name.name, name.qtype, &self.config).await;
+        let now = Time::now();
+        let result = match result {
+            Ok(ans) => ObservationResult::Held(ans.held()),
+            Err(e) => ObservationResult::Failed(e.reason),
+        };
+        (result, now, started.elapsed())
+    }
+}
+
+/// What an observation says for a row: answered IPs, smallest TTL, error.
+fn answer(result: &ObservationResult) -> (Vec<String>, Option<u32>, Option<String>) {
+    match result {
+        ObservationResult::Held(held) => (
+            held.iter().map(|h| h.target.ip.to_string()).collect(),
+            held.iter().filter_map(|h| h.ttl).min(),
+            None,
+        ),
+        ObservationResult::Failed(reason) => (Vec::new(), None, Some(reason.to_string())),
+    }
+}
+
+/// Each headless Service's A answer on each path, judged by the same engine as watch and
+/// rollout: the truth now is the baseline, every path is observed once, and whatever does
+/// not match opens a tracking.
+async fn dns_rows(
+    truth: &ghostip_core::truth::Truth,
+    paths: &[DnsPath],
+    services: &[ServiceKey],
+    names_cfg: &NameConfig,
+    prober: &Prober,
+    at: Time,
+) -> anyhow::Result<Vec<Row>> {
     let mut engine = Engine::new(ghostip_core::engine::EngineConfig::default());
     let idx: Vec<_> = paths
         .iter()
         .map(|p| engine.add_path(p.info.clone(), Duration::from_secs(5)))
         .collect();
-    for key in &services {
-        let set = snap
-            .truth
+    for key in services {
+        let set = truth
             .dns_answers(key)
             .into_iter()
             .filter(std::net::IpAddr::is_ipv4)
@@ -93,71 +270,41 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
         engine.set_desired(Layer::Dns, key, set, ChangeTime::received_at(at));
     }
     engine.truth_synced(at);
-
-    let qcfg = QueryConfig {
-        timeout: args.dns.query_timeout,
-        ..QueryConfig::default()
-    };
-    let qps = std::num::NonZeroU32::new(args.dns.qps).context("--qps must be at least 1")?;
-    let budget = Budget::per_second(qps);
     let mut rows = Vec::new();
-    for key in &services {
-        let names = service_names(&snap.truth, key, &names_cfg)
+    for key in services {
+        let names = service_names(truth, key, names_cfg)
             .with_context(|| format!("building DNS names of {key}"))?;
         let Some(name) = names.iter().find(|n| n.qtype == QueryType::A) else {
             continue;
         };
-        let expected: Vec<String> = snap
-            .truth
+        let expected: Vec<String> = truth
             .dns_answers(key)
             .iter()
             .filter(|i| i.is_ipv4())
             .map(|i| i.to_string())
             .collect();
         for (path, pidx) in paths.iter().zip(&idx) {
-            budget.acquire().await;
-            let started = std::time::Instant::now();
-            let result = query(path.server, &name.name, name.qtype, &qcfg).await;
-            let now = Time::now();
-            let (obs_result, answered, min_ttl, error) = match result {
-                Ok(ans) => {
-                    let held: Vec<HeldTarget> = ans.held();
-                    let answered = held.iter().map(|h| h.target.ip.to_string()).collect();
-                    let min_ttl = held.iter().filter_map(|h| h.ttl).min();
-                    (ObservationResult::Held(held), answered, min_ttl, None)
-                }
-                Err(e) => {
-                    let reason = e.reason;
-                    (
-                        ObservationResult::Failed(reason.clone()),
-                        Vec::new(),
-                        None,
-                        Some(reason.to_string()),
-                    )
-                }
-            };
-            let obs = Observation {
+            let (result, now, latency) = prober.ask(path, name).await;
+            let (answered, min_ttl, error) = answer(&result);
+            engine.observe(&Observation {
                 path: *pidx,
                 service: key.clone(),
                 at: now,
-                result: obs_result,
-                latency: Some(started.elapsed()),
-            };
-            engine.observe(&obs);
+                result,
+                latency: Some(latency),
+            });
             let open: Vec<_> = engine
                 .open_trackings()
                 .filter(|t| t.path == *pidx && &t.service == key)
                 .collect();
-            let stale: Vec<String> = open
-                .iter()
-                .filter(|t| t.kind == Discrepancy::Stale)
-                .map(|t| t.target.to_string())
-                .collect();
-            let missing: Vec<String> = open
-                .iter()
-                .filter(|t| t.kind == Discrepancy::Missing)
-                .map(|t| t.target.to_string())
-                .collect();
+            let of_kind = |kind| -> Vec<String> {
+                open.iter()
+                    .filter(|t| t.kind == kind)
+                    .map(|t| t.target.to_string())
+                    .collect()
+            };
+            let stale = of_kind(Discrepancy::Stale);
+            let missing = of_kind(Discrepancy::Missing);
             let state = match (&error, stale.is_empty(), missing.is_empty()) {
                 (Some(_), _, _) => "failed",
                 (None, true, true) => "ok",
@@ -177,27 +324,173 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
             });
         }
     }
-    let bad = rows
-        .iter()
-        .filter(|r| matches!(r.state, "stale" | "missing"))
-        .count();
-    let failed = rows.iter().filter(|r| r.state == "failed").count();
-    match g.output {
-        OutputFormat::Json => print_json(&serde_json::json!({
-            "at": at,
-            "paths": paths.iter().map(|p| &p.info).collect::<Vec<_>>(),
-            "results": rows,
-            "stale_or_missing": bad,
-            "failed": failed,
-        }))?,
-        OutputFormat::Table => print!("{}", render(&rows, paths.len(), services.len())),
-        OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
+    Ok(rows)
+}
+
+/// Each path's answer for the DNS Service's own name (its ClusterIP): a path is judged even
+/// when no headless Service exists, and one that does not answer is a finding.
+async fn dns_service_rows(
+    truth: &ghostip_core::truth::Truth,
+    paths: &[DnsPath],
+    dns_service: &ServiceKey,
+    names_cfg: &NameConfig,
+    prober: &Prober,
+) -> anyhow::Result<Vec<Row>> {
+    let names = service_names(truth, dns_service, names_cfg)
+        .with_context(|| format!("building the DNS name of {dns_service}"))?;
+    let Some(name) = names.iter().find(|n| n.qtype == QueryType::A) else {
+        return Ok(Vec::new());
+    };
+    // Its A answer is its ClusterIP; without the Service in the truth, any answer will do.
+    let expected: Option<Vec<String>> = truth.service(dns_service).map(|s| {
+        s.cluster_ips
+            .iter()
+            .filter(|i| i.is_ipv4())
+            .map(ToString::to_string)
+            .collect()
+    });
+    let mut rows = Vec::new();
+    for path in paths {
+        let (result, _, _) = prober.ask(path, name).await;
+        let (mut answered, min_ttl, error) = answer(&result);
+        answered.sort();
+        let (stale, missing) = match &expected {
+            Some(want) if error.is_none() => (
+                answered
+                    .iter()
+                    .filter(|a| !want.contains(a))
+                    .cloned()
+                    .collect(),
+                want.iter()
+                    .filter(|w| !answered.contains(w))
+                    .cloned()
+                    .collect(),
+            ),
+            _ => (Vec::new(), Vec::new()),
+        };
+        let state = match (&error, stale.is_empty(), missing.is_empty()) {
+            (Some(_), _, _) => "failed",
+            (None, true, true) => "ok",
+            (None, false, _) => "stale",
+            (None, true, false) => "missing",
+        };
+        rows.push(Row {
+            service: dns_service.to_string(),
+            path: path.info.description.clone(),
+            state,
+            expected: expected.clone().unwrap_or_default(),
+            answered,
+            stale,
+            missing,
+            min_ttl,
+            error,
+        });
     }
-    Ok(if bad > 0 {
-        Outcome::Finding
-    } else {
-        Outcome::Clean
-    })
+    Ok(rows)
+}
+
+/// Every running agent's `/status`, or why the agents could not be listed.
+async fn ask_agents(
+    conn: &Connection,
+    a: &AgentsArgs,
+) -> anyhow::Result<Vec<(Agent, Result<AgentStatus, String>)>> {
+    let sel = AgentSelector {
+        namespace: a.agents_namespace.clone(),
+        selector: a.agents_selector.clone(),
+        port: a.agents_port,
+    };
+    let found = agents::find(&conn.client, &sel, a.agent_timeout).await?;
+    let client = AgentClient::new(conn.bearer.clone(), a.agent_timeout);
+    let answers = futures::future::join_all(found.iter().map(|agent| client.status(agent))).await;
+    Ok(found.into_iter().zip(answers).collect())
+}
+
+/// The agents' answers as rows and findings. Open trackings of Services outside the
+/// filter are left out; a node's DNS health concerns every Service and is always kept.
+fn judge_agents(
+    asked: Vec<(Agent, Result<AgentStatus, String>)>,
+    filter: &ServiceFilter,
+    truth: &ghostip_core::truth::Truth,
+) -> (Vec<AgentRow>, Vec<NodeFinding>) {
+    let mut rows = Vec::new();
+    let mut findings = Vec::new();
+    for (agent, answer) in asked {
+        let st = match answer {
+            Ok(st) => st,
+            Err(e) => {
+                rows.push(AgentRow {
+                    node: agent.node,
+                    addr: agent.addr.to_string(),
+                    state: "failed",
+                    datapath: None,
+                    datapath_error: None,
+                    dns: None,
+                    error: Some(e),
+                });
+                continue;
+            }
+        };
+        let before = findings.len();
+        for t in st.open.iter().filter(|t| t.is_finding()) {
+            let in_scope = t
+                .service
+                .split_once('/')
+                .is_none_or(|(ns, n)| filter_matches(filter, truth, &ServiceKey::new(ns, n)));
+            if !in_scope {
+                continue;
+            }
+            findings.push(NodeFinding {
+                node: agent.node.clone(),
+                path: t.path.clone(),
+                layer: t.layer.clone(),
+                service: t.service.clone(),
+                target: Some(t.target.clone()),
+                kind: t.kind.clone(),
+                verdict: t.verdict.clone(),
+                former_pod: t.former_pod.clone(),
+                since: t.since,
+                last_seen: t.last_seen,
+                detail: t.expected_lag_s.map(|l| format!("expected lag {l:.0}s")),
+            });
+        }
+        if let Some(dns) = st.dns.as_ref().filter(|d| d.state == "cluster-ip-failing") {
+            findings.push(NodeFinding {
+                node: agent.node.clone(),
+                path: dns.path.clone().unwrap_or_default(),
+                layer: "dns".into(),
+                service: "kube-system/kube-dns".into(),
+                target: None,
+                kind: "dns-health".into(),
+                verdict: "cluster-ip-failing".into(),
+                former_pod: None,
+                since: None,
+                last_seen: None,
+                detail: Some(format!(
+                    "the ClusterIP failed {} of {} probes while {} CoreDNS pods answered",
+                    dns.failures.unwrap_or(0),
+                    dns.probes.unwrap_or(0),
+                    dns.pods_answering.unwrap_or(0)
+                )),
+            });
+        }
+        let state = if !st.truth_synced {
+            "unsynced"
+        } else if findings.len() > before {
+            "findings"
+        } else {
+            "ok"
+        };
+        rows.push(AgentRow {
+            node: agent.node,
+            addr: agent.addr.to_string(),
+            state,
+            datapath: st.datapath,
+            datapath_error: st.datapath_error,
+            dns: st.dns.map(|d| d.state),
+            error: None,
+        });
+    }
+    (rows, findings)
 }
 
 fn filter_matches(
@@ -209,7 +502,7 @@ fn filter_matches(
         return false;
     }
     let Some(svc) = truth.service(key) else {
-        return false;
+        return f.selector.is_empty();
     };
     f.selector.iter().all(|(k, v, neg)| {
         let hit = match v {
@@ -220,7 +513,18 @@ fn filter_matches(
     })
 }
 
-fn render(rows: &[Row], paths: usize, services: usize) -> String {
+fn clock(t: Option<Time>) -> String {
+    t.map_or_else(|| "-".into(), |t| t.strftime("%H:%M:%S%.3f").to_string())
+}
+
+fn render(
+    rows: &[Row],
+    agents: &[AgentRow],
+    node_findings: &[NodeFinding],
+    notes: &[String],
+    paths: usize,
+    services: usize,
+) -> String {
     let mut out = String::new();
     let mut t = Table::new();
     t.load_style(UTF8_FULL_CONDENSED).set_header(vec![
@@ -239,16 +543,69 @@ fn render(rows: &[Row], paths: usize, services: usize) -> String {
             r.error.clone().unwrap_or_default(),
         ]);
     }
-    let _ = writeln!(out, "{t}");
+    if !rows.is_empty() {
+        let _ = writeln!(out, "{t}");
+    }
     let counts: Vec<String> = by_state.iter().map(|(k, v)| format!("{v} {k}")).collect();
     let _ = writeln!(
         out,
-        "{services} headless services × {paths} DNS paths: {}",
+        "{services} headless services and the DNS Service × {paths} DNS paths: {}",
         if counts.is_empty() {
-            "nothing to check".into()
+            "no DNS path to check".into()
         } else {
             counts.join(", ")
         }
     );
+    if !agents.is_empty() {
+        let mut t = Table::new();
+        t.load_style(UTF8_FULL_CONDENSED)
+            .set_header(vec!["NODE", "AGENT", "STATE", "DATAPATH", "DNS", "DETAIL"]);
+        for a in agents {
+            t.add_row(vec![
+                a.node.clone(),
+                a.addr.clone(),
+                a.state.to_uppercase(),
+                a.datapath.clone().unwrap_or_else(|| "-".into()),
+                a.dns.clone().unwrap_or_else(|| "-".into()),
+                a.error
+                    .clone()
+                    .or_else(|| a.datapath_error.clone())
+                    .unwrap_or_default(),
+            ]);
+        }
+        let _ = writeln!(out, "\nNode agents\n{t}");
+    }
+    if !node_findings.is_empty() {
+        let mut t = Table::new();
+        t.load_style(UTF8_FULL_CONDENSED).set_header(vec![
+            "NODE",
+            "PATH",
+            "SERVICE",
+            "BACKEND",
+            "FORMER POD",
+            "SINCE",
+            "LAST SEEN",
+            "VERDICT",
+        ]);
+        for f in node_findings {
+            t.add_row(vec![
+                f.node.clone(),
+                f.path.clone(),
+                f.service.clone(),
+                f.target.clone().unwrap_or_else(|| "-".into()),
+                f.former_pod.clone().unwrap_or_else(|| "-".into()),
+                clock(f.since),
+                clock(f.last_seen),
+                match &f.detail {
+                    Some(d) => format!("{} ({d})", f.verdict),
+                    None => f.verdict.clone(),
+                },
+            ]);
+        }
+        let _ = writeln!(out, "\nNode findings\n{t}");
+    }
+    for n in notes {
+        let _ = writeln!(out, "note: {n}");
+    }
     out
 }
