@@ -48,6 +48,7 @@ mod addr;
 mod aggregate;
 mod classify;
 mod extract;
+mod formats;
 mod lines;
 mod lit;
 pub mod loggen;

@@ -9,59 +9,56 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
 
 use crate::model::Kind;
 
-/// Needles of the prefilter. Every failure phrase and Envoy failure flag contains at least one,
-/// or (as `URX`, `upstream connect error … reset`) always comes with one that does.
+/// Needles of the failure phrases that lines of any format may hold. With the needles of the
+/// table of formats ([`crate::formats`]: Envoy's failure flags, Node.js error codes, …) they are
+/// the prefilter's: every failure phrase and Envoy failure flag contains at least one, or (as
+/// `URX`, `upstream connect error … reset`) always comes with one that does.
 ///
-/// They are chosen for speed. The packed (Teddy, SIMD) searcher matches nibble fingerprints of each
-/// needle's first four bytes, per bucket of needles, so: at most 32 needles of at least 4 bytes
-/// (slim variant, 32 bytes per step); needles start with the space before the word (" refused")
-/// or a capital ("ECONN" for ECONNREFUSED/ECONNRESET/ECONNABORTED) rather than lowercase text;
-/// case variants are spelled out (a case-insensitive search is markedly slower). And the ORDER
-/// MATTERS: needle `i` goes to bucket `7 - i % 8`, and a bucket fires on the cross product of its
-/// needles' nibbles, so each column of 8 below is one bucket of needles with similar
-/// fingerprints. This order came from a local search minimizing simulated bucket fires on the
-/// generated benchmark log; it cut the prefilter's instructions by 42 % (callgrind, 20 MB) over
-/// the same needles grouped by meaning. Envoy failure flags (UF, UH, UC, URX) follow the response
-/// code in the default text format (`" 503 UF,URX`, `"- - -" 0 UF,URX` for TCP) and the
-/// `response_flags` key in JSON.
-pub(crate) const NEEDLES: &[&str] = &[
-    "Timeout",
-    "t known",
-    " route to host",
-    "503 U",
-    " timed out",
-    "UNREACH",
-    "navailable",
-    " such host",
+/// They are chosen for speed. The packed (Teddy, SIMD) searcher matches nibble fingerprints of
+/// each needle's first four bytes, per bucket of needles, so: at most 32 needles of at least 4
+/// bytes (slim variant, 32 bytes per step); needles start with the space before the word
+/// (" refused") or a capital ("ECONN" for ECONNREFUSED/ECONNRESET/ECONNABORTED) rather than
+/// lowercase text; case variants are spelled out (a case-insensitive search is markedly
+/// slower).
+pub(crate) const PHRASE_NEEDLES: &[&str] = &[
     " refused",
-    " unreachable",
-    " misbehaving",
-    "ENOTFOUND",
-    "EAI_AGAIN",
-    " name resolution",
+    " reset",
+    " timeout",
+    "Timeout",
+    " timed out",
     " deadline",
+    " route to host",
+    " unreachable",
+    "navailable",
     "y upstream",
+    " such host",
+    "t known",
+    " name resolution",
+    " misbehaving",
     " broken pipe",
     "o connect to",
-    " live upstream",
-    "UnknownHost",
-    " timeout",
-    " prematurely",
-    "_flags\":\"U",
-    "IMEDOUT",
-    "UNAVAILABLE",
     "n not permitted",
-    " reset",
-    "ECONN",
-    "\" 0 U",
-    " hang up",
-    "_flags\": \"U",
 ];
+
+/// The prefilter's needles: [`PHRASE_NEEDLES`], then each format's in table order, each once.
+pub(crate) fn needles() -> &'static [&'static str] {
+    static NEEDLES: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+        let mut all: Vec<&'static str> = Vec::new();
+        let formats = crate::formats::FORMATS.iter().flat_map(|f| f.needles);
+        for n in PHRASE_NEEDLES.iter().chain(formats) {
+            if !all.contains(n) {
+                all.push(n);
+            }
+        }
+        all
+    });
+    &NEEDLES
+}
 
 /// The prefilter's needles (for benchmarks and diagnostics: e.g. the same literals given to
 /// `rg -F -f`).
 pub fn prefilter_needles() -> &'static [&'static str] {
-    NEEDLES
+    needles()
 }
 
 /// The literal prefilter: a packed SIMD (Teddy) searcher where the CPU has one, else
@@ -90,13 +87,13 @@ impl Prefilter {
 pub(crate) fn build_prefilter() -> Option<Prefilter> {
     let mut cfg = aho_corasick::packed::Config::new();
     cfg.match_kind(aho_corasick::packed::MatchKind::LeftmostFirst);
-    if let Some(p) = cfg.builder().extend(NEEDLES.iter()).build() {
+    if let Some(p) = cfg.builder().extend(needles().iter()).build() {
         return Some(Prefilter::Packed(p));
     }
     AhoCorasickBuilder::new()
         .match_kind(MatchKind::LeftmostFirst)
         .kind(Some(AhoCorasickKind::DFA))
-        .build(NEEDLES)
+        .build(needles())
         .ok()
         .map(Prefilter::Automaton)
 }
@@ -271,8 +268,8 @@ mod tests {
 
     #[test]
     fn at_most_32_needles_of_4_bytes() {
-        assert!(NEEDLES.len() <= 32, "{}", NEEDLES.len());
-        assert!(NEEDLES.iter().all(|n| n.len() >= 4));
+        assert!(needles().len() <= 32, "{}", needles().len());
+        assert!(needles().iter().all(|n| n.len() >= 4));
     }
 
     #[test]
@@ -304,7 +301,7 @@ mod tests {
             if exempt.contains(phrase) {
                 continue;
             }
-            let found = NEEDLES.iter().any(|n| {
+            let found = needles().iter().any(|n| {
                 let n = n.to_ascii_lowercase();
                 phrase.contains(n.trim_start_matches(['"', ' '])) || phrase.contains(&n)
             });
