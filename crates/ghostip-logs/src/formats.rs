@@ -20,7 +20,7 @@ use crate::extract::{
 };
 use crate::lit::lit;
 use crate::model::{Format, Kind};
-use crate::prefilter::Phrases;
+use crate::prefilter::{Needle, Phrases, needle};
 
 /// One log format.
 #[derive(Debug)]
@@ -34,9 +34,10 @@ pub(crate) struct FormatSpec {
     pub family: bool,
     /// Literals (case-sensitive) that mark a candidate line as this format's.
     pub markers: &'static [&'static str],
-    /// Prefilter needles (case-sensitive) that only this format's failure lines hold; each
-    /// needle is at least 4 bytes long and the whole set at most 32 (see `prefilter.rs`).
-    pub needles: &'static [&'static str],
+    /// Prefilter needles (case-sensitive) that only this format's failure lines hold, each with
+    /// its bucket of the packed searcher; each needle is at least 4 bytes long and the whole set
+    /// at most 32 (see [`Needle`]).
+    pub needles: &'static [Needle],
     /// For a format with a structure of its own (an access log): reads a candidate line,
     /// `None` when the line does not have that structure. Tried in table order before markers.
     pub structure: Option<StructureFn>,
@@ -99,7 +100,7 @@ pub(crate) const FORMATS: &[FormatSpec] = &[
             "connect() failed (",
             "recv() failed (",
         ],
-        needles: &[" live upstream"],
+        needles: &[needle(" live upstream", 5)],
         structure: None,
         peer: nginx,
     },
@@ -109,7 +110,7 @@ pub(crate) const FORMATS: &[FormatSpec] = &[
         family: false,
         markers: &[],
         // The flags follow the `response_flags` key (`DC,UF` is not found this way).
-        needles: &["_flags\":\"U", "_flags\": \"U"],
+        needles: &[needle("_flags\":\"U", 1), needle("_flags\": \"U", 1)],
         structure: Some(envoy_json),
         peer: no_peer,
     },
@@ -120,7 +121,7 @@ pub(crate) const FORMATS: &[FormatSpec] = &[
         // Envoy's local reply body, quoted by an application.
         markers: &["upstream connect error or disconnect/reset before headers"],
         // The flags follow the response code: `" 503 UF,URX`, `"- - -" 0 UF,URX` for TCP.
-        needles: &["503 U", "\" 0 U"],
+        needles: &[needle("503 U", 4), needle("\" 0 U", 3)],
         structure: Some(envoy_text),
         peer: no_peer,
     },
@@ -129,7 +130,7 @@ pub(crate) const FORMATS: &[FormatSpec] = &[
         name: "grpc-java",
         family: false,
         markers: &["io.grpc", "Status{code=", "StatusRuntimeException"],
-        needles: &["UNAVAILABLE"],
+        needles: &[needle("UNAVAILABLE", 7)],
         structure: None,
         peer: java,
     },
@@ -138,7 +139,7 @@ pub(crate) const FORMATS: &[FormatSpec] = &[
         name: "grpc-js",
         family: false,
         markers: &["@grpc/grpc-js", "14 UNAVAILABLE"],
-        needles: &["UNAVAILABLE"],
+        needles: &[needle("UNAVAILABLE", 7)],
         structure: None,
         peer: no_peer,
     },
@@ -170,7 +171,7 @@ pub(crate) const FORMATS: &[FormatSpec] = &[
             "readAddress(..)",
             "finishConnect(..)",
         ],
-        needles: &[" prematurely"],
+        needles: &[needle(" prematurely", 2)],
         structure: None,
         peer: java,
     },
@@ -239,12 +240,12 @@ pub(crate) const FORMATS: &[FormatSpec] = &[
         ],
         // ECONNREFUSED, ECONNRESET, ECONNABORTED; ETIMEDOUT; EHOSTUNREACH, ENETUNREACH.
         needles: &[
-            "ECONN",
-            "IMEDOUT",
-            "UNREACH",
-            "ENOTFOUND",
-            "EAI_AGAIN",
-            " hang up",
+            needle("ECONN", 4),
+            needle("IMEDOUT", 0),
+            needle("UNREACH", 2),
+            needle("ENOTFOUND", 4),
+            needle("EAI_AGAIN", 3),
+            needle(" hang up", 2),
         ],
         structure: None,
         peer: node,
@@ -272,7 +273,7 @@ pub(crate) const FORMATS: &[FormatSpec] = &[
         name: "java",
         family: true,
         markers: &["java.net.", "java.io.", "Exception", "\tat "],
-        needles: &["UnknownHost"],
+        needles: &[needle("UnknownHost", 4)],
         structure: None,
         peer: java,
     },
@@ -713,7 +714,7 @@ mod tests {
                 s.name
             );
             assert_eq!(s.format.as_str(), s.name);
-            assert!(s.needles.iter().all(|n| n.len() >= 4), "{}", s.name);
+            assert!(s.needles.iter().all(|n| n.text.len() >= 4), "{}", s.name);
         }
         // Marker ids are table indexes in a u32 beside the two grpc-go dial bits.
         assert!(FORMATS.len() <= crate::extract::DIAL_BITS as usize);
