@@ -61,7 +61,9 @@ mod scanner;
 mod time;
 
 pub use aggregate::{Aggregator, Group, Report};
-pub use classify::{Class, OwnerFacts, class_of_kind, classify, classify_with_owner};
+pub use classify::{
+    Class, OwnerFacts, class_of_kind, classify, classify_with_owner, is_local_address,
+};
 pub use mmap::{MappedLog, map_settled};
 pub use model::{
     ConnFailure, FOCUS_LINES, Format, Kind, RAW_EXCERPT_MAX, ScanOptions, ScanStats, Target,

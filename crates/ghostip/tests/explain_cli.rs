@@ -662,3 +662,50 @@ fn target_keeps_the_full_reports_groups_for_that_address_in_every_path() {
         .code(2)
         .stderr(predicates::str::contains("is not an IP or IP:PORT"));
 }
+
+#[test]
+fn loopback_and_link_local_targets_are_not_staleness() {
+    let log = [
+        "2024-05-01T15:42:10Z dial tcp 127.0.0.1:15000: connect: connection refused",
+        "2024-05-01T15:42:11Z Get \"http://169.254.169.254/latest/meta-data/\": dial tcp 169.254.169.254:80: i/o timeout",
+        "2024-05-01T15:42:12Z dial tcp [::1]:9090: connect: connection refused",
+        "2024-05-01T15:42:13Z dial tcp [fe80::1]:80: connect: no route to host",
+    ]
+    .join("\n");
+    for db in [None, Some("ledger")] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = ghostip();
+        c.args(["explain", "-o", "json", "--db"]);
+        match db {
+            // With a ledger: never looked up.
+            Some(_) => {
+                let path = dir.path().join("ghostip.db");
+                write_ledger(&path);
+                c.arg(path);
+            }
+            None => {
+                c.arg("/nonexistent/x.db");
+            }
+        }
+        let out = c.arg("-").write_stdin(log.clone()).assert().code(0);
+        let x = json(&out.get_output().stdout);
+        let got = classes(&x);
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert!(got.keys().all(|(_, c)| c == "local_target"), "{got:?}");
+        if db.is_some() {
+            assert_eq!(x["history"]["distinct_ips"], 0);
+        }
+    }
+    let out = ghostip()
+        .args(["explain", "--db", "/nonexistent/x.db", "-"])
+        .write_stdin(log)
+        .assert()
+        .code(0)
+        .get_output()
+        .clone();
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        table.contains("local-target") && table.contains("never a pod IP"),
+        "{table}"
+    );
+}

@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
 use ghostip_core::{PodRef, ServiceKey, Time};
-use ghostip_logs::{Class, ConnFailure, OwnerFacts, classify, classify_with_owner};
+use ghostip_logs::{
+    Class, ConnFailure, OwnerFacts, classify, classify_with_owner, is_local_address,
+};
 use jiff::SignedDuration;
 use serde::Serialize;
 
@@ -255,7 +257,8 @@ impl<S: HistorySource> Joiner<S> {
     }
 
     /// Joins one failure. DNS failures, failures without a target IP or a time, and target IPs
-    /// the history never saw keep the class of their error kind.
+    /// the history never saw keep the class of their error kind; loopback and link-local
+    /// targets (never a pod IP) are not looked up.
     ///
     /// # Errors
     /// [`HistoryError`] when the source fails (the first time the IP is looked up).
@@ -271,7 +274,7 @@ impl<S: HistorySource> Joiner<S> {
         let (Some(target), Some(t)) = (f.target, f.timestamp) else {
             return Ok(unjoined);
         };
-        if f.kind.is_dns() {
+        if f.kind.is_dns() || is_local_address(target.ip()) {
             return Ok(unjoined);
         }
         let ip = target.ip().to_canonical();
@@ -520,6 +523,17 @@ mod tests {
     }
 
     #[test]
+        // A local address is never a pod IP: not staleness, and not looked up.
+        let local = j
+            .join(&failure(
+                Kind::Refused,
+                "127.0.0.1:8080",
+                "2024-05-01T15:43:00Z",
+            ))
+            .unwrap();
+        assert_eq!(local.class, Class::LocalTarget);
+        assert!(!local.known_ip);
+        assert_eq!(j.source().calls.get(), 1);
     fn removal_time_when_the_kept_grace_is_the_kubelets_final_zero() {
         // As recorded in the lab: deletionTimestamp = request + 30 s, but the last update (the
         // kubelet's grace-0 delete) left grace 0; the pod was gone 130 ms after the request.
