@@ -709,3 +709,58 @@ fn loopback_and_link_local_targets_are_not_staleness() {
         "{table}"
     );
 }
+
+#[test]
+fn dns_lookup_failures_name_the_host_and_the_dns_server() {
+    let log = [
+        "2024-05-01T15:42:10Z dial tcp: lookup argocd-redis: i/o timeout",
+        "2024-05-01T15:42:11Z dial tcp: lookup argocd-redis on 10.96.0.10:53: read udp 10.244.0.5:40000->10.96.0.10:53: i/o timeout",
+        "2024-05-01T15:42:12Z lookup foo.bar.svc.cluster.local on 169.254.20.10:53: server misbehaving",
+    ]
+    .join("\n");
+    let out = ghostip()
+        .args(["explain", "--db", "/nonexistent/x.db", "-o", "json", "-"])
+        .write_stdin(log.clone())
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let x = json(&out.stdout);
+    let groups = x["report"]["groups"].as_array().unwrap();
+    let redis = groups
+        .iter()
+        .find(|g| g["peer"] == "dns:argocd-redis")
+        .unwrap();
+    assert_eq!(redis["dns_name"], "argocd-redis");
+    assert_eq!(redis["errors"], 2);
+    assert_eq!(redis["dns_servers"], serde_json::json!(["10.96.0.10:53"]));
+    let foo = groups
+        .iter()
+        .find(|g| g["dns_name"] == "foo.bar.svc.cluster.local")
+        .unwrap();
+    assert_eq!(foo["dns_servers"], serde_json::json!(["169.254.20.10:53"]));
+    let out = ghostip()
+        .args(["explain", "--db", "/nonexistent/x.db", "-"])
+        .write_stdin(log)
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let table = String::from_utf8(out.stdout).unwrap();
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no row {name}: {table}"))
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(table.contains("DNS SERVER"), "{table}");
+    assert_eq!(row("dns:argocd-redis"), "dns:argocd-redis - 10.96.0.10:53");
+    assert_eq!(
+        row("dns:foo.bar"),
+        "dns:foo.bar.svc.cluster.local - 169.254.20.10:53"
+    );
+}
