@@ -475,6 +475,17 @@ pub(crate) fn continuation(msg: &[u8]) -> Continuation {
     }
 }
 
+/// Whether a line without a timestamp may be part of the log record a timestamped line above it
+/// began: a continuation shape ([`continuation`]), an indented or blank line, or Python's
+/// `Traceback (most recent call last):`. An undated line of any other shape is a record of its
+/// own, whose time the log does not give.
+pub(crate) fn may_continue_record(line: &[u8]) -> bool {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    line.first().is_none_or(|c| matches!(c, b' ' | b'\t'))
+        || line.starts_with(b"Traceback")
+        || continuation(line) != Continuation::No
+}
+
 fn is_continuation_part(msg: &[u8]) -> bool {
     let t = &msg[skip_ws(msg, 0)..];
     const STARTS: [&[u8]; 11] = [

@@ -338,6 +338,13 @@ impl ScanStats {
                 self.assumed_zone
             ));
         }
+        if self.undated > 0 {
+            out.push(format!(
+                "{} failure(s) have no time (their line has none and continues no timestamped \
+                 log record): they are not joined with the history nor placed in a rollout window",
+                self.undated
+            ));
+        }
         if self.unknown_lines > 0 {
             out.push(format!(
                 "{} line(s) of {} unrecognized shape(s) mention a connection failure; e.g. line {}: {}",

@@ -764,3 +764,42 @@ fn dns_lookup_failures_name_the_host_and_the_dns_server() {
         "dns:foo.bar.svc.cluster.local - 169.254.20.10:53"
     );
 }
+
+/// An undated failure after an unrelated line used to take that line's time, and so a class
+/// from the ledger and a place in the rollout window.
+#[test]
+fn an_undated_failure_is_not_placed_in_a_rollout_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ghostip.db");
+    write_ledger(&db);
+    let mut log = client_log();
+    log.push_str(&format!(
+        "{} level=INFO msg=\"request ok\" addr=10.244.1.12:8080\n",
+        lt(105.2)
+    ));
+    log.push_str("dial tcp 10.244.1.10:8080: connect: connection refused\n");
+    let out = ghostip()
+        .args(["explain", "-o", "json", "--db"])
+        .arg(&db)
+        .arg("-")
+        .write_stdin(log)
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let x = json(&out.stdout);
+    let undated: Vec<&Value> = x["report"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["first"].is_null())
+        .collect();
+    assert_eq!(undated.len(), 1, "{}", x["report"]);
+    assert_eq!(undated[0]["peer"], "10.244.1.10");
+    assert_eq!(undated[0]["class"], "stale_target");
+    assert!(undated[0]["window"].is_null());
+    assert_eq!(x["windows"][0]["errors"], 6);
+    assert_eq!(x["stats"]["undated"], 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1 failure(s) have no time"), "{err}");
+}
