@@ -803,3 +803,69 @@ fn an_undated_failure_is_not_placed_in_a_rollout_window() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("1 failure(s) have no time"), "{err}");
 }
+
+#[test]
+fn control_sequences_from_a_log_never_reach_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = [
+        "2024-05-01T15:42:10Z requests.exceptions.ConnectionError: HTTPConnectionPool(host='web\u{1b}[2J\u{1b}]0;pwned\u{7}', port=80): Max retries exceeded (Caused by NewConnectionError('<urllib3.connection.HTTPConnection object>: Failed to establish a new connection: [Errno 111] Connection refused'))",
+        "2024-05-01T15:42:11Z odd\u{1b}[31m\u{9b}2J shape: connection refused",
+    ]
+    .join("\n");
+    let file = dir.path().join("app\u{1b}[2J.log");
+    std::fs::write(&file, &log).unwrap();
+    let visible = |b: &[u8]| {
+        let s = String::from_utf8(b.to_vec()).unwrap();
+        assert!(
+            !s.chars().any(|c| c.is_control() && c != '\n'),
+            "a control character reached the terminal: {s:?}"
+        );
+        s
+    };
+    let out = ghostip()
+        .args(["explain", "--db", "/nonexistent/x.db"])
+        .arg(&file)
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let table = visible(&out.stdout);
+    let err = visible(&out.stderr);
+    assert!(
+        table.contains("host:web\\x1b[2J\\x1b]0;pwned\\x07"),
+        "{table}"
+    );
+    // The unknown shape's example, in a warning.
+    assert!(err.contains("odd\\x1b[31m\\u{9b}2J shape"), "{err}");
+    // The JSON keeps the text as it was (serde escapes the C0 controls).
+    let out = ghostip()
+        .args(["explain", "--db", "/nonexistent/x.db", "-o", "json"])
+        .arg(&file)
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let raw = String::from_utf8(out.stdout.clone()).unwrap();
+    assert!(raw.contains("host:web\\u001b[2J"), "{raw}");
+    let x = json(&out.stdout);
+    assert!(
+        x["report"]["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["peer"] == "host:web\u{1b}[2J\u{1b}]0;pwned\u{7}"),
+        "{}",
+        x["report"]
+    );
+    // File names in errors.
+    let missing = dir.path().join("gone\u{1b}[2J.log");
+    let out = ghostip()
+        .args(["explain", "--db", "/nonexistent/x.db"])
+        .arg(&missing)
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let err = visible(&out.stderr);
+    assert!(err.contains("gone\\x1b[2J.log"), "{err}");
+}

@@ -18,6 +18,7 @@ use super::{Outcome, print_json};
 use crate::cli::{ExplainArgs, GlobalArgs, MmapMode, OutputFormat};
 use crate::explain::{Explainer, HistorySource, TimeFilter, TruthHistory};
 use crate::ledger::{Ledger, default_db_path, parse_at};
+use crate::report::sanitize::escape_controls;
 
 pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> {
     let now = Time::now();
@@ -52,6 +53,7 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
         } else {
             path.display().to_string()
         };
+        let shown = escape_controls(&name).into_owned();
         // One scanner per input: line numbers and the inferred year are per file.
         let mut scanner = Scanner::new(ScanOptions {
             year: args.year,
@@ -64,14 +66,14 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
         let sink = &mut |f: ConnFailure| explainer.add(&f);
         if path == Path::new("-") {
             let reader =
-                open_reader(std::io::stdin()).with_context(|| format!("reading {name}"))?;
+                open_reader(std::io::stdin()).with_context(|| format!("reading {shown}"))?;
             scanner
                 .scan(reader, sink)
-                .with_context(|| format!("reading {name}"))?;
+                .with_context(|| format!("reading {shown}"))?;
         } else {
-            let file = File::open(path).with_context(|| format!("opening {name}"))?;
+            let file = File::open(path).with_context(|| format!("opening {shown}"))?;
             scan_file(&mut scanner, file, threads, args.mmap, sink)
-                .with_context(|| format!("reading {name}"))?;
+                .with_context(|| format!("reading {shown}"))?;
         }
         stats.merge(scanner.stats());
         names.push(name);
@@ -81,7 +83,7 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
         .context("joining failures with the history")?;
     explanation.only_target = args.target.map(|t| t.to_string());
     for w in &explanation.warnings {
-        eprintln!("warning: {w}");
+        eprintln!("warning: {}", escape_controls(w));
     }
     match g.output {
         OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),

@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::history::{HistoryError, HistorySource};
 use super::join::{Joiner, TargetFacts};
 use super::windows::{RolloutWindow, rollout_windows};
+use crate::report::sanitize::{escape_controls, escape_controls_keep_newlines};
 
 /// Keeps failures inside `[since, until)`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -358,7 +359,9 @@ impl Explanation {
         self.staleness
     }
 
-    /// The table output.
+    /// The table output. Everything in it that came from a log or the cluster (targets, hosts,
+    /// Services, windows, pods, file names) has its control characters escaped: a log line
+    /// cannot drive the reader's terminal.
     pub fn render_table(&self) -> String {
         let mut out = String::new();
         let aimed = self
@@ -382,7 +385,19 @@ impl Explanation {
             if !self.windows.is_empty() {
                 out.push('\n');
             }
-            out.push_str(&self.report.render_table());
+            // The cells escaped before the columns are laid out.
+            let mut report = self.report.clone();
+            let esc = |s: &mut String| {
+                if let std::borrow::Cow::Owned(e) = escape_controls(s) {
+                    *s = e;
+                }
+            };
+            for g in &mut report.groups {
+                esc(&mut g.peer);
+                g.service.iter_mut().for_each(esc);
+                g.window.iter_mut().for_each(esc);
+            }
+            out.push_str(&report.render_table());
         }
         let known: Vec<&TargetSummary> = self.targets.iter().filter(|t| t.known).collect();
         if !known.is_empty() {
@@ -454,3 +469,8 @@ mod tests {
         assert!(table.contains("Without a ledger"), "{table}");
     }
 }
+        let out = self.table_text();
+        escape_controls_keep_newlines(&out).into_owned()
+    }
+
+    fn table_text(&self) -> String {
