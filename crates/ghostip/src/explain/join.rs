@@ -520,9 +520,6 @@ mod tests {
         let dns = failure(Kind::DnsTimeout, "10.96.0.10:53", "2024-05-01T15:43:00Z");
         assert_eq!(j.join(&dns).unwrap().class, Class::DnsPath);
         assert_eq!(j.source().calls.get(), 1);
-    }
-
-    #[test]
         // A local address is never a pod IP: not staleness, and not looked up.
         let local = j
             .join(&failure(
@@ -534,6 +531,9 @@ mod tests {
         assert_eq!(local.class, Class::LocalTarget);
         assert!(!local.known_ip);
         assert_eq!(j.source().calls.get(), 1);
+    }
+
+    #[test]
     fn removal_time_when_the_kept_grace_is_the_kubelets_final_zero() {
         // As recorded in the lab: deletionTimestamp = request + 30 s, but the last update (the
         // kubelet's grace-0 delete) left grace 0; the pod was gone 130 ms after the request.

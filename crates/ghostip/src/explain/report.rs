@@ -363,6 +363,11 @@ impl Explanation {
     /// Services, windows, pods, file names) has its control characters escaped: a log line
     /// cannot drive the reader's terminal.
     pub fn render_table(&self) -> String {
+        let out = self.table_text();
+        escape_controls_keep_newlines(&out).into_owned()
+    }
+
+    fn table_text(&self) -> String {
         let mut out = String::new();
         let aimed = self
             .only_target
@@ -469,8 +474,3 @@ mod tests {
         assert!(table.contains("Without a ledger"), "{table}");
     }
 }
-        let out = self.table_text();
-        escape_controls_keep_newlines(&out).into_owned()
-    }
-
-    fn table_text(&self) -> String {
