@@ -71,5 +71,5 @@ pub use model::{
 };
 pub use parallel::{ParallelOptions, ReadAt};
 pub use prefilter::prefilter_needles;
-pub use reader::{is_gzip, open_reader};
+pub use reader::{is_gzip, open_reader, open_reader_gz};
 pub use scanner::{ScanError, Scanner, scan_bytes, scan_reader};

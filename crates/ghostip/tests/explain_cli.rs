@@ -664,6 +664,71 @@ fn target_keeps_the_full_reports_groups_for_that_address_in_every_path() {
 }
 
 #[test]
+fn a_truncated_gzip_reports_what_was_read_then_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::new();
+    for i in 0..20_000 {
+        text.push_str(&format!(
+            "{} level=ERROR msg=\"request failed\" err=\"dial tcp 10.244.1.{}:8080: connect: connection refused\"\n",
+            lt(f64::from(i)),
+            i % 200
+        ));
+    }
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    enc.write_all(text.as_bytes()).unwrap();
+    let gz = enc.finish().unwrap();
+    let cut = gz.len() / 2;
+    let broken = dir.path().join("app.log.1.gz");
+    std::fs::write(&broken, &gz[..cut]).unwrap();
+    let whole = dir.path().join("app.log");
+    std::fs::write(&whole, client_log()).unwrap();
+
+    let out = ghostip()
+        .args(["explain", "--db", "/nonexistent/x.db", "-o", "json"])
+        .arg(&broken)
+        .arg(&whole)
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let x = json(&out.stdout);
+    let total = x["report"]["total"].as_u64().unwrap();
+    // Part of the gzip, and all of the next input.
+    assert!(total > 9 + 1000 && total < 9 + 20_000, "{total}");
+    let e = &x["read_errors"][0];
+    assert_eq!(e["input"], broken.display().to_string());
+    let offset = e["offset"].as_u64().unwrap();
+    assert!(offset > 0 && offset < text.len() as u64, "{e}");
+    assert_eq!(e["compressed_offset"].as_u64(), Some(cut as u64), "{e}");
+    assert_eq!(x["read_errors"].as_array().unwrap().len(), 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "ghostip: reading {} at byte {offset} of the decompressed text (byte {cut} of the gzip file): ",
+            broken.display()
+        )),
+        "{err}"
+    );
+    // The table too: the report, then what is missing.
+    let out = ghostip()
+        .args(["explain", "--db", "/nonexistent/x.db"])
+        .arg(&broken)
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.contains(" errors (refused), between "), "{table}");
+    assert!(
+        table.contains(&format!(
+            "Incomplete: reading {} at byte {offset}",
+            broken.display()
+        )),
+        "{table}"
+    );
+}
+
+#[test]
 fn loopback_and_link_local_targets_are_not_staleness() {
     let log = [
         "2024-05-01T15:42:10Z dial tcp 127.0.0.1:15000: connect: connection refused",

@@ -59,6 +59,29 @@ pub struct WindowSummary {
     pub sentence: String,
 }
 
+/// An input that could not be read to its end: the report holds what was read before.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReadError {
+    /// The input.
+    pub input: String,
+    /// Bytes of log text read before the error (for gzip, decompressed bytes).
+    pub offset: u64,
+    /// For gzip: bytes of the compressed file read before the error.
+    pub compressed_offset: Option<u64>,
+    /// What failed.
+    pub error: String,
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at byte {}", self.input, self.offset)?;
+        if let Some(c) = self.compressed_offset {
+            write!(f, " of the decompressed text (byte {c} of the gzip file)")?;
+        }
+        write!(f, ": {}", self.error)
+    }
+}
+
 /// What the join learned about one target IP (at its first failure).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TargetSummary {
@@ -117,6 +140,9 @@ pub struct Explanation {
     /// `--target`: only failures aimed at this address were kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub only_target: Option<String>,
+    /// Inputs that could not be read to their end (the command then exits 2).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub read_errors: Vec<ReadError>,
 }
 
 /// Collects failures, joins them, and builds the [`Explanation`].
@@ -265,6 +291,7 @@ impl<'a> Explainer<'a> {
             undated_filtered_out: self.undated_filtered_out,
             warnings,
             only_target: None,
+            read_errors: Vec::new(),
         })
     }
 }
@@ -434,6 +461,13 @@ impl Explanation {
                 out,
                 "{} failure(s) outside --since/--until left out.",
                 self.filtered_out
+            );
+        }
+        for e in &self.read_errors {
+            let _ = writeln!(
+                out,
+                "\nIncomplete: reading {} failed; the report holds what was read before.",
+                escape_controls(&e.to_string())
             );
         }
         out
