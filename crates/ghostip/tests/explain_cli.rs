@@ -663,6 +663,82 @@ fn target_keeps_the_full_reports_groups_for_that_address_in_every_path() {
         .stderr(predicates::str::contains("is not an IP or IP:PORT"));
 }
 
+/// A log of `size` bytes of ordinary lines with a refused connection every 64 KiB, written to
+/// `path` and not modified for an hour (so that `--mmap auto` maps it); returns the number of
+/// failures in it.
+fn write_settled(path: &Path, size: usize) -> u64 {
+    let ok = format!(
+        "{} level=INFO msg=\"request ok\" addr=10.244.1.12:8080 took=3ms\n",
+        lt(1.0)
+    );
+    let failed = format!(
+        "{} level=ERROR msg=\"request failed\" err=\"dial tcp 10.244.1.10:8080: connect: connection refused\"\n",
+        lt(2.0)
+    );
+    let mut data = String::with_capacity(size + 4096);
+    let mut failures = 0;
+    let mut next = 0;
+    while data.len() < size {
+        if data.len() >= next {
+            data.push_str(&failed);
+            failures += 1;
+            next += 64 << 10;
+        }
+        data.push_str(&ok);
+    }
+    std::fs::write(path, data).unwrap();
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600))
+        .unwrap();
+    failures
+}
+
+/// logrotate's `copytruncate` cuts a log while `explain` scans it in place: the scan must not
+/// die (a truncated mapping raises SIGBUS). The truncation waits for the scan's read lease, so
+/// the report holds the whole file. Several rounds, the truncation at different moments of the
+/// scan; each bounded by the scan of 48 MiB and the kernel's lease-break time.
+#[test]
+fn a_log_truncated_while_it_is_scanned_in_place_does_not_crash_explain() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.log");
+    for round in 0..5u64 {
+        let failures = write_settled(&path, 48 << 20);
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_ghostip"))
+            .env_remove("GHOSTIP_DB")
+            .env("HOME", "/nonexistent-home")
+            .args(["explain", "--db", "/nonexistent/x.db", "--threads", "2"])
+            .args(["--mmap", "auto", "-o", "json"])
+            .arg(&path)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(40 + 70 * round));
+        // copytruncate: open for writing, cut to nothing.
+        let f = std::fs::File::options().write(true).open(&path).unwrap();
+        f.set_len(0).unwrap();
+        drop(f);
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.signal().is_none(),
+            "round {round}: killed by signal {:?}; stderr: {stderr}",
+            out.status.signal()
+        );
+        // Exit 1 with the failures read (all of them when the scan's lease held the
+        // truncation off), 0 and nothing when the truncation came before the scan.
+        let x = json(&out.stdout);
+        let total = x["report"]["total"].as_u64().unwrap();
+        match out.status.code() {
+            Some(1) => assert!(total > 0 && total <= failures, "round {round}: {stderr}"),
+            Some(0) => assert_eq!(total, 0, "round {round}: {stderr}"),
+            other => panic!("round {round}: exit {other:?}: {stderr}"),
+        }
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+    }
+}
+
 #[test]
 fn a_truncated_gzip_reports_what_was_read_then_the_error() {
     let dir = tempfile::tempdir().unwrap();

@@ -185,9 +185,10 @@ fn scan_stream<R: Read + 'static>(
 /// A file is memory-mapped only when it was not modified for this long (see `--mmap`).
 const MMAP_SETTLE: Duration = Duration::from_secs(5);
 
-/// Scans one opened file: in place when `--mmap auto` maps it (regular, not gzip, settled),
-/// else with positional reads on `threads` threads (regular, not gzip, also for one thread),
-/// else as a stream (counting the compressed bytes of gzip).
+/// Scans one opened file: in place when `--mmap auto` maps it (regular, not gzip, settled,
+/// and no process has it open for writing: see `map_settled`), else with positional reads on
+/// `threads` threads (regular, not gzip, also for one thread), else as a stream (counting the
+/// compressed bytes of gzip).
 fn scan_file(
     scanner: &mut Scanner,
     file: File,
