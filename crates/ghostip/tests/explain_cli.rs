@@ -945,6 +945,91 @@ fn an_undated_failure_is_not_placed_in_a_rollout_window() {
     assert!(err.contains("1 failure(s) have no time"), "{err}");
 }
 
+/// Java's `SocketException: Connection reset` names no peer: such resets are attributed to the
+/// rollout under way at their time whose pods the same client's other errors aimed at.
+#[test]
+fn resets_without_a_peer_address_go_to_the_rollout_under_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ghostip.db");
+    write_ledger(&db);
+    let reset = |at: f64| {
+        format!(
+            "{} ERROR [pool-1-thread-3] c.e.shop.WebClient - GET /cart failed\njava.net.SocketException: Connection reset\n\tat java.base/sun.nio.ch.NioSocketImpl.implRead(NioSocketImpl.java:323)\n",
+            lt(at)
+        )
+    };
+    let client = dir.path().join("client.log");
+    // Two during the rollout (its first removal at 100 s, its last error aimed at its pods at
+    // 110 s), one long after it.
+    std::fs::write(
+        &client,
+        client_log() + &reset(103.0) + &reset(108.5) + &reset(400.0),
+    )
+    .unwrap();
+    // Another client, none of whose errors aimed at the rollout's pods.
+    let other = dir.path().join("other.log");
+    std::fs::write(&other, reset(104.0)).unwrap();
+
+    let run = |table: bool| {
+        let mut c = ghostip();
+        c.args(["explain", "--db"])
+            .arg(&db)
+            .arg(&client)
+            .arg(&other);
+        if !table {
+            c.args(["-o", "json"]);
+        }
+        c.assert().code(1).get_output().clone()
+    };
+    let x = json(&run(false).stdout);
+    let w = &x["windows"][0];
+    assert_eq!(x["windows"].as_array().unwrap().len(), 1);
+    assert_eq!(w["aimed_errors"], 6);
+    assert_eq!(w["peerless_resets"], 2);
+    assert_eq!(w["errors"], 8);
+    let mut peerless: Vec<(String, u64)> = x["report"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["peer"] == "-")
+        .map(|g| {
+            (
+                g["window"].as_str().unwrap_or("-").to_owned(),
+                g["errors"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    peerless.sort();
+    assert_eq!(
+        peerless,
+        [
+            ("-".to_owned(), 2),
+            ("22:15 rollout of shop/deploy/web".to_owned(), 2)
+        ],
+        "{}",
+        x["report"]
+    );
+    let attributed = x["report"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["peer"] == "-" && !g["window"].is_null())
+        .unwrap();
+    assert_eq!(attributed["service"], "shop/web");
+    assert_eq!(attributed["class"], "pooled_connection");
+    assert_eq!(
+        w["sentence"],
+        "8 errors = 4 refused + 3 reset + 1 timeout, between 2023-11-14 22:15:00 and 22:15:10 UTC \
+         (10 s): 6 aimed at IPs of the 2 pods removed by the 22:15 rollout of shop/deploy/web, \
+         2 resets with no peer address during that rollout's window (8 of 13 errors)"
+    );
+    let table = String::from_utf8(run(true).stdout).unwrap();
+    assert!(
+        table.starts_with(w["sentence"].as_str().unwrap()),
+        "{table}"
+    );
+}
+
 #[test]
 fn control_sequences_from_a_log_never_reach_the_terminal() {
     let dir = tempfile::tempdir().unwrap();

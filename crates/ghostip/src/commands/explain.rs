@@ -51,13 +51,14 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
     let mut stats = ScanStats::default();
     let mut names = Vec::new();
     let mut read_errors = Vec::new();
-    for path in &inputs {
+    for (index, path) in inputs.iter().enumerate() {
         let name = if path == Path::new("-") {
             "<stdin>".to_owned()
         } else {
             path.display().to_string()
         };
         let shown = escape_controls(&name).into_owned();
+        explainer.start_input(index);
         // One scanner per input: line numbers and the inferred year are per file.
         let mut scanner = Scanner::new(ScanOptions {
             year: args.year,

@@ -63,6 +63,8 @@ pub struct Removal {
     pub workload: Workload,
     /// When its removal started: the deletion request, else the end of its ownership.
     pub at: Time,
+    /// When the pod stopped holding the IP, if it did.
+    pub until: Option<Time>,
 }
 
 /// The result of joining one failure.
@@ -215,6 +217,7 @@ fn removal_of(o: &Ownership, memberships: &[Membership]) -> Removal {
         at: terminating_since(o, memberships)
             .or(o.closed)
             .unwrap_or(o.start),
+        until: o.closed,
     }
 }
 

@@ -1,7 +1,7 @@
 //! The explanation of a set of logs: failures classified (joined when a history is given),
 //! aggregated per target, class, Service and rollout window, with one sentence per window.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
@@ -10,7 +10,7 @@ use ghostip_logs::{Aggregator, Class, ConnFailure, Kind, Report, ScanStats, clas
 use serde::Serialize;
 
 use super::history::{HistoryError, HistorySource};
-use super::join::{Joiner, TargetFacts};
+use super::join::{Joiner, Removal, TargetFacts};
 use super::windows::{RolloutWindow, rollout_windows};
 use crate::report::sanitize::{escape_controls, escape_controls_keep_newlines};
 
@@ -38,14 +38,21 @@ impl TimeFilter {
     }
 }
 
-/// A rollout window with the errors aimed at its removed pods.
+/// A rollout window with the errors aimed at its removed pods, and the resets without a peer
+/// address its clients logged while it was under way.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct WindowSummary {
     /// The window.
     #[serde(flatten)]
     pub window: RolloutWindow,
-    /// Errors aimed at IPs of its pods.
+    /// Errors attributed to it: `aimed_errors + peerless_resets`.
     pub errors: u64,
+    /// Errors aimed at IPs of its pods.
+    pub aimed_errors: u64,
+    /// Resets that name no peer address (Java's `SocketException: Connection reset`), logged
+    /// while the rollout was under way by a client (an input) whose other errors aimed at its
+    /// pods.
+    pub peerless_resets: u64,
     /// Per kind.
     pub by_kind: BTreeMap<Kind, u64>,
     /// Per class.
@@ -55,7 +62,9 @@ pub struct WindowSummary {
     /// Last error.
     pub last_error: Option<Time>,
     /// "47 errors = 31 refused + 16 reset, between … and … UTC (72 s), all aimed at IPs of
-    /// the 3 pods removed by the 15:42 rollout of prod/deploy/x".
+    /// the 3 pods removed by the 15:42 rollout of prod/deploy/x"; with resets that name no
+    /// peer: "…: 31 aimed at IPs of the 3 pods removed by the 15:42 rollout of prod/deploy/x,
+    /// 16 resets with no peer address during that rollout's window".
     pub sentence: String,
 }
 
@@ -145,11 +154,34 @@ pub struct Explanation {
     pub read_errors: Vec<ReadError>,
 }
 
+/// A reset without a peer address, kept until the rollout windows are known.
+struct Peerless {
+    input: usize,
+    at: Time,
+    failure: ConnFailure,
+    class: Class,
+}
+
+/// Whether a failure is a reset that names no peer address (nothing to join it by).
+fn is_peerless_reset(f: &ConnFailure) -> bool {
+    f.kind == Kind::Reset && f.target.is_none()
+}
+
 /// Collects failures, joins them, and builds the [`Explanation`].
+///
+/// Resets that name no peer address cannot be joined; with a history they are kept aside until
+/// the rollout windows are known, then attributed to the window under way at their time whose
+/// pods the same input's other failures aimed at (when exactly one is).
 pub struct Explainer<'a> {
     joiner: Option<Joiner<&'a dyn HistorySource>>,
     filter: TimeFilter,
     agg: Aggregator,
+    /// The input the failures come from (see [`Explainer::start_input`]).
+    input: usize,
+    peerless: Vec<Peerless>,
+    /// Per removal key: the inputs whose failures aimed at the pod, and the Services.
+    removal_inputs: HashMap<String, BTreeSet<usize>>,
+    removal_services: HashMap<String, BTreeSet<String>>,
     targets: BTreeMap<IpAddr, TargetSummary>,
     error: Option<HistoryError>,
     filtered_out: u64,
@@ -173,12 +205,23 @@ impl<'a> Explainer<'a> {
             joiner: history.map(Joiner::new),
             filter,
             agg: Aggregator::new(),
+            input: 0,
+            peerless: Vec::new(),
+            removal_inputs: HashMap::new(),
+            removal_services: HashMap::new(),
             targets: BTreeMap::new(),
             error: None,
             filtered_out: 0,
             undated_filtered_out: 0,
             staleness: false,
         }
+    }
+
+    /// The failures added from now on come from the next input (the first input needs no
+    /// call). Resets without a peer address are attributed to a rollout through the other
+    /// failures of their own input.
+    pub fn start_input(&mut self, index: usize) {
+        self.input = index;
     }
 
     /// Adds one failure (in input order). A history error stops the join; it is returned by
@@ -194,6 +237,24 @@ impl<'a> Explainer<'a> {
                 return;
             }
             Some(true) => {}
+        }
+        // Nothing to join a reset without a peer address by: it waits for the windows.
+        if self.joiner.is_some()
+            && self.error.is_none()
+            && is_peerless_reset(f)
+            && let Some(at) = f.timestamp
+        {
+            let class = classify(f);
+            self.staleness |= class.is_staleness();
+            let mut failure = f.clone();
+            failure.raw = String::new();
+            self.peerless.push(Peerless {
+                input: self.input,
+                at,
+                failure,
+                class,
+            });
+            return;
         }
         let joined = match (&mut self.joiner, &self.error) {
             (Some(j), None) => match j.join(f) {
@@ -214,6 +275,18 @@ impl<'a> Explainer<'a> {
         self.staleness |= joined.class.is_staleness();
         let service = joined.service.as_ref().map(ToString::to_string);
         let key = joined.removal.as_ref().map(|r| r.key.as_str());
+        if let Some(key) = key {
+            self.removal_inputs
+                .entry(key.to_owned())
+                .or_default()
+                .insert(self.input);
+            if let Some(s) = &service {
+                self.removal_services
+                    .entry(key.to_owned())
+                    .or_default()
+                    .insert(s.clone());
+            }
+        }
         self.agg.add_in(f, joined.class, service.as_deref(), key);
         if let Some(target) = f.target {
             let ip = target.ip().to_canonical();
@@ -249,9 +322,37 @@ impl<'a> Explainer<'a> {
                     .iter()
                     .flat_map(|w| w.keys.iter().map(|k| (k.as_str(), w.label.as_str())))
                     .collect();
-                let agg = self
+                let mut agg = self
                     .agg
                     .relabel_windows(|k| label.get(k).map(|l| (*l).to_owned()));
+                let spans = window_spans(&windows, j.removals(), &agg.clone().report(true));
+                for p in &self.peerless {
+                    let mut under_way = windows.iter().zip(&spans).filter(|(w, (from, to))| {
+                        (*from..=*to).contains(&p.at)
+                            && w.keys.iter().any(|k| {
+                                self.removal_inputs
+                                    .get(k)
+                                    .is_some_and(|i| i.contains(&p.input))
+                            })
+                    });
+                    match (under_way.next(), under_way.next()) {
+                        (Some((w, _)), None) => {
+                            let services: BTreeSet<&String> = w
+                                .keys
+                                .iter()
+                                .filter_map(|k| self.removal_services.get(k))
+                                .flatten()
+                                .collect();
+                            let service = match services.len() {
+                                1 => services.into_iter().next().map(String::as_str),
+                                _ => None,
+                            };
+                            agg.add_in(&p.failure, p.class, service, Some(&w.label));
+                        }
+                        // No window, or several: nothing tells which rollout it belongs to.
+                        _ => agg.add(&p.failure, p.class),
+                    }
+                }
                 let info = HistoryInfo {
                     source: j.source().describe(),
                     services: j.source().has_services(),
@@ -296,6 +397,31 @@ impl<'a> Explainer<'a> {
     }
 }
 
+/// When each window was under way: from its first removal to the last of its last removal,
+/// the end of its pods' hold on their IPs and its last error aimed at them.
+fn window_spans(
+    windows: &[RolloutWindow],
+    removals: &BTreeMap<String, Removal>,
+    report: &Report,
+) -> Vec<(Time, Time)> {
+    windows
+        .iter()
+        .map(|w| {
+            let held = w
+                .keys
+                .iter()
+                .filter_map(|k| removals.get(k).and_then(|r| r.until));
+            let errors = report
+                .groups
+                .iter()
+                .filter(|g| g.window.as_deref() == Some(w.label.as_str()))
+                .filter_map(|g| g.last);
+            let end = held.chain(errors).fold(w.last_removal, Time::max);
+            (w.first_removal, end)
+        })
+        .collect()
+}
+
 fn summarize_windows(report: &Report, windows: Vec<RolloutWindow>) -> Vec<WindowSummary> {
     windows
         .into_iter()
@@ -309,12 +435,16 @@ fn summarize_windows(report: &Report, windows: Vec<RolloutWindow>) -> Vec<Window
                 last: None,
                 with_ledger: true,
             };
+            let mut peerless = 0;
             for g in report
                 .groups
                 .iter()
                 .filter(|g| g.window.as_deref() == Some(window.label.as_str()))
             {
                 part.total += g.errors;
+                if g.target_ip.is_none() {
+                    peerless += g.errors;
+                }
                 for (k, n) in &g.by_kind {
                     *part.by_kind.entry(*k).or_default() += n;
                 }
@@ -327,24 +457,42 @@ fn summarize_windows(report: &Report, windows: Vec<RolloutWindow>) -> Vec<Window
             if part.total == 0 {
                 return None;
             }
-            let share = if part.total == report.total {
-                "all".to_owned()
-            } else {
-                format!("{} of {}", part.total, report.total)
-            };
+            let aimed = part.total - peerless;
             let pods = window.pods.len();
-            let sentence = format!(
-                "{}, {share} aimed at IPs of {} removed by the {}",
-                part.headline(),
-                if pods == 1 {
-                    "the pod".to_owned()
+            let pods = if pods == 1 {
+                "the pod".to_owned()
+            } else {
+                format!("the {pods} pods")
+            };
+            let sentence = if peerless == 0 {
+                let share = if part.total == report.total {
+                    "all".to_owned()
                 } else {
-                    format!("the {pods} pods")
-                },
-                window.label
-            );
+                    format!("{} of {}", part.total, report.total)
+                };
+                format!(
+                    "{}, {share} aimed at IPs of {pods} removed by the {}",
+                    part.headline(),
+                    window.label
+                )
+            } else {
+                let of_all = if part.total == report.total {
+                    String::new()
+                } else {
+                    format!(" ({} of {} errors)", part.total, report.total)
+                };
+                format!(
+                    "{}: {aimed} aimed at IPs of {pods} removed by the {}, {peerless} reset{} with \
+                     no peer address during that rollout's window{of_all}",
+                    part.headline(),
+                    window.label,
+                    if peerless == 1 { "" } else { "s" },
+                )
+            };
             Some(WindowSummary {
                 errors: part.total,
+                aimed_errors: aimed,
+                peerless_resets: peerless,
                 by_kind: part.by_kind,
                 by_class: part.by_class,
                 first_error: part.first,
