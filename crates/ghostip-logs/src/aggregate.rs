@@ -302,6 +302,18 @@ fn date_hms(t: Timestamp) -> String {
     t.strftime("%Y-%m-%d %H:%M:%S").to_string()
 }
 
+/// The items joined by commas, or `-` when there is none (a table cell).
+fn list_or_dash<T: std::fmt::Display>(items: &BTreeSet<T>) -> String {
+    if items.is_empty() {
+        return "-".to_owned();
+    }
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Whether `a` and `b` fall on the same UTC date.
 fn same_date(a: Timestamp, b: Timestamp) -> bool {
     a.strftime("%Y-%m-%d").to_string() == b.strftime("%Y-%m-%d").to_string()
@@ -360,27 +372,10 @@ impl Report {
         header.extend(["ERRORS", "KINDS", "FIRST", "LAST", "FORMATS"]);
         let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| (*h).to_owned()).collect()];
         for g in &self.groups {
-            let ports = if g.ports.is_empty() {
-                "-".to_owned()
-            } else {
-                g.ports
-                    .iter()
-                    .map(u16::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            };
             let approx = if g.approximate_time { "~" } else { "" };
-            let mut row = vec![g.peer.clone(), ports];
+            let mut row = vec![g.peer.clone(), list_or_dash(&g.ports)];
             if with_dns_server {
-                row.push(if g.dns_servers.is_empty() {
-                    "-".to_owned()
-                } else {
-                    g.dns_servers
-                        .iter()
-                        .map(SocketAddr::to_string)
-                        .collect::<Vec<_>>()
-                        .join(",")
-                });
+                row.push(list_or_dash(&g.dns_servers));
             }
             row.push(g.class.as_str().to_owned());
             if with_service {

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 
 use crate::addr::{
     HostPort, first_url, parse_host_port, parse_ip, parse_java_socket, parse_port, parse_socket,
-    socket_after,
+    socket_after, socket_after_any,
 };
 use crate::extract::{
     Extracted, Extractors, Outcome, contains, find, host_port_into, is_name_char, json_value,
@@ -333,15 +333,14 @@ fn linkerd(msg: &[u8], _: &Phrases, e: &mut Extracted) -> Peer {
 }
 
 fn linkerd_target(msg: &[u8]) -> Option<SocketAddr> {
-    for m in [
+    let named = [
         lit!(b"endpoint{addr="),
         lit!(b"endpoint "),
         lit!(b"server.addr="),
         lit!(b"dst="),
-    ] {
-        if let Some(sa) = socket_after(msg, m) {
-            return Some(sa);
-        }
+    ];
+    if let Some(sa) = socket_after_any(msg, &named) {
+        return Some(sa);
     }
     for p in lit!(b"addr=").find_iter(msg) {
         let before = &msg[p.saturating_sub(7)..p];
@@ -524,20 +523,18 @@ fn go(msg: &[u8], phrases: &Phrases, e: &mut Extracted) -> Peer {
 }
 
 fn go_target(msg: &[u8]) -> Option<SocketAddr> {
-    for m in [
-        lit!(b"dial tcp "),
-        lit!(b"dial tcp4 "),
-        lit!(b"dial tcp6 "),
-        lit!(b"dial udp "),
-        lit!(b"->"),
-        lit!(b"Addr: \\\""),
-        lit!(b"Addr: \""),
-    ] {
-        if let Some(sa) = socket_after(msg, m) {
-            return Some(sa);
-        }
-    }
-    None
+    socket_after_any(
+        msg,
+        &[
+            lit!(b"dial tcp "),
+            lit!(b"dial tcp4 "),
+            lit!(b"dial tcp6 "),
+            lit!(b"dial udp "),
+            lit!(b"->"),
+            lit!(b"Addr: \\\""),
+            lit!(b"Addr: \""),
+        ],
+    )
 }
 
 /// Go `lookup NAME on SERVER: …` or `lookup NAME: …`: sets the DNS name (and server).
@@ -649,17 +646,16 @@ fn python(msg: &[u8], _: &Phrases, e: &mut Extracted) -> Peer {
 
 /// Node.js: `connect ECONNREFUSED IP:PORT`, `getaddrinfo ENOTFOUND name`.
 fn node(msg: &[u8], _: &Phrases, e: &mut Extracted) -> Peer {
-    for m in [
+    let codes = [
         lit!(b"ECONNREFUSED "),
         lit!(b"ETIMEDOUT "),
         lit!(b"EHOSTUNREACH "),
         lit!(b"ENETUNREACH "),
         lit!(b"ECONNRESET "),
-    ] {
-        if let Some(sa) = socket_after(msg, m) {
-            e.target = Some(sa);
-            return Peer::Done;
-        }
+    ];
+    if let Some(sa) = socket_after_any(msg, &codes) {
+        e.target = Some(sa);
+        return Peer::Done;
     }
     for m in [lit!(b"ENOTFOUND "), lit!(b"EAI_AGAIN ")] {
         if let Some(p) = find(msg, m) {

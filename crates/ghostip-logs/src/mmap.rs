@@ -165,15 +165,19 @@ mod lease {
     use std::fs::File;
     use std::os::fd::AsRawFd;
 
-    /// `F_SETSIG` of the kernel's generic `fcntl.h` (the `libc` crate defines it for musl only).
-    #[cfg(any(
+    /// `F_SETSIG` of the kernel's generic `fcntl.h`, on the architectures that use it (the
+    /// `libc` crate defines it for musl only).
+    const F_SETSIG: Option<libc::c_int> = if cfg!(any(
         target_arch = "x86_64",
         target_arch = "x86",
         target_arch = "aarch64",
         target_arch = "arm",
         target_arch = "riscv64"
-    ))]
-    const F_SETSIG: libc::c_int = 10;
+    )) {
+        Some(10)
+    } else {
+        None
+    };
 
     /// Takes a read lease on `file`, with no signal at a break; false when refused (the file is
     /// open for writing somewhere, not ours without `CAP_LEASE`, or on a file system without
@@ -185,14 +189,9 @@ mod lease {
         // signalled: first SIGURG (ignored by default) instead of SIGIO (which would end the
         // process), then no owner at all, so no signal is sent.
         unsafe {
-            #[cfg(any(
-                target_arch = "x86_64",
-                target_arch = "x86",
-                target_arch = "aarch64",
-                target_arch = "arm",
-                target_arch = "riscv64"
-            ))]
-            if libc::fcntl(fd, F_SETSIG, libc::SIGURG) != 0 {
+            if let Some(setsig) = F_SETSIG
+                && libc::fcntl(fd, setsig, libc::SIGURG) != 0
+            {
                 return false;
             }
             if libc::fcntl(fd, libc::F_SETLEASE, libc::F_RDLCK) != 0 {
