@@ -325,7 +325,11 @@ impl<'a> Explainer<'a> {
                 let mut agg = self
                     .agg
                     .relabel_windows(|k| label.get(k).map(|l| (*l).to_owned()));
-                let spans = window_spans(&windows, j.removals(), &agg.clone().report(true));
+                let spans = if self.peerless.is_empty() {
+                    Vec::new()
+                } else {
+                    window_spans(&windows, j.removals(), &agg.clone().report(true))
+                };
                 for p in &self.peerless {
                     let mut under_way = windows.iter().zip(&spans).filter(|(w, (from, to))| {
                         (*from..=*to).contains(&p.at)
