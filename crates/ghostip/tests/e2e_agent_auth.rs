@@ -17,11 +17,11 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 mod lab_support;
-use lab_support::{lab, lab_ready, run};
+use lab_support::{KillOnDrop, lab, lab_ready, run};
 
 const NS: &str = "ghostip-authtest";
 const NODE_IP: &str = "10.200.0.11";
@@ -104,7 +104,7 @@ fn token(sa: &str, audience: Option<&str>) -> String {
 
 /// An agent on node-1 listening on the node address.
 struct Agent {
-    child: Option<Child>,
+    child: KillOnDrop,
     log: PathBuf,
     port: u16,
 }
@@ -134,7 +134,7 @@ impl Agent {
             .spawn()
             .expect("spawn the agent");
         let a = Agent {
-            child: Some(child),
+            child: KillOnDrop(Some(child)),
             log,
             port,
         };
@@ -180,31 +180,7 @@ impl Agent {
     }
 
     fn terminate(&mut self) -> Option<i32> {
-        let mut child = self.child.take()?;
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let start = Instant::now();
-        loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                return st.code();
-            }
-            if start.elapsed() > Duration::from_secs(15) {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.child.terminate().0
     }
 }
 

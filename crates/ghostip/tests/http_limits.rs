@@ -79,6 +79,20 @@ async fn get_from(from: &str, to: SocketAddr, path: &str) -> String {
     out.lines().next().unwrap_or_default().to_string()
 }
 
+/// `GET /healthz` from `from` until it is served, at most 40 times 50 ms apart (the server
+/// notices closed connections at once, the client may be a little ahead): the last status.
+async fn served_soon(from: &str, to: SocketAddr) -> String {
+    let mut status = String::new();
+    for _ in 0..40 {
+        status = get_from(from, to, "/healthz").await;
+        if status == "HTTP/1.1 200 OK" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    status
+}
+
 /// Opens `n` connections from `from`, each with a request whose headers never end.
 async fn slowloris(from: &str, to: SocketAddr, n: usize) -> Vec<TcpStream> {
     let mut held = Vec::new();
@@ -156,16 +170,11 @@ async fn held_connections_are_dropped_after_the_header_timeout_and_free_their_sl
     }
     let took = started.elapsed();
     assert!(took < Duration::from_secs(3), "{took:?}");
-    // The slots are free again (bounded retries: the server notices the closes at once).
-    let mut status = String::new();
-    for _ in 0..20 {
-        status = get_from("127.0.0.3", server.addr, "/healthz").await;
-        if status == "HTTP/1.1 200 OK" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(status, "HTTP/1.1 200 OK");
+    // The slots are free again.
+    assert_eq!(
+        served_soon("127.0.0.3", server.addr).await,
+        "HTTP/1.1 200 OK"
+    );
     server.stop().await;
 }
 
@@ -219,15 +228,10 @@ async fn a_client_that_does_not_read_its_responses_is_cut_at_the_connection_age(
     );
     // ...and gets its slots back once the connections are cut at 0.7 s + 0.3 s.
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let mut status = String::new();
-    for _ in 0..40 {
-        status = get_from("127.0.0.1", server.addr, "/healthz").await;
-        if status == "HTTP/1.1 200 OK" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(
+        served_soon("127.0.0.1", server.addr).await,
+        "HTTP/1.1 200 OK"
+    );
     drop(stuck);
     server.stop().await;
 }

@@ -158,7 +158,6 @@ impl Reviewer for KubeReviewer {
         token: &'a str,
     ) -> BoxFuture<'a, Result<Authentication, ReviewError>> {
         Box::pin(async move {
-            let api: Api<TokenReview> = Api::all(self.client.clone());
             let review = TokenReview {
                 spec: TokenReviewSpec {
                     token: Some(token.to_string()),
@@ -166,14 +165,10 @@ impl Reviewer for KubeReviewer {
                 },
                 ..TokenReview::default()
             };
-            let out = api
-                .create(&PostParams::default(), &review)
-                .await
-                .map_err(|e| ReviewError::Failed {
-                    review: "TokenReview",
-                    cause: e.to_string(),
-                })?;
-            let status = out.status.unwrap_or_default();
+            let status = create(&self.client, "TokenReview", &review)
+                .await?
+                .status
+                .unwrap_or_default();
             Ok(token_review_result(
                 status.authenticated,
                 status.error,
@@ -195,7 +190,6 @@ impl Reviewer for KubeReviewer {
         attrs: &'a Attributes,
     ) -> BoxFuture<'a, Result<Authorization, ReviewError>> {
         Box::pin(async move {
-            let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
             let review = SubjectAccessReview {
                 spec: SubjectAccessReviewSpec {
                     user: Some(who.username.clone()),
@@ -210,14 +204,10 @@ impl Reviewer for KubeReviewer {
                 },
                 ..SubjectAccessReview::default()
             };
-            let out = api
-                .create(&PostParams::default(), &review)
-                .await
-                .map_err(|e| ReviewError::Failed {
-                    review: "SubjectAccessReview",
-                    cause: e.to_string(),
-                })?;
-            let status = out.status.unwrap_or_default();
+            let status = create(&self.client, "SubjectAccessReview", &review)
+                .await?
+                .status
+                .unwrap_or_default();
             Ok(if status.allowed {
                 Authorization::Allowed
             } else {
@@ -231,6 +221,25 @@ impl Reviewer for KubeReviewer {
             })
         })
     }
+}
+
+/// Creates a review (a cluster-scoped object the API server answers in its status).
+async fn create<K>(client: &kube::Client, what: &'static str, review: &K) -> Result<K, ReviewError>
+where
+    K: kube::Resource<Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+    K::DynamicType: Default,
+{
+    Api::<K>::all(client.clone())
+        .create(&PostParams::default(), review)
+        .await
+        .map_err(|e| ReviewError::Failed {
+            review: what,
+            cause: e.to_string(),
+        })
 }
 
 /// A TokenReview status as a result: authenticated, with a user, and (when audiences were

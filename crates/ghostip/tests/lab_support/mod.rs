@@ -2,7 +2,8 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// The repository root.
 pub fn repo() -> PathBuf {
@@ -36,4 +37,46 @@ pub fn run(cmd: &mut Command) -> (i32, String, String) {
 /// A lab script, e.g. `lab("scenarios/coredns-cache")`.
 pub fn lab(script: &str) -> Command {
     Command::new(repo().join("lab").join(script))
+}
+
+/// SIGTERM, then waits at most 15 s (killed after that): the exit code (`None` when it had to
+/// be killed or died of a signal) and how long the exit took.
+pub fn terminate(mut child: Child) -> (Option<i32>, Duration) {
+    let start = Instant::now();
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return (st.code(), start.elapsed());
+        }
+        if start.elapsed() > Duration::from_secs(15) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return (None, start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Kills a child process when dropped (a test that failed half-way leaves nothing running).
+pub struct KillOnDrop(pub Option<Child>);
+
+impl KillOnDrop {
+    /// [`terminate`]s the child, if still there.
+    pub fn terminate(&mut self) -> (Option<i32>, Duration) {
+        match self.0.take() {
+            Some(c) => terminate(c),
+            None => (None, Duration::ZERO),
+        }
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
