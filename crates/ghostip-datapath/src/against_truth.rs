@@ -890,6 +890,3 @@ pub fn diff_with(table: &LbTable, truth: &Truth, opts: &DiffOptions<'_>) -> Node
 fn row_order(a: &BackendDiff, b: &BackendDiff) -> std::cmp::Ordering {
     (&a.service, a.frontend, a.backend).cmp(&(&b.service, b.frontend, b.backend))
 }
-
-#[cfg(test)]
-mod tests;

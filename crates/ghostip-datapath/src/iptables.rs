@@ -1965,7 +1965,7 @@ impl ByteLineSink for Parser {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::generate::{GenModel, GenSpec};
+    use ghostip_testkit::dumps::{GenModel, GenSpec};
 
     /// The nat table's rule lines of a generated dump reordered: the two halves
     /// interleaved, so chains are out of order and split into several runs.

@@ -29,7 +29,6 @@ pub mod conntrack_audit;
 pub mod conntrack_netlink;
 mod error;
 mod format;
-pub mod generate;
 pub mod iptables;
 pub mod ipvs;
 mod model;

@@ -21,8 +21,8 @@ use ghostip_datapath::against_truth::{NodeDiff, diff};
 use ghostip_datapath::conntrack_audit::{
     AuditConfig, ConntrackAudit, FormerOwner, IpFacts, OwnershipFacts, StaleFlowKind,
 };
-use ghostip_datapath::generate::{GenModel, GenSpec, OTHER_NODE, THIS_NODE};
 use ghostip_datapath::{conntrack, iptables, nft};
+use ghostip_testkit::dumps::{GenModel, GenSpec, OTHER_NODE, THIS_NODE};
 
 fn enabled() -> bool {
     if std::env::var_os("GHOSTIP_NETNS_TESTS").is_none() {

@@ -6,11 +6,11 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use ghostip_datapath::generate::{GenModel, GenSpec};
 use ghostip_datapath::{
     BackendState, Format, FrontendKind, LbTable, ParseError, Parsed, Protocol, cilium, conntrack,
     detect_format, iptables, ipvs, nft, parse, parse_reader,
 };
+use ghostip_testkit::dumps::{GenModel, GenSpec};
 
 fn data(name: &str) -> Vec<u8> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -50,7 +50,6 @@ mod classify;
 mod extract;
 mod lines;
 mod lit;
-pub mod loggen;
 mod mmap;
 mod model;
 mod parallel;

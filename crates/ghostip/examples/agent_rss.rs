@@ -34,7 +34,7 @@ use ghostip_core::engine::EngineConfig;
 use ghostip_core::truth::{PodRecord, ServiceChange};
 use ghostip_core::{PathInfo, PathKind, PodRef, Time};
 use ghostip_datapath::Format;
-use ghostip_datapath::generate::{GenModel, GenSpec, THIS_NODE};
+use ghostip_testkit::dumps::{GenModel, GenSpec, THIS_NODE};
 
 fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")

@@ -10,7 +10,7 @@ use ghostip::ledger::Ledger;
 use ghostip_core::truth::{PodRecord, ServiceRecord, SliceRecord, TrafficPolicy};
 use ghostip_core::{PodRef, Time};
 use ghostip_datapath::Format;
-use ghostip_datapath::generate::{GenModel, GenSpec};
+use ghostip_testkit::dumps::{GenModel, GenSpec};
 use predicates::prelude::*;
 use serde_json::{Value, json};
 

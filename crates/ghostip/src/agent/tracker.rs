@@ -173,8 +173,8 @@ mod tests {
 
     use ghostip_core::engine::EngineConfig;
     use ghostip_core::{PathInfo, PathKind};
-    use ghostip_datapath::generate::{GenModel, GenSpec, THIS_NODE};
     use ghostip_datapath::{Format, PackedTable};
+    use ghostip_testkit::dumps::{GenModel, GenSpec, THIS_NODE};
 
     use super::*;
 
