@@ -127,7 +127,7 @@ pub struct FrontendParts<'f> {
 /// Frontend → Service port, built once from the truth's Services.
 ///
 /// The Services are listed once, in the truth's order (which is key order), and the maps
-/// name a Service port by its position there ([`PortAt`], 8 bytes) rather than by a
+/// name a Service port by its position there (`PortAt`, 8 bytes) rather than by a
 /// reference and a port name (24 bytes): smaller tables to fill and probe, and a caller
 /// that numbers Services ([`for_each_observation`]) gets the number from the lookup
 /// instead of from a map of its own. A Service named by the dump (external and
