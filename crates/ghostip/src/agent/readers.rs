@@ -288,17 +288,15 @@ const PIPE_SIZE: usize = 1 << 20;
 const COALESCE_PAUSE: Duration = Duration::from_millis(10);
 
 /// Reads a pipe in large gulps. `iptables-save` writes its dump 4 KiB at a time, and a
-/// parser faster than the writer would otherwise wake up and read after every write
-/// (17,874 reads for a 74.7 MB dump, which cost the parsing thread 0.16–0.19 s of CPU
-/// against 0.10–0.11 s when the same bytes arrived in 1 MiB blocks). After a read that
-/// did not fill the buffer (the pipe is drained), this waits [`COALESCE_PAUSE`] so the
-/// writer fills the enlarged pipe meanwhile. It pauses only when the pipe holds
-/// [`PIPE_SIZE`] (`pause` is `None` otherwise): at iptables-save's ~35 MB/s a pause fills
-/// about a third of it (350 KB, more than the parser's 256 KiB buffer, so the next read
-/// fills the buffer), the writer does not block on a full pipe and the read ends no later
-/// than without it. Measured with the kernel's own rules at 150 000 endpoints
-/// (docs/BENCHMARKS.md, "Agent"): 3 ms left the parse 0.08–0.10 s of CPU, 10 ms 0.08–0.09 s,
-/// and 25 ms filled the pipe (the audit took 0.5 s longer).
+/// parser faster than the writer would otherwise wake up and read after every write, which
+/// costs the parsing thread more CPU than reading the same bytes in large blocks. After a
+/// read that did not fill the buffer (the pipe is drained), this waits [`COALESCE_PAUSE`]
+/// so the writer fills the enlarged pipe meanwhile. It pauses only when the pipe holds
+/// [`PIPE_SIZE`] (`pause` is `None` otherwise): at iptables-save's writing speed a pause
+/// fills less than the pipe but more than the parser's 256 KiB buffer, so the next read
+/// fills the buffer, the writer does not block on a full pipe and the read ends no later
+/// than without it. The figures (reads, CPU per pause length) are in docs/BENCHMARKS.md,
+/// "Agent".
 struct Coalescing<R> {
     inner: R,
     pause: Option<Duration>,
@@ -350,6 +348,7 @@ pub fn run_and_parse(
         })?;
     let stdout = child.stdout.take();
     let mut stderr_pipe = child.stderr.take();
+    let pid = rustix::process::Pid::from_child(&child);
     let child = Arc::new(Mutex::new(child));
     // Watchdog: kills the child after the timeout, which ends the parse with EOF.
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
@@ -399,7 +398,11 @@ pub fn run_and_parse(
         None => (None, 0),
     };
     let parse_cpu = thread_cpu_since(thread_before);
-    // The parse ended at EOF: the child closed stdout, so it is exiting (or was killed).
+    // The parse ended at EOF: the child closed stdout, but it may go on running (a program
+    // that closes stdout and hangs). Its exit is awaited without the lock, which the
+    // watchdog needs to kill it, and without reaping it, so its pid stays its own until the
+    // lock is taken to reap it.
+    wait_exited_unreaped(pid);
     let status = lock(&child).wait();
     let _ = done_tx.send(());
     let killed = watchdog.join().unwrap_or(false);
@@ -443,6 +446,22 @@ pub fn run_and_parse(
         wall: started.elapsed(),
         bytes,
     })
+}
+
+/// Blocks until the child `pid` has exited, leaving it to be reaped (`waitid` with
+/// `WNOWAIT`). Returns at once on an error other than an interruption; the caller's `wait`
+/// then reports it.
+fn wait_exited_unreaped(pid: rustix::process::Pid) {
+    use rustix::process::{WaitId, WaitIdOptions, waitid};
+    loop {
+        match waitid(
+            WaitId::Pid(pid),
+            WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+        ) {
+            Err(rustix::io::Errno::INTR) => {}
+            _ => return,
+        }
+    }
 }
 
 fn lock(child: &Mutex<Child>) -> std::sync::MutexGuard<'_, Child> {
@@ -637,6 +656,28 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, ReaderError::Failed { .. }), "{e}");
+    }
+
+    /// A program that closes its stdout and goes on running: the parse ends at EOF at once,
+    /// and the watchdog must still kill it at the timeout (the child sleeps 3 s at most, so
+    /// the test ends either way).
+    #[test]
+    fn a_child_that_closes_stdout_and_hangs_is_killed_at_the_timeout() {
+        let started = Instant::now();
+        let e = run_and_parse(
+            "sh",
+            &["-c", "exec >&-; exec sleep 3"],
+            Format::Iptables,
+            Duration::from_millis(300),
+            &no(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, ReaderError::Timeout { .. }), "{e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "killed after {:?}",
+            started.elapsed()
+        );
     }
 
     fn can_run_as_root_with(programs: &[&str]) -> bool {
