@@ -434,7 +434,7 @@ fn detection_tolerates_prompts_and_ci_prefixes() {
     for (input, want) in cases {
         assert_eq!(detect_format(input.as_bytes()), want, "{input:?}");
     }
-    for f in Format::ALL {
+    for f in Format::all() {
         assert_eq!(f.name().parse::<Format>().unwrap(), f);
     }
     assert!("bogus".parse::<Format>().is_err());

@@ -100,6 +100,25 @@ fn spec_12_40() -> GenSpec {
     s
 }
 
+/// `--format` takes every format's name and aliases from the format table.
+#[test]
+fn format_aliases_from_the_format_table_are_accepted() {
+    let dump = datapath_data("iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt");
+    for name in ["iptables", "iptables-save", "ip6tables-save"] {
+        ghostip()
+            .args(["datapath", "show", "--format", name, "--from-file"])
+            .arg(&dump)
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("10.96.0.1:80/TCP ClusterIP"));
+    }
+    ghostip()
+        .args(["datapath", "show", "--format", "nft", "--from-file"])
+        .arg(datapath_data("nft-j_gen-12svc-40ep_nft-1.0.6.json"))
+        .assert()
+        .success();
+}
+
 #[test]
 fn show_prints_the_table_of_a_real_capture_and_json_with_format() {
     let dump = datapath_data("iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt");

@@ -19,54 +19,93 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ghostip_core::PathKind;
-use ghostip_datapath::{Format, PackedTable, ParseError};
+use ghostip_datapath::against_truth::Family;
+use ghostip_datapath::{AgentRead, Format, PackedTable, ParseError, RunsIn};
 
 use super::cost::CpuTimes;
 
-/// Which load-balancer datapath the node runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
-pub enum Datapath {
-    /// kube-proxy in iptables mode (`iptables-save -t nat`).
-    Iptables,
-    /// kube-proxy in nftables mode (`nft -j list table ip kube-proxy`).
-    Nftables,
-    /// kube-proxy in IPVS mode (`ipvsadm-save -n`).
-    Ipvs,
-    /// Cilium, through `cilium-dbg service list -o json` in the Cilium agent pod.
-    Cilium,
-}
+/// A load-balancer datapath the agent reads: a format of `ghostip_datapath::FORMATS` that has
+/// an agent reader ([`ghostip_datapath::AgentRead`]), named by its path kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Datapath(Format);
 
 impl Datapath {
-    /// The engine's path kind.
-    pub fn path_kind(self) -> PathKind {
-        match self {
-            Datapath::Iptables => PathKind::Iptables,
-            Datapath::Nftables => PathKind::Nftables,
-            Datapath::Ipvs => PathKind::Ipvs,
-            Datapath::Cilium => PathKind::Cilium,
-        }
+    /// The datapath read as `format`, if the agent reads that format.
+    pub fn of(format: Format) -> Option<Datapath> {
+        format
+            .info()
+            .dump
+            .agent
+            .is_some()
+            .then_some(Datapath(format))
     }
 
-    /// Lower-case name.
+    /// Every datapath the agent reads, in the table's order.
+    pub fn all() -> impl Iterator<Item = Datapath> {
+        Format::all().filter_map(Datapath::of)
+    }
+
+    /// The datapaths `--datapath auto` tries, in order.
+    pub fn auto_order() -> impl Iterator<Item = Datapath> {
+        let mut v: Vec<(u8, Datapath)> = Datapath::all()
+            .filter_map(|d| d.auto_rank().map(|r| (r, d)))
+            .collect();
+        v.sort_unstable();
+        v.into_iter().map(|(_, d)| d)
+    }
+
+    fn agent(self) -> Option<&'static AgentRead> {
+        self.0.info().dump.agent.as_ref()
+    }
+
+    /// The dump format its command prints.
+    pub fn format(self) -> Format {
+        self.0
+    }
+
+    /// The engine's path kind.
+    pub fn path_kind(self) -> PathKind {
+        self.0.info().dump.path_kind
+    }
+
+    /// Lower-case name (the path kind's).
     pub fn as_str(self) -> &'static str {
         self.path_kind().as_str()
     }
 
-    /// The local program and arguments that dump this datapath (`None` for Cilium,
-    /// which is read through the Kubernetes exec API).
+    /// The address families its command's output holds.
+    pub fn family(self) -> Family {
+        self.0.info().dump.family
+    }
+
+    /// Where its command runs.
+    pub fn runs_in(self) -> RunsIn {
+        self.agent().map_or(RunsIn::Node, |a| a.runs_in)
+    }
+
+    /// Its position in `--datapath auto`'s tries; `None` when never guessed.
+    pub fn auto_rank(self) -> Option<u8> {
+        self.agent().and_then(|a| a.auto_rank)
+    }
+
+    /// One line for `--help`.
+    pub fn help(self) -> &'static str {
+        self.agent().map_or("", |a| a.help)
+    }
+
+    /// The commands that dump it, program then arguments, alternatives in order.
+    pub fn argv(self) -> &'static [&'static [&'static str]] {
+        self.0.info().dump.argv
+    }
+
+    /// The local program and arguments that dump this datapath (`None` for one read
+    /// elsewhere, as Cilium through the Kubernetes exec API).
     pub fn command(self) -> Option<(&'static str, &'static [&'static str], Format)> {
-        match self {
-            // The nat table holds every service → endpoint DNAT; the filter table only
-            // adds `has no endpoints` REJECTs, which are not backends.
-            Datapath::Iptables => Some(("iptables-save", &["-t", "nat"], Format::Iptables)),
-            Datapath::Nftables => Some((
-                "nft",
-                &["-j", "list", "table", "ip", "kube-proxy"],
-                Format::NftJson,
-            )),
-            Datapath::Ipvs => Some(("ipvsadm-save", &["-n"], Format::Ipvsadm)),
-            Datapath::Cilium => None,
+        if self.runs_in() != RunsIn::Node {
+            return None;
         }
+        let (program, args) = self.argv().first()?.split_first()?;
+        Some((program, args, self.0))
     }
 }
 
@@ -475,9 +514,9 @@ pub async fn read_datapath(
     cancel: Arc<AtomicBool>,
 ) -> Result<ReadOutcome, ReaderError> {
     let Some((program, args, format)) = dp.command() else {
-        return Err(ReaderError::Other(
-            "the Cilium datapath is read through the Kubernetes exec API".into(),
-        ));
+        return Err(ReaderError::Other(format!(
+            "the {dp} datapath is read through the Kubernetes exec API"
+        )));
     };
     tokio::task::spawn_blocking(move || run_and_parse(program, args, format, timeout, &cancel))
         .await
@@ -511,11 +550,12 @@ pub fn choose(results: Vec<(Datapath, Result<ReadOutcome, ReaderError>)>) -> Det
     Detection { chosen, rejected }
 }
 
-/// `--datapath auto`: tries nftables, iptables, then IPVS (kube-proxy in IPVS mode also
-/// writes a few iptables rules, but no `KUBE-SVC` chains), keeping the first with frontends.
+/// `--datapath auto`: tries the local datapaths in their `auto` order (nftables, iptables,
+/// then IPVS: kube-proxy in IPVS mode also writes a few iptables rules, but no `KUBE-SVC`
+/// chains), keeping the first with frontends.
 pub async fn detect(timeout: Duration, cancel: Arc<AtomicBool>) -> Detection {
     let mut results = Vec::new();
-    for dp in [Datapath::Nftables, Datapath::Iptables, Datapath::Ipvs] {
+    for dp in Datapath::auto_order() {
         let r = read_datapath(dp, timeout, Arc::clone(&cancel)).await;
         let found = r.as_ref().is_ok_and(|o| !o.table.frontends.is_empty());
         results.push((dp, r));
@@ -530,6 +570,28 @@ pub async fn detect(timeout: Duration, cancel: Arc<AtomicBool>) -> Detection {
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_agent_datapaths_come_from_the_format_table() {
+        let names: Vec<&str> = Datapath::all().map(Datapath::as_str).collect();
+        assert_eq!(names, ["iptables", "nftables", "ipvs", "cilium"]);
+        let auto: Vec<&str> = Datapath::auto_order().map(Datapath::as_str).collect();
+        assert_eq!(auto, ["nftables", "iptables", "ipvs"]);
+        let ipt = Datapath::of(Format::Iptables).unwrap();
+        assert_eq!(
+            ipt.command(),
+            Some(("iptables-save", &["-t", "nat"][..], Format::Iptables))
+        );
+        assert_eq!(ipt.family(), Family::V4);
+        assert!(Datapath::of(Format::Conntrack).is_none());
+        let cilium = Datapath::of(Format::CiliumServiceJson).unwrap();
+        assert_eq!(cilium.command(), None);
+        assert_eq!(cilium.runs_in(), RunsIn::CiliumAgentPod);
+        assert_eq!(
+            cilium.argv()[0],
+            ["cilium-dbg", "service", "list", "-o", "json"]
+        );
+    }
 
     #[test]
     fn privilege_errors_name_the_capability() {
@@ -773,17 +835,18 @@ mod tests {
         )
         .unwrap()
         .into();
+        let dp = |f| Datapath::of(f).unwrap();
         let Detection { chosen, rejected } = choose(vec![
-            (Datapath::Nftables, Ok(empty)),
-            (Datapath::Iptables, Ok(full)),
+            (dp(Format::NftJson), Ok(empty)),
+            (dp(Format::Iptables), Ok(full)),
             (
-                Datapath::Ipvs,
+                dp(Format::Ipvsadm),
                 Err(ReaderError::NotInstalled {
                     program: "ipvsadm-save".into(),
                 }),
             ),
         ]);
-        assert_eq!(chosen.map(|c| c.0), Some(Datapath::Iptables));
+        assert_eq!(chosen.map(|c| c.0), Some(dp(Format::Iptables)));
         assert_eq!(rejected.len(), 2);
     }
 }

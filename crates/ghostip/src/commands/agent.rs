@@ -29,6 +29,7 @@ use ghostip_core::{
     FailureReason, HeldTarget, Layer, Observation, ObservationResult, PathIdx, PathInfo, PathKind,
     ServiceKey, Target, Time,
 };
+use ghostip_datapath::RunsIn;
 use hickory_proto::rr::Name;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -235,14 +236,13 @@ async fn status_handler(State(status): State<Arc<Mutex<AgentStatus>>>) -> impl I
 #[derive(Clone)]
 enum Source {
     Local(Datapath),
-    Cilium(kube::Client, CiliumTarget),
+    Cilium(Datapath, kube::Client, CiliumTarget),
 }
 
 impl Source {
     fn datapath(&self) -> Datapath {
         match self {
-            Source::Local(d) => *d,
-            Source::Cilium(..) => Datapath::Cilium,
+            Source::Local(d) | Source::Cilium(d, ..) => *d,
         }
     }
 
@@ -253,7 +253,7 @@ impl Source {
     ) -> Result<ReadOutcome, ReaderError> {
         match self {
             Source::Local(d) => readers::read_datapath(d, timeout, cancel).await,
-            Source::Cilium(client, target) => read_cilium(client, &target, timeout).await,
+            Source::Cilium(d, client, target) => read_cilium(d, client, &target, timeout).await,
         }
     }
 }
@@ -340,10 +340,9 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     // Which datapath: given, or detected by reading each candidate once.
     let mut first_read: Option<ReadOutcome> = None;
     let source = match args.datapath {
-        DatapathChoice::Iptables => Some(Source::Local(Datapath::Iptables)),
-        DatapathChoice::Nftables => Some(Source::Local(Datapath::Nftables)),
-        DatapathChoice::Ipvs => Some(Source::Local(Datapath::Ipvs)),
-        DatapathChoice::Cilium => Some(Source::Cilium(
+        DatapathChoice::Read(dp) if dp.runs_in() == RunsIn::Node => Some(Source::Local(dp)),
+        DatapathChoice::Read(dp) => Some(Source::Cilium(
+            dp,
             conn.client.clone(),
             CiliumTarget {
                 namespace: args.cilium_namespace.clone(),
@@ -410,7 +409,9 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
             node: Some(node.clone()),
         };
         let idx = session.engine.add_path(info, args.datapath_lag);
-        DatapathTracker::new(node.clone(), idx)
+        let mut t = DatapathTracker::new(node.clone(), idx);
+        t.set_family(s.datapath().family());
+        t
     });
     let dp_path_info = tracker
         .as_ref()

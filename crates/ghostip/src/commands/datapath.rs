@@ -22,8 +22,7 @@ use serde::Serialize;
 
 use super::{Outcome, print_json};
 use crate::cli::{
-    DatapathArgs, DatapathCommand, DatapathDiffArgs, DumpFormat, DumpSource, GlobalArgs,
-    OutputFormat,
+    DatapathArgs, DatapathCommand, DatapathDiffArgs, DumpSource, GlobalArgs, OutputFormat,
 };
 use crate::kube::truth_file::read_truth;
 use crate::ledger::{Ledger, parse_at};
@@ -36,21 +35,6 @@ pub(super) fn run(g: &GlobalArgs, args: DatapathArgs) -> anyhow::Result<Outcome>
         DatapathCommand::Show(a) => show(g, &a.source),
         DatapathCommand::Diff(a) => diff(g, a),
     }
-}
-
-fn format_of(f: DumpFormat) -> Option<Format> {
-    Some(match f {
-        DumpFormat::Auto => return None,
-        DumpFormat::Iptables => Format::Iptables,
-        DumpFormat::NftJson => Format::NftJson,
-        DumpFormat::Ipvsadm => Format::Ipvsadm,
-        DumpFormat::CiliumServiceList => Format::CiliumServiceList,
-        DumpFormat::CiliumServiceJson => Format::CiliumServiceJson,
-        DumpFormat::CiliumBpfLbList => Format::CiliumBpfLbList,
-        DumpFormat::CiliumDbFrontends => Format::CiliumDbFrontends,
-        DumpFormat::CiliumLbMaps => Format::CiliumLbMaps,
-        DumpFormat::Conntrack => Format::Conntrack,
-    })
 }
 
 fn source_name(p: &Path) -> String {
@@ -75,13 +59,13 @@ fn read_dump(src: &DumpSource) -> anyhow::Result<(Format, Parsed)> {
         .take(PEEK as u64)
         .read_to_end(&mut head)
         .with_context(|| format!("reading {name}"))?;
-    let format = match format_of(src.format) {
+    let format = match src.format.format() {
         Some(f) => f,
         None => match detect_format(&head) {
             Some(f) => f,
             None => bail!(
                 "reading {name}: cannot tell which datapath dump this is; pass --format (one of: {})",
-                Format::ALL.map(Format::name).join(", ")
+                Format::names()
             ),
         },
     };
