@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::ParseError;
 use crate::format::Format;
 use crate::model::{Location, SkipStats};
-use crate::text::{LineSink, drive_bytes, drive_reader, drive_str};
+use crate::text::{LineSink, OVERLONG_LINE, drive_bytes, drive_reader, drive_str};
 
 const EXPECTED: &str = "conntrack -L output (`tcp 6 117 ESTABLISHED src=… dst=… …`)";
 
@@ -422,5 +422,9 @@ impl LineSink for Parser<'_> {
             return self.skipped.ignore("conntrack summary line");
         }
         self.entry(no, line);
+    }
+
+    fn overlong(&mut self, no: usize, head: &str) {
+        self.foreign(no, head, OVERLONG_LINE);
     }
 }

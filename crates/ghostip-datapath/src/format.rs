@@ -17,8 +17,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::Parsed;
 use crate::against_truth::Family;
 use crate::error::ParseError;
-use crate::model::SkipStats;
+use crate::model::{LbTable, Location, SkipStats};
 use crate::packed::PackedTable;
+use crate::text::{ByteLineSink, OVERLONG_LINE, drive_raw, drive_reader_raw, utf8};
 use crate::{cilium, conntrack, iptables, ipvs, nft};
 
 /// Parses a whole input.
@@ -155,8 +156,93 @@ fn whole(format: Format, r: &mut dyn BufRead, parse: ParseFn) -> Result<Parsed, 
     parse(&buf)
 }
 
-fn lossy(input: &[u8]) -> std::borrow::Cow<'_, str> {
-    String::from_utf8_lossy(input)
+/// A text dump with its overlong lines (over [`crate::MAX_LINE`]) left empty, and those lines'
+/// numbers and first bytes: what the Cilium text parsers, which read their input whole,
+/// get instead of the input, so that they skip and count overlong lines as the
+/// line-oriented parsers do and a stream never holds such a line.
+#[derive(Default)]
+struct BoundedText {
+    text: String,
+    overlong: Vec<(usize, String)>,
+}
+
+impl ByteLineSink for BoundedText {
+    fn line_bytes(&mut self, _no: usize, line: &[u8]) {
+        self.text.push_str(&utf8(line));
+        self.text.push('\n');
+    }
+
+    fn overlong_bytes(&mut self, no: usize, head: &[u8]) {
+        self.text.push('\n');
+        self.overlong.push((no, utf8(head).into_owned()));
+    }
+}
+
+impl BoundedText {
+    fn of_slice(input: &[u8]) -> Self {
+        let mut t = BoundedText::default();
+        drive_raw(input, &mut t);
+        t
+    }
+
+    fn of_reader(format: Format, r: &mut dyn BufRead) -> Result<Self, ParseError> {
+        let mut t = BoundedText::default();
+        drive_reader_raw(r, format, &mut t)?;
+        Ok(t)
+    }
+
+    /// Parses the text and counts the overlong lines in the table's skips.
+    fn parse(self, parse: fn(&str) -> Result<LbTable, ParseError>) -> Result<Parsed, ParseError> {
+        let mut table = parse(&self.text)?;
+        for (no, head) in self.overlong {
+            table
+                .skipped
+                .unknown(Location::Line(no), OVERLONG_LINE, &head);
+        }
+        Ok(Parsed::Lb(table))
+    }
+}
+
+/// Whether a `cilium bpf lb list` input is its JSON form (read whole: its lines are not
+/// bounded).
+fn starts_json(input: &[u8]) -> bool {
+    input
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'{')
+}
+
+/// `cilium bpf lb list` from a stream: JSON read whole, text with bounded lines.
+fn read_bpf_lb_list(r: &mut dyn BufRead) -> Result<Parsed, ParseError> {
+    let format = Format::CiliumBpfLbList;
+    let json = loop {
+        let buf = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return Err(ParseError::Read {
+                    format,
+                    line: 0,
+                    message: e.to_string(),
+                });
+            }
+        };
+        match buf.iter().position(|b| !b.is_ascii_whitespace()) {
+            Some(i) => break buf.get(i) == Some(&b'{'),
+            None if buf.is_empty() => break false,
+            None => {
+                let n = buf.len();
+                r.consume(n);
+            }
+        }
+    };
+    if json {
+        whole(format, r, |b| {
+            cilium::parse_bpf_lb_list(&String::from_utf8_lossy(b)).map(Parsed::Lb)
+        })
+    } else {
+        BoundedText::of_reader(format, r)?.parse(cilium::parse_bpf_lb_list)
+    }
 }
 
 const CILIUM_PATH: PathKind = PathKind::Cilium;
@@ -245,8 +331,10 @@ formats! {
             marker: Some(|l| l.contains("Frontend") && l.contains("Service Type") && l.contains("Backend")),
             row: Some((2, cilium::looks_like_service_list_row)),
         },
-        parse: |b| cilium::parse_service_list(&lossy(b)).map(Parsed::Lb),
-        read: |r| whole(Format::CiliumServiceList, r, info::CiliumServiceList.parse),
+        parse: |b| BoundedText::of_slice(b).parse(cilium::parse_service_list),
+        read: |r| {
+            BoundedText::of_reader(Format::CiliumServiceList, r)?.parse(cilium::parse_service_list)
+        },
         read_packed: None,
         dump: Dump {
             argv: &[&["cilium-dbg", "service", "list"], &["cilium", "service", "list"]],
@@ -296,8 +384,11 @@ formats! {
             marker: Some(|l| l.contains("SERVICE ADDRESS") && l.contains("BACKEND")),
             row: Some((3, cilium::looks_like_bpf_lb_row)),
         },
-        parse: |b| cilium::parse_bpf_lb_list(&lossy(b)).map(Parsed::Lb),
-        read: |r| whole(Format::CiliumBpfLbList, r, info::CiliumBpfLbList.parse),
+        parse: |b| match starts_json(b) {
+            true => cilium::parse_bpf_lb_list(&String::from_utf8_lossy(b)).map(Parsed::Lb),
+            false => BoundedText::of_slice(b).parse(cilium::parse_bpf_lb_list),
+        },
+        read: read_bpf_lb_list,
         read_packed: None,
         dump: Dump {
             argv: &[&["cilium-dbg", "bpf", "lb", "list"], &["cilium", "bpf", "lb", "list"]],
@@ -317,8 +408,10 @@ formats! {
             marker: Some(|l| l.starts_with("Address") && l.contains("ServiceName") && l.contains("Backends")),
             row: Some((1, cilium::looks_like_db_frontends_row)),
         },
-        parse: |b| cilium::parse_db_frontends(&lossy(b)).map(Parsed::Lb),
-        read: |r| whole(Format::CiliumDbFrontends, r, info::CiliumDbFrontends.parse),
+        parse: |b| BoundedText::of_slice(b).parse(cilium::parse_db_frontends),
+        read: |r| {
+            BoundedText::of_reader(Format::CiliumDbFrontends, r)?.parse(cilium::parse_db_frontends)
+        },
         read_packed: None,
         dump: Dump {
             argv: &[&["cilium-dbg", "shell", "--", "db/show", "frontends"]],
@@ -338,8 +431,8 @@ formats! {
             marker: Some(|l| l.starts_with("BE: ID=") || l.starts_with("SVC: ID=") || l.starts_with("REV: ID=")),
             row: None,
         },
-        parse: |b| cilium::parse_lb_maps(&lossy(b)).map(Parsed::Lb),
-        read: |r| whole(Format::CiliumLbMaps, r, info::CiliumLbMaps.parse),
+        parse: |b| BoundedText::of_slice(b).parse(cilium::parse_lb_maps),
+        read: |r| BoundedText::of_reader(Format::CiliumLbMaps, r)?.parse(cilium::parse_lb_maps),
         read_packed: None,
         dump: Dump {
             argv: &[&["cilium-dbg", "shell", "--", "lb/maps-dump"]],

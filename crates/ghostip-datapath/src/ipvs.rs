@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 use crate::error::ParseError;
 use crate::format::Format;
 use crate::model::{Backend, BackendState, Frontend, FrontendKind, LbTable, Location, Protocol};
-use crate::text::{LineSink, drive_bytes, drive_reader, drive_str, parse_socket};
+use crate::text::{LineSink, OVERLONG_LINE, drive_bytes, drive_reader, drive_str, parse_socket};
 
 const EXPECTED: &str = "ipvsadm -Ln or ipvsadm-save -n output";
 
@@ -351,5 +351,12 @@ impl LineSink for Parser {
                 self.unknown(no, "not an ipvsadm line", line);
             }
         }
+    }
+
+    fn overlong(&mut self, no: usize, head: &str) {
+        if self.first_foreign.is_none() {
+            self.first_foreign = Some((no, crate::model::excerpt(head)));
+        }
+        self.unknown(no, OVERLONG_LINE, head);
     }
 }

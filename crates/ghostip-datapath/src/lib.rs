@@ -47,6 +47,7 @@ pub use format::{
 };
 pub use model::*;
 pub use packed::{FrontendSink, PackedBackend, PackedFrontend, PackedTable};
+pub use text::{MAX_LINE, OVERLONG_LINE};
 
 /// What a parser produced: a load-balancer table or a connection table.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]

@@ -603,3 +603,138 @@ fn conntrack_netlink_padding_split_across_reads() {
         assert_eq!(d.finish().unwrap(), whole.skipped, "split {split}");
     }
 }
+
+/// `input` with a line of `len` bytes (`prefix`, then `x`s) inserted after its line `after`,
+/// as a stream that never holds the long line: its head, the line, its tail.
+fn with_long_line<'a>(
+    input: &[u8],
+    after: usize,
+    prefix: &'a [u8],
+    len: usize,
+) -> (usize, impl std::io::Read + 'a) {
+    use std::io::{Cursor, Read as _};
+    let cut = input
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(after - 1)
+        .map_or(input.len(), |(i, _)| i + 1);
+    let (head, tail) = input.split_at(cut);
+    let long = prefix
+        .chain(std::io::repeat(b'x').take((len - prefix.len()) as u64))
+        .chain(&b"\n"[..]);
+    (
+        after + 1,
+        Cursor::new(head.to_vec())
+            .chain(long)
+            .chain(Cursor::new(tail.to_vec())),
+    )
+}
+
+/// A line over `MAX_LINE` bytes, read through the streaming reader (which never holds it)
+/// and from memory, is skipped and counted as unknown with its line number, whatever the
+/// format; the lines around it are read as without it.
+#[test]
+fn an_overlong_line_is_skipped_and_counted_with_its_line_number() {
+    use ghostip_datapath::{Location, MAX_LINE, OVERLONG_LINE};
+    use std::io::{BufReader, Read};
+    let cases: [(Format, &str, &[u8]); 5] = [
+        (
+            Format::Iptables,
+            "iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt",
+            b"-A KUBE-SERVICES -d 10.96.0.9/32 -j KUBE-SVC-",
+        ),
+        (
+            Format::Ipvsadm,
+            "ipvsadm-Ln_weight0.txt",
+            b"TCP  10.96.0.9:80 rr ",
+        ),
+        (
+            Format::Conntrack,
+            "conntrack-L.txt",
+            b"udp      17 29 src=10.244.2.15 dst=10.96.0.10 ",
+        ),
+        (
+            Format::CiliumServiceList,
+            "cilium-service-list_1.19.txt",
+            b"9    10.96.0.9:80/TCP   ClusterIP ",
+        ),
+        (
+            Format::CiliumBpfLbList,
+            "cilium-bpf-lb-list_1.18.txt",
+            b"10.96.0.9:80/TCP (0)   ",
+        ),
+    ];
+    for (format, name, prefix) in cases {
+        let input = data(name);
+        let plain = parse(format, &input).unwrap();
+        for len in [MAX_LINE + 1, 3 * MAX_LINE + 17] {
+            let (no, mut stream) = with_long_line(&input, 3, prefix, len);
+            let mut whole = Vec::new();
+            stream.read_to_end(&mut whole).unwrap();
+            let (_, stream) = with_long_line(&input, 3, prefix, len);
+            for got in [
+                parse_reader(format, BufReader::with_capacity(64 * 1024, stream)).unwrap(),
+                parse(format, &whole).unwrap(),
+            ] {
+                let (skipped, want_skipped, got_rows, want_rows) = match (&got, &plain) {
+                    (Parsed::Lb(g), Parsed::Lb(w)) => (
+                        &g.skipped,
+                        &w.skipped,
+                        format!("{:?}", g.frontends),
+                        format!("{:?}", w.frontends),
+                    ),
+                    (Parsed::Conntrack(g), Parsed::Conntrack(w)) => (
+                        &g.skipped,
+                        &w.skipped,
+                        format!("{:?}", g.entries),
+                        format!("{:?}", w.entries),
+                    ),
+                    _ => panic!("{format}: table kinds differ"),
+                };
+                assert_eq!(got_rows, want_rows, "{format}, {len} bytes");
+                assert_eq!(
+                    skipped.unknown,
+                    want_skipped.unknown + 1,
+                    "{format}: {skipped:?}"
+                );
+                assert_eq!(
+                    skipped.unknown_by_reason.get(OVERLONG_LINE),
+                    Some(&1),
+                    "{format}"
+                );
+                let sample = skipped
+                    .samples
+                    .iter()
+                    .find(|s| s.reason == OVERLONG_LINE)
+                    .unwrap();
+                assert_eq!(sample.location, Location::Line(no), "{format}");
+                assert!(
+                    sample
+                        .excerpt
+                        .starts_with(std::str::from_utf8(prefix).unwrap().trim()),
+                    "{format}: {}",
+                    sample.excerpt
+                );
+            }
+        }
+        // A line of exactly `MAX_LINE` bytes is still read (as whatever it is).
+        let (_, stream) = with_long_line(&input, 3, prefix, MAX_LINE);
+        let got = parse_reader(format, BufReader::with_capacity(4096, stream)).unwrap();
+        let skipped = match &got {
+            Parsed::Lb(t) => &t.skipped,
+            Parsed::Conntrack(t) => &t.skipped,
+        };
+        assert_eq!(
+            skipped.unknown_by_reason.get(OVERLONG_LINE),
+            None,
+            "{format}"
+        );
+    }
+    // Input of nothing but an overlong line is not the format: an error naming line 1.
+    let (_, stream) = with_long_line(b"", 1, b"-A KUBE-SERVICES ", 2 * MAX_LINE);
+    let err = iptables::parse_reader(BufReader::new(stream))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("line 1"), "{err}");
+}

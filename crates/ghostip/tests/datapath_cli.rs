@@ -169,6 +169,90 @@ fn show_reads_standard_input_and_conntrack() {
         .stdout(predicate::str::contains("6 entries"));
 }
 
+/// Peak resident memory of a running process (`VmHWM`), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// A 256 MiB line on standard input is dropped after its first MiB: the process stays
+/// small while it reads it, the line is reported with its number, and the dump around it
+/// is read as without it.
+#[test]
+fn a_huge_line_on_standard_input_is_skipped_without_holding_it() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let dump = std::fs::read(datapath_data(
+        "iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt",
+    ))
+    .unwrap();
+    let cut = dump.iter().position(|b| *b == b'\n').unwrap() + 1;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ghostip"))
+        .args([
+            "datapath",
+            "show",
+            "-o",
+            "json",
+            "--format",
+            "iptables",
+            "--from-file",
+            "-",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&dump[..cut]).unwrap();
+    let chunk = vec![b'x'; 1 << 20];
+    for _ in 0..256 {
+        stdin.write_all(&chunk).unwrap();
+    }
+    stdin.write_all(b"\n").unwrap();
+    // All but a pipe's worth of the line has been read: the peak so far is the line's.
+    let peak = peak_rss_kib(child.id());
+    stdin.write_all(&dump[cut..]).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        peak < 64 * 1024,
+        "peak RSS {peak} KiB while reading a 256 MiB line"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reason = ghostip_datapath::OVERLONG_LINE;
+    assert_eq!(
+        v["skipped"]["unknown_by_reason"][reason], 1,
+        "{}",
+        v["skipped"]
+    );
+    let sample = &v["skipped"]["samples"][0];
+    assert_eq!(sample["location"], json!({"line": 2}));
+    assert!(sample["excerpt"].as_str().unwrap().starts_with("xxxx"));
+    let plain: Value = serde_json::from_slice(
+        &ghostip()
+            .args(["datapath", "show", "-o", "json", "--from-file"])
+            .arg(datapath_data(
+                "iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt",
+            ))
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(v["frontends"], plain["frontends"]);
+}
+
 #[test]
 fn diff_of_a_real_capture_against_its_truth_is_clean_then_stale_after_a_removal() {
     let dir = tempfile::tempdir().unwrap();

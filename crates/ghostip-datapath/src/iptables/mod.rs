@@ -58,7 +58,9 @@ use crate::error::ParseError;
 use crate::format::Format;
 use crate::model::{FrontendKind, LbTable, Location, Protocol, ServiceRef, SkipStats};
 use crate::packed::FrontendSink;
-use crate::text::{ByteLineSink, FxMap, LineSink, drive_raw, drive_reader_raw, utf8};
+use crate::text::{
+    ByteLineSink, FxMap, LineSink, OVERLONG_LINE, drive_raw, drive_reader_raw, utf8,
+};
 use chain_key::{ChainKey, pack_chain};
 use resolve::{JumpRow, PAddr, Run};
 use words::same_name;
@@ -334,6 +336,13 @@ impl LineSink for Parser {
             }
         }
     }
+
+    fn overlong(&mut self, no: usize, head: &str) {
+        if self.first_foreign.is_none() {
+            self.first_foreign = Some((no, crate::model::excerpt(head)));
+        }
+        self.unknown(no, OVERLONG_LINE, head);
+    }
 }
 
 impl ByteLineSink for Parser {
@@ -341,6 +350,10 @@ impl ByteLineSink for Parser {
         if self.general_only() || !self.byte_line(no, raw) {
             self.line(no, &utf8(raw));
         }
+    }
+
+    fn overlong_bytes(&mut self, no: usize, head: &[u8]) {
+        self.overlong(no, &utf8(head));
     }
 
     fn line_at(&mut self, rest: &[u8]) -> Option<usize> {
