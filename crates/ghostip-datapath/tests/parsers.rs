@@ -738,3 +738,107 @@ fn an_overlong_line_is_skipped_and_counted_with_its_line_number() {
         .to_string();
     assert!(err.contains("line 1"), "{err}");
 }
+
+/// The conntrack-tools summary goes to stderr: in a capture of both streams it lands
+/// wherever stdout's buffer was cut, glued to the end of an entry or inside one (whose rest
+/// then starts the next line). The entry is kept whole either way.
+#[test]
+fn conntrack_entries_with_the_summary_glued_on_are_kept() {
+    let summary = "conntrack v1.4.6 (conntrack-tools): 3 flow entries have been shown.";
+    let a = "udp      17 29 src=10.244.2.15 dst=10.96.0.10 sport=41000 dport=53 [UNREPLIED] src=10.244.1.6 dst=10.244.2.15 sport=53 dport=41000 mark=0 use=1";
+    let b = "tcp      6 86399 ESTABLISHED src=10.244.2.15 dst=10.96.33.4 sport=52110 dport=8080 src=10.244.3.71 dst=10.244.2.15 sport=8080 dport=52110 [ASSURED] mark=0 use=1";
+    let c = "udp      17 118 src=10.244.2.15 dst=10.96.0.10 sport=41012 dport=53 src=10.244.1.69 dst=10.244.2.15 sport=53 dport=41012 [ASSURED] mark=0 zone=1 use=1";
+    let plain = conntrack::parse_str(&format!("{a}\n{b}\n{c}\n{summary}\n")).unwrap();
+    assert_eq!(plain.entries.len(), 3);
+    let cut = b.find("dst=10.244.2.15").unwrap() + "dst=10.2".len();
+    for dump in [
+        // Glued to the end of the last entry; stdout's newline follows the summary's.
+        format!("{a}\n{b}\n{c}{summary}\n\n"),
+        format!("{a}\n{b}\n{c}{summary}\n"),
+        // Inside an entry: its rest starts the next line.
+        format!("{a}\n{}{summary}\n{}\n{c}\n", &b[..cut], &b[cut..]),
+        // Between two tokens.
+        format!(
+            "{a}\n{}{summary}\n{}\n{c}\n",
+            &b[..b.find(" src=10.244.3.71").unwrap() + 1],
+            &b[b.find("src=10.244.3.71").unwrap()..]
+        ),
+        // Interrupted with ^C.
+        format!("{a}\n{b}\n{c}\n^C{summary}\n"),
+    ] {
+        let t = conntrack::parse_str(&dump).unwrap();
+        assert_eq!(t.entries, plain.entries, "{dump}");
+        assert_eq!(t.skipped.unknown, 0, "{dump}: {:?}", t.skipped);
+        assert_eq!(
+            t.skipped.ignored_by_reason.get("conntrack summary line"),
+            Some(&1)
+        );
+        let streamed =
+            conntrack::parse_reader(std::io::BufReader::with_capacity(7, dump.as_bytes())).unwrap();
+        assert_eq!(streamed, t);
+    }
+}
+
+/// A line cut short inside its reply tuple (a truncated capture) still names the backend a
+/// ClusterIP flow was DNATed to: the entry is kept with the reply's source as its DNAT
+/// target (the cut token dropped), flagged and counted.
+#[test]
+fn a_conntrack_entry_cut_in_its_reply_tuple_keeps_its_dnat_target() {
+    let full = "tcp      6 86399 ESTABLISHED src=10.244.2.15 dst=10.96.33.4 sport=52110 dport=8080 src=10.244.3.71 dst=10.244.2.15 sport=8080 dport=52110 [ASSURED] mark=0 use=1";
+    for (cut_after, port) in [
+        ("src=10.244.3.71 dst=10.244.2.", None),
+        ("src=10.244.3.71 dst=10.244.2.15", None),
+        ("src=10.244.3.71 dst=10.244.2.15 sport=80", None),
+        (
+            "src=10.244.3.71 dst=10.244.2.15 sport=8080 dport",
+            Some(8080),
+        ),
+    ] {
+        let line = &full[..full.find(cut_after).unwrap() + cut_after.len()];
+        let t = conntrack::parse_str(&format!("{line}\n")).unwrap();
+        assert_eq!(t.entries.len(), 1, "{line}: {:?}", t.skipped);
+        let e = &t.entries[0];
+        assert_eq!(e.orig.dst, ip("10.96.33.4"));
+        assert_eq!(e.dnat_target(), Some((ip("10.244.3.71"), port)), "{line}");
+        assert!(e.flags.contains(&"reply-cut-short".to_string()), "{line}");
+        assert_eq!(t.skipped.unknown, 1, "{line}");
+    }
+    // Cut inside the reply's source itself: nothing of the reply is sure.
+    let line = &full[..full.find("src=10.244.3.71").unwrap() + "src=10.244.3.7".len()];
+    let t = conntrack::parse_str(&format!("{line}\n")).unwrap();
+    assert!(t.entries.is_empty(), "{:?}", t.entries);
+    // A whole entry is never flagged, nor one that ends with a whole reply tuple (as
+    // `conntrack -E` events do).
+    let events = &full[..full.find(" [ASSURED]").unwrap()];
+    for line in [full, events] {
+        let t = conntrack::parse_str(line).unwrap();
+        assert!(t.entries[0].flags.is_empty());
+        assert_eq!(t.skipped.unknown, 0);
+        assert_eq!(
+            t.entries[0].dnat_target(),
+            Some((ip("10.244.3.71"), Some(8080)))
+        );
+    }
+}
+
+/// `conntrack -L -p udp` (no TCP line), `-E -p udp` events and `/proc/net/nf_conntrack` UDP
+/// lines are detected as conntrack, with a prompt or the summary first.
+#[test]
+fn udp_only_conntrack_output_is_detected() {
+    let udp = "udp      17 29 src=10.244.1.10 dst=10.96.0.10 sport=39670 dport=53 src=10.244.3.53 dst=10.244.1.10 sport=53 dport=39670 mark=0 use=1\n";
+    for dump in [
+        udp.to_string(),
+        format!("# conntrack -L -p udp\n{udp}"),
+        format!("conntrack v1.4.6 (conntrack-tools): 1 flow entries have been shown.\n{udp}"),
+        format!("    [NEW] {}", udp.replace(" mark=0 use=1", "")),
+        format!("ipv4     2 {udp}"),
+        "[DESTROY] udp      17 src=10.244.2.15 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.6 dst=10.244.2.15 sport=53 dport=40000\n".to_string(),
+    ] {
+        assert_eq!(detect_format(dump.as_bytes()), Some(Format::Conntrack), "{dump}");
+    }
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures/conntrack/conntrack-L-p-udp-dport-53_accounting-delta-time_k8s-issue129617_2025.txt");
+    if let Ok(bytes) = std::fs::read(&fixture) {
+        assert_eq!(detect_format(&bytes), Some(Format::Conntrack));
+    }
+}
