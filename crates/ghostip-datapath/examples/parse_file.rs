@@ -129,7 +129,7 @@ fn main() -> ExitCode {
     match parsed {
         Ok(Parsed::Lb(t)) => {
             if !quiet {
-                println!("{t}");
+                println!("{}", serde_json::to_string_pretty(&t).unwrap_or_default());
             }
             if let Some(truth) = &truth {
                 let cpu0 = cpu_secs();

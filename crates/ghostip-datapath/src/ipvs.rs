@@ -80,6 +80,16 @@ impl Parser {
         }
     }
 
+    /// The list header repeats at line `no` after virtual servers: the input holds several
+    /// snapshots (runs of `ipvsadm -Ln`), and only the last is read.
+    fn new_snapshot(&mut self, no: usize) {
+        self.current = None;
+        self.skipping = false;
+        self.weight_col = WeightCol::AfterForward;
+        self.out.frontends.clear();
+        self.out.skipped.new_snapshot(Location::Line(no));
+    }
+
     fn unknown(&mut self, no: usize, reason: &'static str, line: &str) {
         self.out.skipped.unknown(Location::Line(no), reason, line);
     }
@@ -328,7 +338,12 @@ impl LineSink for Parser {
         }
         let toks: Vec<&str> = line.split_ascii_whitespace().collect();
         match toks.first().copied() {
-            Some("IP") if line.starts_with("IP Virtual Server version") => self.saw_ipvs = true,
+            Some("IP") if line.starts_with("IP Virtual Server version") => {
+                if self.current.is_some() || !self.out.frontends.is_empty() {
+                    self.new_snapshot(no);
+                }
+                self.saw_ipvs = true;
+            }
             Some("Prot") => {
                 self.saw_ipvs = true;
                 self.weight_col = if line.contains("Scheduler") {

@@ -52,7 +52,7 @@ fn iptables_real_capture_of_generated_rules() {
     let expected = GenModel::generate(&spec).expected(Format::Iptables);
     assert_eq!(t.frontends, expected.frontends);
     assert_eq!(t.skipped.unknown, 0, "{:?}", t.skipped);
-    insta::assert_snapshot!("iptables_real_capture", t.to_string());
+    insta::assert_yaml_snapshot!("iptables_real_capture", t);
 }
 
 #[test]
@@ -132,7 +132,7 @@ fn nft_real_captures_of_generated_rules() {
             .frontends
     );
     assert_eq!(t.skipped.unknown, 0, "{:?}", t.skipped);
-    insta::assert_snapshot!("nft_real_capture", t.to_string());
+    insta::assert_yaml_snapshot!("nft_real_capture", t);
 
     let t = lb(
         Format::NftJson,
@@ -174,7 +174,7 @@ fn nft_ip_and_ip6_documents_in_a_row_and_unknown_constructs() {
     let both = format!("{ip4}\n{ip6}\n");
     assert_eq!(detect_format(both.as_bytes()), Some(Format::NftJson));
     let t = nft::parse_str(&both).unwrap();
-    insta::assert_snapshot!("nft_two_documents", t.to_string());
+    insta::assert_yaml_snapshot!("nft_two_documents", t);
     let fe = t.frontend(ip("10.96.0.10"), 53, Protocol::Udp).unwrap();
     assert_eq!(fe.backends.len(), 1, "endpoint B has an unknown dnat shape");
     assert_eq!(
@@ -204,7 +204,7 @@ fn nft_errors_name_the_position() {
 #[test]
 fn ipvsadm_list_and_save() {
     let t = lb(Format::Ipvsadm, "ipvsadm-Ln_weight0.txt");
-    insta::assert_snapshot!("ipvsadm_list", t.to_string());
+    insta::assert_yaml_snapshot!("ipvsadm_list", t);
     let dns = t.frontend(ip("10.96.0.10"), 53, Protocol::Udp).unwrap();
     let stale = dns
         .backends
@@ -221,7 +221,7 @@ fn ipvsadm_list_and_save() {
     );
 
     let s = lb(Format::Ipvsadm, "ipvsadm-save-n.txt");
-    insta::assert_snapshot!("ipvsadm_save", s.to_string());
+    insta::assert_yaml_snapshot!("ipvsadm_save", s);
     let dns = s.frontend(ip("10.96.0.10"), 53, Protocol::Udp).unwrap();
     assert_eq!(
         dns.backends
@@ -249,7 +249,7 @@ fn ipvsadm_list_and_save() {
 #[test]
 fn cilium_service_list_text_states() {
     let t = lb(Format::CiliumServiceList, "cilium-service-list_1.19.txt");
-    insta::assert_snapshot!("cilium_service_list", t.to_string());
+    insta::assert_yaml_snapshot!("cilium_service_list", t);
     let udp = t.frontend(ip("10.96.0.10"), 53, Protocol::Udp).unwrap();
     let states: Vec<_> = udp
         .backends
@@ -274,7 +274,7 @@ fn cilium_service_list_text_states() {
 #[test]
 fn cilium_service_json() {
     let t = lb(Format::CiliumServiceJson, "cilium-service-list.json");
-    insta::assert_snapshot!("cilium_service_json", t.to_string());
+    insta::assert_yaml_snapshot!("cilium_service_json", t);
     let dns = t.frontend(ip("10.96.0.10"), 53, Protocol::Udp).unwrap();
     assert_eq!(dns.backends.len(), 3, "status.realized wins over spec");
     assert_eq!(
@@ -299,7 +299,7 @@ fn cilium_service_json() {
 #[test]
 fn cilium_bpf_lb_list_text_and_json() {
     let t = lb(Format::CiliumBpfLbList, "cilium-bpf-lb-list_1.18.txt");
-    insta::assert_snapshot!("cilium_bpf_lb_list", t.to_string());
+    insta::assert_yaml_snapshot!("cilium_bpf_lb_list", t);
     let np = t.frontend(ip("0.0.0.0"), 31940, Protocol::Tcp).unwrap();
     assert_eq!(np.kind, FrontendKind::NodePort);
     assert!(np.flags.contains(&"backend-id-77-not-found".to_string()));
@@ -308,7 +308,7 @@ fn cilium_bpf_lb_list_text_and_json() {
     assert_eq!(v6.backends.len(), 1);
 
     let j = lb(Format::CiliumBpfLbList, "cilium-bpf-lb-list.json");
-    insta::assert_snapshot!("cilium_bpf_lb_list_json", j.to_string());
+    insta::assert_yaml_snapshot!("cilium_bpf_lb_list_json", j);
     assert_eq!(
         j.frontend(ip("10.96.0.10"), 53, Protocol::Udp)
             .unwrap()
@@ -321,7 +321,7 @@ fn cilium_bpf_lb_list_text_and_json() {
 #[test]
 fn cilium_db_frontends_and_lb_maps() {
     let t = lb(Format::CiliumDbFrontends, "cilium-db-frontends.txt");
-    insta::assert_snapshot!("cilium_db_frontends", t.to_string());
+    insta::assert_yaml_snapshot!("cilium_db_frontends", t);
     let dns = t.frontend(ip("10.96.0.10"), 53, Protocol::Tcp).unwrap();
     assert_eq!(
         dns.service.as_ref().unwrap().to_string(),
@@ -330,7 +330,7 @@ fn cilium_db_frontends_and_lb_maps() {
     assert_eq!(dns.backends[1].state, BackendState::Terminating);
 
     let m = lb(Format::CiliumLbMaps, "cilium-lb-maps.txt");
-    insta::assert_snapshot!("cilium_lb_maps", m.to_string());
+    insta::assert_yaml_snapshot!("cilium_lb_maps", m);
     let fe = m.frontend(ip("10.96.116.33"), 8081, Protocol::Tcp).unwrap();
     assert_eq!(fe.backends.len(), 3);
     assert!(
@@ -841,4 +841,150 @@ fn udp_only_conntrack_output_is_detected() {
     if let Ok(bytes) = std::fs::read(&fixture) {
         assert_eq!(detect_format(&bytes), Some(Format::Conntrack));
     }
+}
+
+/// `text` with every whole occurrence of the address `from` (not part of a longer number)
+/// replaced by `to`.
+fn replace_addr(text: &str, from: &str, to: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(from) {
+        let before = out.chars().last().or_else(|| rest[..i].chars().last());
+        let before = rest[..i].chars().last().or(before);
+        let after = rest[i + from.len()..].chars().next();
+        let part = |c: Option<char>| c.is_some_and(|c| c.is_ascii_digit() || c == '.');
+        out.push_str(&rest[..i]);
+        out.push_str(if part(before) || part(after) {
+            from
+        } else {
+            to
+        });
+        rest = &rest[i + from.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A terminal transcript of two runs of a dump command, the second after a backend moved:
+/// the second run's table is read, not a merge of both, and the skip counts say how many
+/// snapshots came before and where the one read starts (its repeated header).
+#[test]
+fn several_snapshots_in_one_dump_are_detected_and_the_last_is_read() {
+    use ghostip_datapath::{EarlierSnapshots, Location};
+    let cases: [(Format, &str, ghostip_datapath::LineTest); 6] = [
+        (
+            Format::Iptables,
+            "iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt",
+            |l| l.starts_with('*'),
+        ),
+        (Format::Ipvsadm, "ipvsadm-Ln_weight0.txt", |l| {
+            l.starts_with("IP Virtual Server")
+        }),
+        (
+            Format::CiliumServiceList,
+            "cilium-service-list_1.19.txt",
+            |l| l.starts_with("Frontend"),
+        ),
+        (
+            Format::CiliumBpfLbList,
+            "cilium-bpf-lb-list_1.18.txt",
+            |l| l.starts_with("SERVICE ADDRESS"),
+        ),
+        (Format::CiliumDbFrontends, "cilium-db-frontends.txt", |l| {
+            l.starts_with("Address")
+        }),
+        (
+            Format::NftJson,
+            "nft-j_gen-12svc-40ep_nft-1.0.6.json",
+            |_| false,
+        ),
+    ];
+    let table = |format: Format, input: &[u8]| match parse(format, input).unwrap() {
+        Parsed::Lb(t) => t,
+        Parsed::Conntrack(_) => panic!("{format}"),
+    };
+    for (format, name, header) in cases {
+        let first = text(name);
+        let moved = table(format, first.as_bytes())
+            .frontends
+            .iter()
+            .find_map(|f| f.backends.first())
+            .unwrap()
+            .ip
+            .to_string();
+        let second = replace_addr(&first, &moved, "192.0.2.99");
+        assert_ne!(first, second, "{name}");
+        // JSON documents follow each other without a prompt between them.
+        let prompt = if format == Format::NftJson {
+            ""
+        } else {
+            "$ # the same command again\n"
+        };
+        let both = format!(
+            "{first}{}{prompt}{second}",
+            if first.ends_with('\n') { "" } else { "\n" }
+        );
+        let want = table(format, second.as_bytes());
+        let last_from = if format == Format::NftJson {
+            let v: serde_json::Value = serde_json::from_str(&first).unwrap();
+            let n = v["nftables"].as_array().unwrap().len();
+            let t = v["nftables"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .position(|o| o.get("table").is_some())
+                .unwrap();
+            Location::JsonPath(format!("nftables[{}]", n + t))
+        } else {
+            Location::Line(first.lines().count() + 2 + first.lines().position(header).unwrap())
+        };
+        for got in [
+            table(format, both.as_bytes()),
+            match parse_reader(
+                format,
+                std::io::BufReader::with_capacity(100, both.as_bytes()),
+            )
+            .unwrap()
+            {
+                Parsed::Lb(t) => t,
+                Parsed::Conntrack(_) => panic!(),
+            },
+        ] {
+            let mut got = got;
+            assert_eq!(
+                got.skipped.earlier_snapshots.take(),
+                Some(EarlierSnapshots {
+                    count: 1,
+                    last_from: last_from.clone()
+                }),
+                "{name}"
+            );
+            // The same table; the samples' line numbers are the transcript's.
+            let samples = |t: &LbTable| -> Vec<(String, String)> {
+                t.skipped
+                    .samples
+                    .iter()
+                    .map(|s| (s.reason.clone(), s.excerpt.clone()))
+                    .collect()
+            };
+            assert_eq!(samples(&got), samples(&want), "{name}");
+            got.skipped.samples = want.skipped.samples.clone();
+            assert_eq!(got, want, "{name}");
+            assert!(
+                got.frontends
+                    .iter()
+                    .flat_map(|f| &f.backends)
+                    .all(|b| b.ip.to_string() != moved)
+            );
+        }
+    }
+    // Three runs: two earlier ones.
+    let one = text("ipvsadm-Ln_weight0.txt");
+    let t = ipvs::parse_str(&format!("{one}{one}{one}")).unwrap();
+    assert_eq!(t.skipped.earlier_snapshots.map(|e| e.count), Some(2));
+    // The ip and ip6 tables of one ruleset, or iptables-save's filter and nat tables, are
+    // one snapshot.
+    let t =
+        iptables::parse_str(&text("iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt")).unwrap();
+    assert_eq!(t.skipped.earlier_snapshots, None);
 }

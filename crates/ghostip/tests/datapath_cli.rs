@@ -169,6 +169,64 @@ fn show_reads_standard_input_and_conntrack() {
         .stdout(predicate::str::contains("6 entries"));
 }
 
+/// A transcript of two `iptables-save` runs: the last is read, and both the table and the
+/// JSON say so.
+#[test]
+fn several_snapshots_in_one_dump_are_reported_and_the_last_is_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = GenModel::generate(&spec_12_40());
+    let one = std::fs::read_to_string(datapath_data(
+        "iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt",
+    ))
+    .unwrap();
+    let dump = dir.path().join("two-runs.txt");
+    std::fs::write(&dump, format!("{one}$ iptables-save\n{one}")).unwrap();
+    let table_line =
+        one.lines().count() + 2 + one.lines().position(|l| l.starts_with('*')).unwrap();
+    let warning = format!(
+        "warning: the input holds 2 snapshots of this datapath (its header repeats): only the last, from line {table_line}, was read"
+    );
+    ghostip()
+        .args(["datapath", "show", "--from-file"])
+        .arg(&dump)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(warning.as_str()));
+    let truth = dir.path().join("truth.json");
+    std::fs::write(&truth, truth_list(&model, |_| {}).to_string()).unwrap();
+    let out = ghostip()
+        .args([
+            "datapath",
+            "diff",
+            "-o",
+            "json",
+            "--node",
+            "node-1",
+            "--from-file",
+        ])
+        .arg(&dump)
+        .arg("--truth")
+        .arg(&truth)
+        .assert()
+        .code(0)
+        .get_output()
+        .stdout
+        .clone();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        v["warnings"][0],
+        json!(warning.trim_start_matches("warning: "))
+    );
+    ghostip()
+        .args(["datapath", "diff", "--node", "node-1", "--from-file"])
+        .arg(&dump)
+        .arg("--truth")
+        .arg(&truth)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains(warning.as_str()));
+}
+
 /// Peak resident memory of a running process (`VmHWM`), in KiB.
 fn peak_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

@@ -178,6 +178,9 @@ struct Parser {
     entries: Vec<Entry>,
     no_endpoints: Vec<NoEndpoints>,
     skipped: SkipStats,
+    /// The `*table` lines seen: one seen again starts a new snapshot (several runs of
+    /// `iptables-save` in one input).
+    tables: Vec<String>,
     /// Tests: read every line through the general path (the fast paths must not change
     /// any result).
     #[cfg(test)]
@@ -262,6 +265,22 @@ impl Parser {
         self.jumps.push((to, hint));
     }
 
+    /// A table seen before starts again at line `no`: the input holds several snapshots
+    /// (runs of `iptables-save`), and only the last is read. What was read so far is
+    /// dropped; the skip counts say so ([`SkipStats::new_snapshot`]).
+    fn new_snapshot(&mut self, no: usize) {
+        let mut skipped = std::mem::take(&mut self.skipped);
+        skipped.new_snapshot(Location::Line(no));
+        *self = Parser {
+            v6: self.v6,
+            saw_iptables: true,
+            skipped,
+            #[cfg(test)]
+            general_only: self.general_only,
+            ..Parser::default()
+        };
+    }
+
     fn unknown(&mut self, no: usize, reason: &'static str, line: &str) {
         self.skipped.unknown(Location::Line(no), reason, line);
     }
@@ -303,6 +322,10 @@ impl LineSink for Parser {
             }
             b'*' => {
                 self.saw_iptables = true;
+                if self.tables.iter().any(|t| t == line) {
+                    self.new_snapshot(no);
+                }
+                self.tables.push(line.to_string());
                 self.table = Some(match line {
                     "*nat" => Table::Nat,
                     "*filter" => Table::Filter,

@@ -17,7 +17,9 @@ use ghostip_datapath::against_truth::{self, NodeDiff};
 use ghostip_datapath::conntrack_audit::{
     AuditConfig, ConntrackAudit, ConntrackReport, FormerOwner, IpFacts, OwnershipFacts,
 };
-use ghostip_datapath::{ConntrackTable, Format, LbTable, Parsed, detect_format, parse_reader};
+use ghostip_datapath::{
+    ConntrackTable, Format, LbTable, Parsed, SkipStats, detect_format, parse_reader,
+};
 use serde::Serialize;
 
 use super::{Outcome, print_json};
@@ -83,11 +85,71 @@ fn show(g: &GlobalArgs, src: &DumpSource) -> anyhow::Result<Outcome> {
         OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
         OutputFormat::Json => print_json(&parsed)?,
         OutputFormat::Table => match &parsed {
-            Parsed::Lb(t) => println!("{t}"),
+            Parsed::Lb(t) => print!("{}", render_lb_table(t)),
             Parsed::Conntrack(t) => print!("{}", render_conntrack(t)),
         },
     }
     Ok(Outcome::Clean)
+}
+
+/// `ip:port`, IPv6 in brackets.
+fn socket(ip: IpAddr, port: u16) -> String {
+    ghostip_core::Target::socket(ip, port).to_string()
+}
+
+/// A load-balancer table: one line per frontend, one indented line per backend, what was
+/// skipped, and a warning when the input held earlier snapshots.
+fn render_lb_table(t: &LbTable) -> String {
+    let mut out = String::new();
+    for fe in &t.frontends {
+        out.push_str(&format!(
+            "{}/{} {}",
+            socket(fe.ip, fe.port),
+            fe.protocol,
+            fe.kind
+        ));
+        if let Some(svc) = &fe.service {
+            out.push_str(&format!(" {svc}"));
+        }
+        if !fe.flags.is_empty() {
+            out.push_str(&format!(" [{}]", fe.flags.join(",")));
+        }
+        if fe.backends.is_empty() {
+            out.push_str(" (no backends)");
+        }
+        out.push('\n');
+        for be in &fe.backends {
+            out.push_str(&format!("  -> {} {}", socket(be.ip, be.port), be.state));
+            if let Some(w) = be.weight {
+                out.push_str(&format!(" weight={w}"));
+            }
+            out.push('\n');
+        }
+    }
+    out.push_str(&format!(
+        "skipped: {} ignored, {} unknown\n",
+        t.skipped.ignored, t.skipped.unknown
+    ));
+    for (reason, n) in &t.skipped.unknown_by_reason {
+        out.push_str(&format!("  unknown {n}: {reason}\n"));
+    }
+    for w in warnings(&t.skipped) {
+        out.push_str(&format!("warning: {w}\n"));
+    }
+    out
+}
+
+/// What a user must know about how a dump was read.
+fn warnings(skipped: &SkipStats) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(e) = &skipped.earlier_snapshots {
+        out.push(format!(
+            "the input holds {} snapshots of this datapath (its header repeats): only the last, from {}, was read",
+            e.count + 1,
+            e.last_from
+        ));
+    }
+    out
 }
 
 fn render_conntrack(t: &ConntrackTable) -> String {
@@ -145,6 +207,9 @@ fn render_conntrack(t: &ConntrackTable) -> String {
 struct DiffJson<'a, T: Serialize> {
     format: Format,
     truth: TruthStats,
+    /// How the dump was read, when a user must know (see [`warnings`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
     #[serde(flatten)]
     result: &'a T,
 }
@@ -185,9 +250,15 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
                 OutputFormat::Json => print_json(&DiffJson {
                     format,
                     truth: stats,
+                    warnings: warnings(&table.skipped),
                     result: &d,
                 })?,
-                OutputFormat::Table => print!("{}", render_node_diff(&d, &table)),
+                OutputFormat::Table => {
+                    print!("{}", render_node_diff(&d, &table));
+                    for w in warnings(&table.skipped) {
+                        println!("warning: {w}");
+                    }
+                }
             }
             Ok(if d.is_clean() {
                 Outcome::Clean
@@ -221,6 +292,7 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
                 OutputFormat::Json => print_json(&DiffJson {
                     format,
                     truth: stats,
+                    warnings: warnings(&table.skipped),
                     result: &r,
                 })?,
                 OutputFormat::Table => print!("{}", render_conntrack_report(&r, attributed)),
