@@ -630,6 +630,15 @@ impl NodeDiff {
             && self.services_missing.is_empty()
             && self.frontends_missing.is_empty()
     }
+
+    /// Whether the dump and the truth share nothing: no frontend of the dump belongs to a
+    /// Service of the truth, and the truth expects none on this node. Such a diff is clean
+    /// only because nothing was compared: the dump does not describe this truth.
+    pub fn compared_nothing(&self) -> bool {
+        self.frontends_checked == 0
+            && self.services_missing.is_empty()
+            && self.frontends_missing.is_empty()
+    }
 }
 
 /// [`diff_with`] with the node and the time of the dump, change times from the slices.

@@ -478,12 +478,14 @@ fn diff_of_real_conntrack_attributes_flows_through_the_ledger() {
         .assert()
         .code(1)
         .stdout(predicate::str::contains(
-            "client pod prod/order-7c9 (10.244.1.10) still sends tcp to 10.244.3.71:8080 via 10.96.5.5:80 (was prod/stock-5d8-x, removed 47 s ago)",
+            "client pod prod/order-7c9 (10.244.1.10) still sends tcp to 10.244.3.71:8080 via 10.96.5.5:80 (was prod/stock-5d8-x, removed 47 s ago, no longer an endpoint of prod/stock)",
         ))
         .stdout(predicate::str::contains(
             "still sends udp to 10.244.3.53:53 via 10.96.0.10:53",
         ));
-    // Without the ledger only the DNS entry through the ClusterIP can be judged.
+    // Without the ledger the truth still shows the flows through a ClusterIP to an IP no
+    // longer among the Service's endpoints, without the pod that had it; the flow sent
+    // straight to 10.244.3.71:7000 needs the ledger.
     ghostip()
         .args(["datapath", "diff", "--from-file"])
         .arg(&dump)
@@ -491,8 +493,52 @@ fn diff_of_real_conntrack_attributes_flows_through_the_ledger() {
         .arg(&truth_path)
         .assert()
         .code(1)
-        .stdout(predicate::str::contains("1 stale flows"))
+        .stdout(predicate::str::contains("2 stale flows"))
+        .stdout(predicate::str::contains(
+            "client 10.244.1.10 still sends tcp to 10.244.3.71:8080 via 10.96.5.5:80 (no longer an endpoint of prod/stock): 1 entry",
+        ))
         .stdout(predicate::str::contains("--db"));
+}
+
+/// A dump and a truth that share nothing (a truth file without the dump's Services): not
+/// clean, as nothing was compared.
+#[test]
+fn a_dump_that_shares_nothing_with_the_truth_is_a_finding() {
+    let dir = tempfile::tempdir().unwrap();
+    let truth = dir.path().join("truth.json");
+    // A truth of one headless Service (a namespace's `kubectl get`): nothing it has is a
+    // frontend.
+    std::fs::write(
+        &truth,
+        r#"{"kind": "List", "items": [{"kind": "Service", "metadata": {"namespace": "db", "name": "pg"},
+            "spec": {"clusterIP": "None", "ports": [{"port": 5432, "protocol": "TCP"}]}}]}"#,
+    )
+    .unwrap();
+    let dump = datapath_data("ipvsadm-Ln_weight0.txt");
+    ghostip()
+        .args(["datapath", "diff", "--from-file"])
+        .arg(&dump)
+        .arg("--truth")
+        .arg(&truth)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("0 frontends checked"))
+        .stdout(predicate::str::contains(
+            "nothing compared: none of the dump's 7 frontends belongs to one of the truth's 1 Services",
+        ));
+    let out = ghostip()
+        .args(["datapath", "diff", "-o", "json", "--from-file"])
+        .arg(&dump)
+        .arg("--truth")
+        .arg(&truth)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["compared_nothing"], json!(true));
+    assert_eq!(v["frontends_checked"], json!(0));
 }
 
 #[test]

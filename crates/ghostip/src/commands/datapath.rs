@@ -210,6 +210,9 @@ struct DiffJson<'a, T: Serialize> {
     /// How the dump was read, when a user must know (see [`warnings`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     warnings: Vec<String>,
+    /// The dump and the truth share nothing (a finding: see `NodeDiff::compared_nothing`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    compared_nothing: bool,
     #[serde(flatten)]
     result: &'a T,
 }
@@ -251,16 +254,17 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
                     format,
                     truth: stats,
                     warnings: warnings(&table.skipped),
+                    compared_nothing: d.compared_nothing(),
                     result: &d,
                 })?,
                 OutputFormat::Table => {
-                    print!("{}", render_node_diff(&d, &table));
+                    print!("{}", render_node_diff(&d, &table, tf.services));
                     for w in warnings(&table.skipped) {
                         println!("warning: {w}");
                     }
                 }
             }
-            Ok(if d.is_clean() {
+            Ok(if d.is_clean() && !d.compared_nothing() {
                 Outcome::Clean
             } else {
                 Outcome::Finding
@@ -293,6 +297,7 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
                     format,
                     truth: stats,
                     warnings: warnings(&table.skipped),
+                    compared_nothing: false,
                     result: &r,
                 })?,
                 OutputFormat::Table => print!("{}", render_conntrack_report(&r, attributed)),
@@ -353,7 +358,7 @@ fn since(d: Option<std::time::Duration>) -> String {
     d.map(|d| format!("{} s", d.as_secs())).unwrap_or_default()
 }
 
-fn render_node_diff(d: &NodeDiff, table: &LbTable) -> String {
+fn render_node_diff(d: &NodeDiff, table: &LbTable, truth_services: usize) -> String {
     let mut t = Table::new();
     t.load_style(presets::NOTHING).force_no_tty();
     t.set_header(vec![
@@ -421,6 +426,13 @@ fn render_node_diff(d: &NodeDiff, table: &LbTable) -> String {
         table.frontends.len(),
         table.skipped.unknown,
     );
+    if d.compared_nothing() {
+        out.push_str(&format!(
+            "nothing compared: none of the dump's {} frontends belongs to one of the truth's {} Services, and the truth expects none on this node: the dump does not describe this truth (another cluster or node, a truth file without these Services, or rules that outlived every Service)\n",
+            table.frontends.len(),
+            truth_services,
+        ));
+    }
     if !d.is_clean() {
         for line in t.lines() {
             out.push_str(line.trim_end());
@@ -453,7 +465,7 @@ fn render_conntrack_report(r: &ConntrackReport, attributed: bool) -> String {
     }
     if !attributed {
         out.push_str(
-            "no history database given (--db): flows to removed pods other than DNS backends cannot be attributed\n",
+            "no history database given (--db): the pods that had the stale IPs are not named, and flows sent straight to removed pods (not through a Service) are not found\n",
         );
     }
     out
