@@ -51,7 +51,6 @@ mod extract;
 mod formats;
 mod lines;
 mod lit;
-pub mod loggen;
 mod mmap;
 mod model;
 mod parallel;

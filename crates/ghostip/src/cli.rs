@@ -5,8 +5,14 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::sync::LazyLock;
+
+use clap::builder::PossibleValue;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use ghostip_datapath::Format;
 use ghostip_logs::Target;
+
+use crate::agent::readers::Datapath;
 
 /// Measures how long DNS caches, node datapaths and clients keep routing to pod IPs
 /// that Kubernetes already removed.
@@ -401,20 +407,43 @@ pub struct CheckArgs {
     pub output: TableOrJson,
 }
 
-/// `--datapath` of `ghostip agent`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// `--datapath` of `ghostip agent`: `auto`, or a datapath the agent reads, named by its path
+/// kind (the formats of `ghostip_datapath::FORMATS` that have an agent reader).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DatapathChoice {
-    /// Detect: kube-proxy nftables, then iptables, then IPVS (Cilium is never guessed).
+    /// Detect: try the local datapaths in their `auto` order, keep the first with frontends.
     Auto,
-    /// kube-proxy iptables mode (`iptables-save -t nat`).
-    Iptables,
-    /// kube-proxy nftables mode (`nft -j list table ip kube-proxy`).
-    Nftables,
-    /// kube-proxy IPVS mode (`ipvsadm-save -n`).
-    Ipvs,
-    /// Cilium, read with `cilium-dbg service list -o json` in this node's Cilium agent pod
-    /// through the Kubernetes exec API (needs `pods/exec` on the Cilium pods).
-    Cilium,
+    /// This datapath.
+    Read(Datapath),
+}
+
+impl ValueEnum for DatapathChoice {
+    fn value_variants<'a>() -> &'a [Self] {
+        static CHOICES: LazyLock<Vec<DatapathChoice>> = LazyLock::new(|| {
+            std::iter::once(DatapathChoice::Auto)
+                .chain(Datapath::all().map(DatapathChoice::Read))
+                .collect()
+        });
+        &CHOICES
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            DatapathChoice::Auto => {
+                let tried: Vec<&str> = Datapath::auto_order().map(Datapath::as_str).collect();
+                let never: Vec<&str> = Datapath::all()
+                    .filter(|d| d.auto_rank().is_none())
+                    .map(Datapath::as_str)
+                    .collect();
+                PossibleValue::new("auto").help(format!(
+                    "Detect: {} (keeps the first with service frontends; never guessed: {})",
+                    tried.join(", then "),
+                    never.join(", ")
+                ))
+            }
+            DatapathChoice::Read(d) => PossibleValue::new(d.as_str()).help(d.help()),
+        })
+    }
 }
 
 /// `ghostip agent`.
@@ -886,29 +915,49 @@ pub enum DatapathCommand {
     Diff(DatapathDiffArgs),
 }
 
-/// Format of a datapath dump (`auto` detects it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// Format of a datapath dump: `auto` (detected) or one of `ghostip_datapath::FORMATS`, by
+/// name or alias.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DumpFormat {
     /// Detect the format from the first 64 KiB.
     Auto,
-    /// `iptables-save` / `ip6tables-save` of kube-proxy in iptables mode.
-    Iptables,
-    /// `nft -j list table ip kube-proxy` (or `ip6`, or `nft -j list ruleset`).
-    NftJson,
-    /// `ipvsadm -Ln` or `ipvsadm-save -n`.
-    Ipvsadm,
-    /// `cilium-dbg service list`.
-    CiliumServiceList,
-    /// `cilium-dbg service list -o json`.
-    CiliumServiceJson,
-    /// `cilium-dbg bpf lb list` (text or `-o json`).
-    CiliumBpfLbList,
-    /// `cilium-dbg shell -- db/show frontends`.
-    CiliumDbFrontends,
-    /// Cilium `lb/maps-dump`.
-    CiliumLbMaps,
-    /// `conntrack -L` (or `-E`, `-o extended`).
-    Conntrack,
+    /// This format.
+    Is(Format),
+}
+
+impl DumpFormat {
+    /// The format given, `None` for `auto`.
+    pub fn format(self) -> Option<Format> {
+        match self {
+            DumpFormat::Auto => None,
+            DumpFormat::Is(f) => Some(f),
+        }
+    }
+}
+
+impl ValueEnum for DumpFormat {
+    fn value_variants<'a>() -> &'a [Self] {
+        static CHOICES: LazyLock<Vec<DumpFormat>> = LazyLock::new(|| {
+            std::iter::once(DumpFormat::Auto)
+                .chain(Format::all().map(DumpFormat::Is))
+                .collect()
+        });
+        &CHOICES
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            DumpFormat::Auto => {
+                PossibleValue::new("auto").help("Detect the format from the first 64 KiB")
+            }
+            DumpFormat::Is(f) => {
+                let info = f.info();
+                PossibleValue::new(info.name)
+                    .aliases(info.aliases.iter().copied())
+                    .help(info.help)
+            }
+        })
+    }
 }
 
 /// The dump to read.

@@ -476,7 +476,7 @@ fn shared_corpus_through_the_cli() {
 /// A generated log of about 10 MiB (three 4 MiB segments for the parallel scan) with a
 /// multi-line Java event across the first segment cut and yearless lines after it.
 fn generated_log() -> Vec<u8> {
-    use ghostip_logs::loggen::{GenConfig, LogGenerator};
+    use ghostip_testkit::logs::{GenConfig, LogGenerator};
     let mut g = LogGenerator::new(GenConfig {
         seed: 77,
         error_ratio: 0.02,
