@@ -23,7 +23,7 @@ use crate::agents::{self, Agent, AgentClient, AgentSelector, AgentStatus};
 use crate::cli::{AgentsArgs, CheckArgs, GlobalArgs, OutputFormat};
 use crate::clock::SystemClock;
 use crate::dns::budget::Budget;
-use crate::dns::names::{NameConfig, ProbeName, service_names};
+use crate::dns::names::{NameConfig, ProbeName, service_a_name, service_names};
 use crate::dns::paths::{DnsPath, PathConfig, discover};
 use crate::dns::query::{QueryConfig, QueryType, query};
 use crate::kube::{Connection, WatchScope, snapshot};
@@ -175,10 +175,8 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
         );
     }
 
-    let dns_findings = rows.iter().filter(|r| r.is_finding()).count();
     let failed = rows.iter().filter(|r| r.state == "failed").count();
-    let agents_failed = agent_rows.iter().filter(|a| a.state == "failed").count();
-    let findings = dns_findings + node_findings.len() + agents_failed;
+    let findings = count_findings(&rows, &agent_rows, &node_findings);
     match g.output {
         OutputFormat::Json => print_json(&serde_json::json!({
             "at": at,
@@ -336,11 +334,8 @@ async fn dns_service_rows(
     names_cfg: &NameConfig,
     prober: &Prober,
 ) -> anyhow::Result<Vec<Row>> {
-    let names = service_names(truth, dns_service, names_cfg)
+    let name = &service_a_name(dns_service, names_cfg)
         .with_context(|| format!("building the DNS name of {dns_service}"))?;
-    let Some(name) = names.iter().find(|n| n.qtype == QueryType::A) else {
-        return Ok(Vec::new());
-    };
     // Its A answer is its ClusterIP; without the Service in the truth, any answer will do.
     let expected: Option<Vec<String>> = truth.service(dns_service).map(|s| {
         s.cluster_ips
@@ -493,6 +488,14 @@ fn judge_agents(
     (rows, findings)
 }
 
+/// What makes `check` exit 1: every DNS row that is not ok (stale, missing, or no answer),
+/// every node finding, and every agent that did not answer (its node was not checked).
+fn count_findings(rows: &[Row], agents: &[AgentRow], node_findings: &[NodeFinding]) -> usize {
+    rows.iter().filter(|r| r.is_finding()).count()
+        + node_findings.len()
+        + agents.iter().filter(|a| a.state == "failed").count()
+}
+
 fn filter_matches(
     f: &ServiceFilter,
     truth: &ghostip_core::truth::Truth,
@@ -608,4 +611,139 @@ fn render(
         let _ = writeln!(out, "note: {n}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use ghostip_core::truth::Truth;
+
+    fn agent(node: &str, n: u8) -> Agent {
+        Agent {
+            node: node.into(),
+            addr: format!("10.200.0.{}:9754", 10 + n).parse().unwrap(),
+        }
+    }
+
+    fn status(v: serde_json::Value) -> AgentStatus {
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// node-1 clean, node-2 with its kube-dns backend stale past the lag and DNS through the
+    /// ClusterIP failing, node-3 refusing the token.
+    fn asked() -> Vec<(Agent, Result<AgentStatus, String>)> {
+        vec![
+            (
+                agent("node-1", 1),
+                Ok(status(serde_json::json!({
+                    "node": "node-1", "datapath": "iptables", "truth_synced": true,
+                    "open": [{"path": "iptables/node-1", "layer": "datapath",
+                              "service": "kube-system/kube-dns", "target": "10.244.1.3:53",
+                              "kind": "stale", "verdict": "pending",
+                              "since": "2026-03-19T08:00:00Z", "expected_lag_s": 2.0}],
+                    "dns": {"state": "healthy"}
+                }))),
+            ),
+            (
+                agent("node-2", 2),
+                Ok(status(serde_json::json!({
+                    "node": "node-2", "datapath": "iptables", "truth_synced": true,
+                    "open": [{"path": "iptables/node-2", "layer": "datapath",
+                              "service": "kube-system/kube-dns", "target": "10.244.1.3:53",
+                              "kind": "stale", "verdict": "over expected lag",
+                              "since": "2026-03-19T08:00:00Z",
+                              "last_seen": "2026-03-19T08:00:41Z",
+                              "former_pod": "kube-system/coredns-abc", "expected_lag_s": 2.0}],
+                    "dns": {"state": "cluster-ip-failing",
+                            "path": "dns-cluster-ip/10.96.0.10:53@node-2",
+                            "failures": 4, "probes": 10, "pods_answering": 2}
+                }))),
+            ),
+            (
+                agent("node-3", 3),
+                Err("HTTP 401 Unauthorized from 10.200.0.13:9754: invalid bearer token".into()),
+            ),
+        ]
+    }
+
+    #[test]
+    fn agents_findings_name_the_node_backend_former_pod_and_since_when() {
+        let (rows, findings) = judge_agents(asked(), &ServiceFilter::default(), &Truth::new());
+        let states: Vec<_> = rows.iter().map(|r| (r.node.as_str(), r.state)).collect();
+        assert_eq!(
+            states,
+            [
+                ("node-1", "ok"),
+                ("node-2", "findings"),
+                ("node-3", "failed")
+            ]
+        );
+        assert_eq!(findings.len(), 2, "{findings:?}");
+        let stale = &findings[0];
+        assert_eq!(stale.node, "node-2");
+        assert_eq!(stale.service, "kube-system/kube-dns");
+        assert_eq!(stale.target.as_deref(), Some("10.244.1.3:53"));
+        assert_eq!(stale.former_pod.as_deref(), Some("kube-system/coredns-abc"));
+        assert_eq!(stale.since, Some("2026-03-19T08:00:00Z".parse().unwrap()));
+        assert_eq!(stale.verdict, "over expected lag");
+        let dns = &findings[1];
+        assert_eq!(
+            (dns.node.as_str(), dns.kind.as_str()),
+            ("node-2", "dns-health")
+        );
+        assert_eq!(dns.path, "dns-cluster-ip/10.96.0.10:53@node-2");
+        // Two node findings and an agent that did not answer: exit 1.
+        assert_eq!(count_findings(&[], &rows, &findings), 3);
+        let table = render(&[], &rows, &findings, &[], 0, 0);
+        assert!(
+            table.lines().any(|l| l.contains("node-2")
+                && l.contains("10.244.1.3:53")
+                && l.contains("kube-system/coredns-abc")),
+            "{table}"
+        );
+        assert!(table.contains("invalid bearer token"), "{table}");
+    }
+
+    /// A tracking of a Service outside `-n` is left out; the node's DNS health is kept.
+    #[test]
+    fn a_namespace_scope_keeps_the_nodes_dns_health_only() {
+        let filter = ServiceFilter {
+            namespace: Some("demo".into()),
+            ..ServiceFilter::default()
+        };
+        let (_, findings) = judge_agents(asked(), &filter, &Truth::new());
+        let kinds: Vec<_> = findings.iter().map(|f| f.kind.as_str()).collect();
+        assert_eq!(kinds, ["dns-health"]);
+    }
+
+    fn row(state: &'static str, error: Option<&str>) -> Row {
+        Row {
+            service: "kube-system/kube-dns".into(),
+            path: "ClusterIP 10.96.0.10".into(),
+            state,
+            expected: vec!["10.96.0.10".into()],
+            answered: Vec::new(),
+            stale: Vec::new(),
+            missing: Vec::new(),
+            min_ttl: None,
+            error: error.map(Into::into),
+        }
+    }
+
+    /// A path that does not answer is a finding like a stale one; clean agents and paths
+    /// are not.
+    #[test]
+    fn a_failed_path_is_a_finding() {
+        let ok = [row("ok", None)];
+        assert_eq!(count_findings(&ok, &[], &[]), 0);
+        let failed = [row("ok", None), row("failed", Some("timeout"))];
+        assert_eq!(count_findings(&failed, &[], &[]), 1);
+        let (rows, _) = judge_agents(
+            asked().into_iter().take(1).collect(),
+            &ServiceFilter::default(),
+            &Truth::new(),
+        );
+        assert_eq!(count_findings(&ok, &rows, &[]), 0);
+    }
 }

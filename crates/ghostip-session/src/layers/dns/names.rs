@@ -107,6 +107,18 @@ pub struct NameError {
     pub message: String,
 }
 
+/// The A name of `key` whatever its kind: a ClusterIP Service's name answers its ClusterIP
+/// (what `check` asks every DNS path for the DNS Service itself).
+///
+/// # Errors
+/// [`NameError`] when the name does not parse.
+pub fn service_a_name(key: &ServiceKey, config: &NameConfig) -> Result<ProbeName, NameError> {
+    Ok(ProbeName {
+        name: parse(key, &key.dns_name(&config.zone))?,
+        qtype: QueryType::A,
+    })
+}
+
 /// The names to probe for `key`.
 ///
 /// - Unknown Service (deleted, or not synced yet): its A name only, since stale answers
@@ -202,4 +214,19 @@ fn parse(service: &ServiceKey, text: &str) -> Result<Name, NameError> {
         name: text.to_string(),
         message: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A ClusterIP Service has no names to sweep, but its A name is still asked for.
+    #[test]
+    fn the_a_name_of_a_cluster_ip_service() {
+        let key = ServiceKey::new("kube-system", "kube-dns");
+        let n = service_a_name(&key, &NameConfig::default()).unwrap();
+        assert_eq!(n.qtype, QueryType::A);
+        assert_eq!(n.name.to_ascii(), "kube-dns.kube-system.svc.cluster.local.");
+    }
 }
