@@ -11,7 +11,8 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use ghostip::kube::{
     BackoffPolicy, ClientOrigin, Clock, ConfigMapRef, Connection, KubeError, KubeconfigSource,
-    Received, TruthEvent, TruthKey, TruthObject, WatchScope, snapshot, watch_endpoint_slices,
+    LivenessProbe, Received, TruthEvent, TruthKey, TruthObject, WatchScope, api_liveness,
+    relist_signal, relisting_events_from, snapshot, watch_endpoint_slices,
 };
 use ghostip_core::model::{ServiceKey, Time};
 use http::{Method, Request, Response, StatusCode};
@@ -387,4 +388,96 @@ async fn snapshot_errors_name_the_server_and_the_missing_permission() {
         err.to_string().contains("https://mock.invalid:6443/"),
         "{err}"
     );
+}
+
+fn readyz(code: u16) -> Response<Body> {
+    if code == 200 {
+        Response::builder()
+            .status(StatusCode::OK)
+            .body(Body::from(b"ok".to_vec()))
+            .unwrap()
+    } else {
+        status(code, "InternalError", "[-]etcd failed: reason withheld")
+    }
+}
+
+/// `/readyz` fails twice in a row: the API server is unreachable (a truth gap for every
+/// watch) and a watch whose stream has not noticed anything drops it and relists; once
+/// `/readyz` answers, reachable again. A single failure is not enough.
+#[tokio::test]
+async fn a_failing_readyz_is_an_unreachable_api_server_and_every_watch_relists() {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::runtime::watcher::Event;
+
+    let (client, mut handle) = mock_client();
+    tokio::spawn(async move {
+        for code in [200, 500, 200, 500, 500, 200] {
+            let (req, send) = handle.next_request().await.expect("GET /readyz");
+            assert_eq!(req.uri().path(), "/readyz");
+            send.send_response(readyz(code));
+        }
+        // Later probes find it answering.
+        while let Some((_, send)) = handle.next_request().await {
+            send.send_response(readyz(200));
+        }
+    });
+    let (trigger, signal) = relist_signal();
+    let probe = LivenessProbe {
+        interval: Duration::from_millis(10),
+        timeout: Duration::from_secs(1),
+        failures: 2,
+    };
+    let liveness = api_liveness(client, probe, ticking_clock(), trigger);
+
+    // A watch whose first stream lists one slice and then hangs (it never notices the
+    // outage); the second lists another.
+    let lists: Vec<EndpointSlice> = ["a", "b"]
+        .iter()
+        .map(|n| serde_json::from_value(slice(n, "1", &["10.0.0.1"])).unwrap())
+        .collect();
+    let mut lists = lists.into_iter();
+    let make = move || {
+        let events: Vec<Result<Event<EndpointSlice>, kube::runtime::watcher::Error>> =
+            match lists.next() {
+                Some(s) => vec![
+                    Ok(Event::Init),
+                    Ok(Event::InitApply(s)),
+                    Ok(Event::InitDone),
+                ],
+                None => Vec::new(),
+            };
+        futures::stream::iter(events).chain(futures::stream::pending())
+    };
+    let watch = relisting_events_from(make, ticking_clock(), FAST, Some(signal));
+    let mut all = futures::stream::select(liveness, watch);
+    let mut seen = Vec::new();
+    let limit = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !seen.iter().any(|e| e == "reachable")
+        || seen.iter().filter(|e| *e == "synced").count() < 2
+    {
+        let ev = tokio::time::timeout_at(limit, all.next())
+            .await
+            .unwrap_or_else(|_| panic!("events so far: {seen:?}"))
+            .unwrap();
+        seen.push(match ev.event {
+            TruthEvent::ApiUnreachable { error } => {
+                assert!(error.contains("/readyz"), "{error}");
+                "unreachable".to_string()
+            }
+            TruthEvent::ApiReachable => "reachable".to_string(),
+            TruthEvent::InitApply(TruthObject::Slice(s)) => format!("slice {}", s.name),
+            TruthEvent::InitDone(_) => "synced".to_string(),
+            TruthEvent::Init(_) => "relist".to_string(),
+            other => format!("{other:?}"),
+        });
+    }
+    let at = |what: &str| seen.iter().position(|e| e == what).unwrap();
+    assert_eq!(
+        seen.iter().filter(|e| *e == "unreachable").count(),
+        1,
+        "{seen:?}"
+    );
+    assert!(at("slice a") < at("unreachable"), "{seen:?}");
+    assert!(at("unreachable") < at("slice b"), "{seen:?}");
+    assert!(at("unreachable") < at("reachable"), "{seen:?}");
 }
