@@ -235,6 +235,15 @@ fn a_stale_node_is_over_its_lag_while_open_and_check_names_it() {
         Some(2),
         "both agents answered: {before}"
     );
+    // Every DNS path is judged on the DNS Service's own name, with no headless Service.
+    let dns_rows = before["results"].as_array().unwrap();
+    assert!(
+        dns_rows
+            .iter()
+            .any(|r| r["service"] == "kube-system/kube-dns" && r["state"] == "ok"),
+        "{before}"
+    );
+    assert_eq!(code, 0, "a healthy lab: {before}");
 
     // The incident: node-2's kube-proxy frozen, one CoreDNS pod deleted.
     let (code, out, err) =
