@@ -155,7 +155,7 @@ impl SyncState {
                         };
                         Some(SyncTransition::GapStarted {
                             kind: kind.clone(),
-                            at: at,
+                            at,
                             error: error.clone(),
                         })
                     }
@@ -174,12 +174,12 @@ impl SyncState {
                     Some(SyncStatus::Unsynced { since, .. }) => Some(SyncTransition::GapEnded {
                         kind: kind.clone(),
                         since,
-                        at: at,
+                        at,
                     }),
                     None => Some(SyncTransition::GapEnded {
                         kind: kind.clone(),
                         since: at,
-                        at: at,
+                        at,
                     }),
                 }
             }
