@@ -45,6 +45,18 @@ fn ms(t: &Value) -> i64 {
         .as_millisecond()
 }
 
+/// Runs `lab/scenarios/NAME ARGS…`: its `RESULT` JSON, asserted reproduced.
+fn scenario(name: &str, args: &[&str]) -> Value {
+    let (code, out, err) = run(lab(&format!("scenarios/{name}")).args(args));
+    let result: Value = out
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .and_then(|j| serde_json::from_str(j).ok())
+        .unwrap_or_else(|| panic!("no RESULT from {name} ({code}):\n{out}\n{err}"));
+    assert_eq!(result["reproduced"], true, "{name}: {result}");
+    result
+}
+
 fn kubectl(args: &[&str]) -> (i32, String, String) {
     run(lab("kubectl").args(args))
 }
@@ -246,14 +258,7 @@ fn a_stale_node_is_over_its_lag_while_open_and_check_names_it() {
     assert_eq!(code, 0, "a healthy lab: {before}");
 
     // The incident: node-2's kube-proxy frozen, one CoreDNS pod deleted.
-    let (code, out, err) =
-        run(lab("scenarios/stale-node-datapath").args(["--keep-stale", "--queries", "10"]));
-    let result: Value = out
-        .lines()
-        .find_map(|l| l.strip_prefix("RESULT "))
-        .and_then(|j| serde_json::from_str(j).ok())
-        .unwrap_or_else(|| panic!("no RESULT from the scenario ({code}):\n{out}\n{err}"));
-    assert_eq!(result["reproduced"], true, "scenario: {result}");
+    let result = scenario("stale-node-datapath", &["--keep-stale", "--queries", "10"]);
     let dead = result["dead_ip"].as_str().unwrap().to_string();
     let stale_target = format!("{dead}:53");
     let is_stale_backend = |v: &Value| {
@@ -355,13 +360,7 @@ fn an_api_server_outage_is_a_gap_within_seconds_and_windows_keep_their_promise()
         })
     };
     let started_ms = unix_ms();
-    let (code, out, err) = run(&mut lab("scenarios/apiserver-outage"));
-    let result: Value = out
-        .lines()
-        .find_map(|l| l.strip_prefix("RESULT "))
-        .and_then(|j| serde_json::from_str(j).ok())
-        .unwrap_or_else(|| panic!("no RESULT from the scenario ({code}):\n{out}\n{err}"));
-    assert_eq!(result["reproduced"], true, "scenario: {result}");
+    let result = scenario("apiserver-outage", &[]);
     // The relist after the outage, and the trackings' settling.
     let ready_ms = result["apiserver_ready_unix_ms"].as_i64().unwrap();
     let resynced = || truth_synced(PORT) == Some(1.0);

@@ -242,6 +242,16 @@ fn answer(result: &ObservationResult) -> (Vec<String>, Option<u32>, Option<Strin
     }
 }
 
+/// A row's state: `failed` (no answer), `stale`, `missing` or `ok`.
+fn row_state(error: Option<&str>, stale: &[String], missing: &[String]) -> &'static str {
+    match (error, stale.is_empty(), missing.is_empty()) {
+        (Some(_), _, _) => "failed",
+        (None, true, true) => "ok",
+        (None, false, _) => "stale",
+        (None, true, false) => "missing",
+    }
+}
+
 /// Each headless Service's A answer on each path, judged by the same engine as watch and
 /// rollout: the truth now is the baseline, every path is observed once, and whatever does
 /// not match opens a tracking.
@@ -303,12 +313,7 @@ async fn dns_rows(
             };
             let stale = of_kind(Discrepancy::Stale);
             let missing = of_kind(Discrepancy::Missing);
-            let state = match (&error, stale.is_empty(), missing.is_empty()) {
-                (Some(_), _, _) => "failed",
-                (None, true, true) => "ok",
-                (None, false, _) => "stale",
-                (None, true, false) => "missing",
-            };
+            let state = row_state(error.as_deref(), &stale, &missing);
             rows.push(Row {
                 service: key.to_string(),
                 path: path.info.description.clone(),
@@ -363,12 +368,7 @@ async fn dns_service_rows(
             ),
             _ => (Vec::new(), Vec::new()),
         };
-        let state = match (&error, stale.is_empty(), missing.is_empty()) {
-            (Some(_), _, _) => "failed",
-            (None, true, true) => "ok",
-            (None, false, _) => "stale",
-            (None, true, false) => "missing",
-        };
+        let state = row_state(error.as_deref(), &stale, &missing);
         rows.push(Row {
             service: dns_service.to_string(),
             path: path.info.description.clone(),
