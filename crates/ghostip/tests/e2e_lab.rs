@@ -245,9 +245,25 @@ fn classic_kubeadm_corefile_keeps_removed_ips_for_the_ttl() {
         "when it left: {w}"
     );
     eprintln!(
-        "whois {removed}: {pod}, closed {} ({})",
-        owner["closed"], owner["end_reason"]
+        "whois {removed}: {pod}, closed {} ({}), left the endpoints {}",
+        owner["closed"], owner["end_reason"], w["left_endpoints"]
     );
+    // When it left the endpoints is the window's t0, not the deletion deadline.
+    let exit = w["left_endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["service"] == serde_json::json!({"namespace": "demo", "name": "web"}))
+        .unwrap_or_else(|| panic!("when {removed} left demo/web: {w}"));
+    assert!(
+        (unix(&exit["at"]) - unix(&rows[0]["t0"])).abs() < 0.002,
+        "left the endpoints {} vs window t0 {}",
+        exit["at"],
+        rows[0]["t0"]
+    );
+    if !owner["terminating"].is_null() {
+        assert!(unix(&exit["at"]) < unix(&owner["terminating"]), "{w}");
+    }
 }
 
 /// Rolls demo/web out under `corefile`; every removed IP leaves every CoreDNS pod path
