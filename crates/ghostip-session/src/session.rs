@@ -640,6 +640,27 @@ cluster.local:53 {
         }
     }
 
+    /// An added endpoint's pod comes from the truth (it has no former owner); a removed
+    /// one's from the session's memory.
+    #[test]
+    fn an_endpoint_pod_is_named_from_the_truth_or_the_former_owner() {
+        let (mut s, t) = session();
+        let key = ServiceKey::new("prod", "web");
+        let slice = |ips: &[&str], at: Time| Received {
+            at,
+            event: TruthEvent::Apply(TruthObject::Slice(headless_slice(ips))),
+        };
+        s.on_truth(&slice(&["10.244.1.5", "10.244.2.6"], t));
+        let t1 = t.checked_add(Duration::from_secs(10)).unwrap();
+        s.on_truth(&slice(&["10.244.2.6"], t1));
+        let added: IpAddr = "10.244.2.6".parse().unwrap();
+        let gone: IpAddr = "10.244.1.5".parse().unwrap();
+        assert_eq!(s.former_pod(added), None);
+        assert_eq!(s.endpoint_pod(&key, added).as_deref(), Some("prod/web-0"));
+        assert_eq!(s.endpoint_pod(&key, gone).as_deref(), Some("prod/web-0"));
+        assert_eq!(s.endpoint_pod(&ServiceKey::new("prod", "api"), added), None);
+    }
+
     #[test]
     fn a_long_watch_forgets_changes_older_than_change_memory() {
         let (mut s, t) = session();
