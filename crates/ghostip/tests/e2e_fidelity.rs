@@ -402,9 +402,27 @@ fn an_api_server_outage_is_a_gap_within_seconds_and_windows_keep_their_promise()
     // Synced before the stop, unsynced from the sample that saw the gap until the relist.
     assert!(samples.iter().any(|(t, v)| *t < stop_ms && *v == Some(1.0)));
 
-    // Every window of the rollout around the outage against the Corefile's promise.
+    // The ledger's gap starts when the probe noticed, and ends after the relist.
     let l = Ledger::open_read_only(&db).unwrap();
     let since = jiff::Timestamp::from_millisecond(started_ms).unwrap();
+    let gaps = l.truth_gaps(since, jiff::Timestamp::now()).unwrap();
+    eprintln!("truth gaps: {gaps:?}");
+    let gap = gaps
+        .iter()
+        .find(|g| g.start.as_millisecond() >= stop_ms)
+        .unwrap_or_else(|| panic!("no gap after the stop: {gaps:?}"));
+    assert!(
+        gap.start.as_millisecond() - stop_ms <= 5_000,
+        "gap from {} ({} ms after the stop)",
+        gap.start,
+        gap.start.as_millisecond() - stop_ms
+    );
+    assert!(
+        gap.end.is_some_and(|e| e.as_millisecond() >= ready_ms),
+        "{gap:?}"
+    );
+
+    // Every window of the rollout around the outage against the Corefile's promise.
     let findings: Vec<_> = l
         .findings_since(since)
         .unwrap()
