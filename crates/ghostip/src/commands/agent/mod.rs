@@ -41,7 +41,7 @@ use super::{Outcome, dns_config, kube_connect, open_ledger, probe_settings, sess
 use crate::cli::{AgentArgs, GlobalArgs, OutputFormat};
 use crate::clock::SystemClock;
 use crate::dns::query::QueryConfig;
-use crate::kube::{SyncState, TruthEvent, WatchScope, watch_truth};
+use crate::kube::{LivenessProbe, SyncState, TruthEvent, WatchScope, watch_truth};
 use crate::ledger::{LedgerWriter, RetentionPruner, WriterOptions};
 use crate::metrics::Metrics;
 use datapath::{DatapathReads, Outputs, choose_source};
@@ -90,9 +90,16 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     });
 
     // The session: the DNS layer seen from this node, and the node's datapath.
+    // One agent per node probes the API server's liveness: every 5 s, not every second, so
+    // a large cluster's agents stay a few requests per second in all.
     let scope = WatchScope {
         namespace: None,
         pods_on_node: Some(node.clone()),
+        liveness: Some(LivenessProbe {
+            interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(2),
+            failures: 2,
+        }),
         ..WatchScope::default()
     };
     let truth = watch_truth(&conn, &scope, Arc::new(SystemClock));
