@@ -189,6 +189,12 @@ impl LayerCx<'_> {
     pub fn events(&self) -> &[EngineEvent] {
         self.events
     }
+
+    /// The pod (`namespace/name`) that owned `ip` when it left a Service during the
+    /// session, whatever the layer.
+    pub fn former_pod(&self, ip: IpAddr) -> Option<&str> {
+        self.memory.former_pod(ip)
+    }
 }
 
 /// A Service's first TCP port, the one exposure is measured on.
