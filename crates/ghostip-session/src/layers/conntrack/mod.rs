@@ -82,18 +82,26 @@ pub fn desired(truth: &Truth, key: &ServiceKey) -> BTreeSet<Target> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct StaleFlow {
     /// The Service the backend left.
+    #[serde(serialize_with = "display")]
     pub service: ServiceKey,
     /// Layer-4 protocol.
     pub proto: Protocol,
     /// The client's address.
     pub client_ip: IpAddr,
-    /// The client pod (a pod of this node).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The client pod (a pod of this node), `namespace/name` in JSON.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "display_opt"
+    )]
     pub client_pod: Option<PodRef>,
     /// The Service address the client sent to, when the flow was DNATed.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "display_opt"
+    )]
     pub via: Option<Target>,
     /// Where the flow goes: the removed endpoint.
+    #[serde(serialize_with = "display")]
     pub target: Target,
     /// The pod that owned the target when it left (`namespace/name`), where the session saw
     /// it leave.
@@ -123,6 +131,20 @@ pub struct StaleFlow {
     /// Seen in two consecutive complete reads: held as stale by the engine. An
     /// unconfirmed flow is not a finding yet.
     pub confirmed: bool,
+}
+
+fn display<T: std::fmt::Display, S: serde::Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
+
+fn display_opt<T: std::fmt::Display, S: serde::Serializer>(
+    v: &Option<T>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.collect_str(v),
+        None => s.serialize_none(),
+    }
 }
 
 fn secs_f64<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {

@@ -30,7 +30,7 @@ use tokio::task::JoinSet;
 
 use super::super::pipeline::Pipeline;
 use super::datapath::Outputs;
-use super::metrics::{ConntrackErrorLabels, ConntrackReadLabels, StaleFlowLabels};
+use super::metrics::{AgentMetrics, ConntrackErrorLabels, ConntrackReadLabels, StaleFlowLabels};
 use super::status::{Printer, emit_events, lock};
 use crate::agent::conntrack_reader::{self, FlowRead, ReadError};
 use crate::agent::cost::{CostCap, CostConfig, ReadReason, ReadSchedule};
@@ -107,12 +107,12 @@ enum CtLine<'a> {
     #[serde(rename = "stale-flow")]
     StaleFlowEnded {
         change: &'a str,
-        service: &'a ServiceKey,
+        service: String,
         proto: Protocol,
         client_ip: IpAddr,
         #[serde(skip_serializing_if = "Option::is_none")]
-        via: Option<Target>,
-        target: Target,
+        via: Option<String>,
+        target: String,
     },
 }
 
@@ -291,22 +291,6 @@ impl ConntrackReads {
             tracing::info!(node = %self.node, "conntrack readable again");
         }
         let (stale, unconfirmed) = self.report_flows(p, out);
-        let entries: u64 = stale.iter().map(|f| u64::from(f.entries)).sum();
-        let am = out.metrics;
-        am.stale_flows
-            .get_or_create(&StaleFlowLabels {
-                layer: Layer::Conntrack.to_string(),
-                node: self.node.clone(),
-            })
-            .set(i64::try_from(entries).unwrap_or(i64::MAX));
-        am.conntrack_reads
-            .get_or_create(&ConntrackReadLabels {
-                reason: reason.as_str().to_string(),
-            })
-            .inc();
-        am.conntrack_read_cpu.set(view.cpu_s);
-        am.conntrack_entries
-            .set(i64::try_from(view.entries).unwrap_or(i64::MAX));
         if reason != ReadReason::Reread {
             tracing::info!(
                 node = %self.node,
@@ -330,17 +314,18 @@ impl ConntrackReads {
                 stale_flows: stale.len(),
             },
         );
-        let (reads, spent) = self.cap.totals();
-        let mut st = lock(out.status);
-        let ct = &mut st.conntrack;
-        ct.last_read = view;
-        ct.reads = reads;
-        ct.read_cpu_total_s = spent.as_secs_f64();
-        ct.audit_period_s = period.as_secs_f64();
-        ct.stale_flows = stale;
-        ct.unconfirmed_flows = unconfirmed;
-        ct.error = None;
-        ct.missing_capability = None;
+        publish_read(
+            &self.node,
+            out.metrics,
+            &mut lock(out.status).conntrack,
+            ReadPublication {
+                view,
+                stale,
+                unconfirmed,
+                totals: self.cap.totals(),
+                period,
+            },
+        );
     }
 
     /// Sends the observations worth keeping to the ledger.
@@ -397,11 +382,11 @@ impl ConntrackReads {
                 out.printer,
                 &CtLine::StaleFlowEnded {
                     change: "cleared",
-                    service: &id.0,
+                    service: id.0.to_string(),
                     proto: id.1,
                     client_ip: id.2,
-                    via: id.3,
-                    target: id.4,
+                    via: id.3.map(|v| v.to_string()),
+                    target: id.4.to_string(),
                 },
             );
         }
@@ -417,12 +402,6 @@ impl ConntrackReads {
             self.cap.audit_period()
         };
         self.schedule.finished(now, period);
-        out.metrics
-            .conntrack_read_errors
-            .get_or_create(&ConntrackErrorLabels {
-                error: e.label().to_string(),
-            })
-            .inc();
         let text = e.to_string();
         let capability = e.missing_capability();
         if self.last_error.as_deref() != Some(text.as_str()) {
@@ -447,13 +426,6 @@ impl ConntrackReads {
                     p.act(actions).await;
                 }
                 self.reported.clear();
-                out.metrics
-                    .stale_flows
-                    .get_or_create(&StaleFlowLabels {
-                        layer: Layer::Conntrack.to_string(),
-                        node: self.node.clone(),
-                    })
-                    .set(0);
             } else {
                 // One bad read: counted by the engine, never read as staleness.
                 let obs = Observation {
@@ -475,19 +447,308 @@ impl ConntrackReads {
                 }
             }
         }
-        let mut st = lock(out.status);
-        let ct = &mut st.conntrack;
-        ct.error = Some(text);
-        ct.missing_capability = capability.map(str::to_string);
-        if unreadable {
-            ct.path = None;
-            ct.stale_flows.clear();
-            ct.unconfirmed_flows = 0;
-        }
+        publish_error(&self.node, out.metrics, &mut lock(out.status).conntrack, e);
     }
 
     /// Stops reads in flight.
     pub fn shutdown(&mut self) {
         self.tasks.abort_all();
+    }
+}
+
+/// What one complete read publishes.
+struct ReadPublication {
+    view: ConntrackReadView,
+    stale: Vec<StaleFlow>,
+    unconfirmed: usize,
+    /// Reads and CPU spent since the agent started.
+    totals: (u64, Duration),
+    period: Duration,
+}
+
+fn stale_flows_gauge<'m>(
+    metrics: &'m AgentMetrics,
+    node: &str,
+) -> impl std::ops::Deref<Target = prometheus_client::metrics::gauge::Gauge> + 'm {
+    metrics.stale_flows.get_or_create(&StaleFlowLabels {
+        layer: Layer::Conntrack.to_string(),
+        node: node.to_string(),
+    })
+}
+
+/// Puts a complete read in `/status`'s conntrack section and the metrics: the stale-flow
+/// gauge counts the conntrack entries of the confirmed stale flows.
+fn publish_read(node: &str, metrics: &AgentMetrics, ct: &mut ConntrackStatus, r: ReadPublication) {
+    let entries: u64 = r.stale.iter().map(|f| u64::from(f.entries)).sum();
+    stale_flows_gauge(metrics, node).set(i64::try_from(entries).unwrap_or(i64::MAX));
+    if let Some(reason) = r.view.reason {
+        metrics
+            .conntrack_reads
+            .get_or_create(&ConntrackReadLabels {
+                reason: reason.as_str().to_string(),
+            })
+            .inc();
+    }
+    metrics.conntrack_read_cpu.set(r.view.cpu_s);
+    metrics
+        .conntrack_entries
+        .set(i64::try_from(r.view.entries).unwrap_or(i64::MAX));
+    let (reads, spent) = r.totals;
+    ct.last_read = r.view;
+    ct.reads = reads;
+    ct.read_cpu_total_s = spent.as_secs_f64();
+    ct.audit_period_s = r.period.as_secs_f64();
+    ct.stale_flows = r.stale;
+    ct.unconfirmed_flows = r.unconfirmed;
+    ct.error = None;
+    ct.missing_capability = None;
+}
+
+/// Puts a failed read in `/status`'s conntrack section and the metrics. A table that
+/// cannot be read at all has no path and no stale flows any more.
+fn publish_error(node: &str, metrics: &AgentMetrics, ct: &mut ConntrackStatus, e: &ReadError) {
+    metrics
+        .conntrack_read_errors
+        .get_or_create(&ConntrackErrorLabels {
+            error: e.label().to_string(),
+        })
+        .inc();
+    ct.error = Some(e.to_string());
+    ct.missing_capability = e.missing_capability().map(str::to_string);
+    if e.is_unreadable() {
+        stale_flows_gauge(metrics, node).set(0);
+        ct.path = None;
+        ct.stale_flows.clear();
+        ct.unconfirmed_flows = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::sync::{Arc, Mutex};
+
+    use axum::body::Body;
+    use axum::extract::Request;
+    use ghostip_core::PodRef;
+    use tower::ServiceExt as _;
+
+    use super::super::status::{AgentStatus, routes};
+    use super::*;
+    use crate::metrics::Metrics;
+
+    fn t(s: &str) -> Time {
+        s.parse().unwrap()
+    }
+
+    fn sock(s: &str) -> Target {
+        let a: std::net::SocketAddr = s.parse().unwrap();
+        Target::socket(a.ip(), a.port())
+    }
+
+    /// order-7c9's pooled connection through the web ClusterIP, pinned to web-0 which
+    /// left the Service 5 s before the read.
+    fn stale_flow() -> StaleFlow {
+        StaleFlow {
+            service: ServiceKey::new("prod", "web"),
+            proto: Protocol::Tcp,
+            client_ip: "10.244.1.10".parse().unwrap(),
+            client_pod: Some(PodRef {
+                namespace: "prod".into(),
+                name: "order-7c9".into(),
+                uid: "u1".into(),
+            }),
+            via: Some(sock("10.96.5.5:80")),
+            target: sock("10.244.3.71:8080"),
+            former_owner: Some("prod/web-0".into()),
+            left_at: Some(t("2026-03-19T08:00:10Z")),
+            first_seen: t("2026-03-19T08:00:11Z"),
+            last_seen: t("2026-03-19T08:00:15Z"),
+            outlived_by: Some(Duration::from_secs(5)),
+            entries: 2,
+            unreplied: 0,
+            max_timeout_s: Some(431_999),
+            confirmed: true,
+        }
+    }
+
+    fn publication(stale: Vec<StaleFlow>) -> ReadPublication {
+        ReadPublication {
+            view: ConntrackReadView {
+                reason: Some(ReadReason::Reread),
+                at: Some(t("2026-03-19T08:00:15Z")),
+                entries: 120,
+                counted: 3,
+                flows: 2,
+                ..ConntrackReadView::default()
+            },
+            stale,
+            unconfirmed: 1,
+            totals: (4, Duration::from_millis(30)),
+            period: Duration::from_secs(60),
+        }
+    }
+
+    fn metrics() -> (Metrics, AgentMetrics) {
+        let mut m = Metrics::new();
+        let a = AgentMetrics::register(&mut m);
+        (m, a)
+    }
+
+    fn sample<'t>(text: &'t str, series: &str) -> Option<&'t str> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+    }
+
+    async fn status_json(st: AgentStatus) -> serde_json::Value {
+        let resp = routes(Arc::new(Mutex::new(st)))
+            .oneshot(
+                Request::builder()
+                    .uri("/status")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// A read with one confirmed stale flow: `/status` names the client pod, the dead IP,
+    /// the former owner, since when and by how long it outlived it; the gauge counts its
+    /// entries by layer and node only; the next read without it sets the gauge to 0.
+    #[tokio::test]
+    async fn a_read_puts_stale_flows_in_status_and_the_gauge() {
+        let (m, a) = metrics();
+        let mut st = AgentStatus {
+            node: "node-1".into(),
+            ..AgentStatus::default()
+        };
+        st.conntrack.path = Some("conntrack/node-1".into());
+        st.conntrack.error = Some("an earlier error".into());
+        publish_read(
+            "node-1",
+            &a,
+            &mut st.conntrack,
+            publication(vec![stale_flow()]),
+        );
+        let text = m.encode();
+        assert_eq!(
+            sample(
+                &text,
+                "ghostip_stale_flows{layer=\"conntrack\",node=\"node-1\"}"
+            ),
+            Some("2"),
+            "{text}"
+        );
+        assert_eq!(
+            sample(&text, "ghostip_conntrack_reads_total{reason=\"reread\"}"),
+            Some("1"),
+            "{text}"
+        );
+        assert_eq!(sample(&text, "ghostip_conntrack_entries"), Some("120"));
+        let v = status_json(st.clone()).await;
+        let ct = &v["conntrack"];
+        assert_eq!(ct["path"], "conntrack/node-1");
+        assert_eq!(ct["error"], serde_json::Value::Null);
+        assert_eq!(
+            (ct["reads"].as_u64(), ct["unconfirmed_flows"].as_u64()),
+            (Some(4), Some(1))
+        );
+        assert_eq!(ct["last_read"]["reason"], "reread");
+        assert_eq!(
+            ct["stale_flows"],
+            serde_json::json!([{
+                "service": "prod/web",
+                "proto": "TCP",
+                "client_ip": "10.244.1.10",
+                "client_pod": "prod/order-7c9",
+                "via": "10.96.5.5:80",
+                "target": "10.244.3.71:8080",
+                "former_owner": "prod/web-0",
+                "left_at": "2026-03-19T08:00:10Z",
+                "first_seen": "2026-03-19T08:00:11Z",
+                "last_seen": "2026-03-19T08:00:15Z",
+                "outlived_by_s": 5.0,
+                "entries": 2,
+                "unreplied": 0,
+                "max_timeout_s": 431_999,
+                "confirmed": true,
+            }])
+        );
+        publish_read("node-1", &a, &mut st.conntrack, publication(Vec::new()));
+        let text = m.encode();
+        assert_eq!(
+            sample(
+                &text,
+                "ghostip_stale_flows{layer=\"conntrack\",node=\"node-1\"}"
+            ),
+            Some("0")
+        );
+        assert!(st.conntrack.stale_flows.is_empty());
+    }
+
+    /// A table that cannot be read at all (no CAP_NET_ADMIN) says so in `/status` with the
+    /// capability, drops its path and stale flows and zeroes the gauge; a read that was
+    /// only interrupted keeps what the last complete read found.
+    #[tokio::test]
+    async fn an_unreadable_table_is_said_in_status_and_clears_the_gauge() {
+        let (m, a) = metrics();
+        let mut st = AgentStatus::default();
+        st.conntrack.path = Some("conntrack/node-1".into());
+        publish_read(
+            "node-1",
+            &a,
+            &mut st.conntrack,
+            publication(vec![stale_flow()]),
+        );
+        publish_error("node-1", &a, &mut st.conntrack, &ReadError::Interrupted);
+        assert_eq!(st.conntrack.stale_flows.len(), 1);
+        assert!(st.conntrack.path.is_some());
+        let text = m.encode();
+        assert_eq!(
+            sample(
+                &text,
+                "ghostip_stale_flows{layer=\"conntrack\",node=\"node-1\"}"
+            ),
+            Some("2")
+        );
+        let denied = ReadError::Privilege {
+            detail: "Operation not permitted (os error 1)".into(),
+        };
+        publish_error("node-1", &a, &mut st.conntrack, &denied);
+        let text = m.encode();
+        assert_eq!(
+            sample(
+                &text,
+                "ghostip_stale_flows{layer=\"conntrack\",node=\"node-1\"}"
+            ),
+            Some("0")
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "ghostip_conntrack_read_errors_total{error=\"privilege\"}"
+            ),
+            Some("1")
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "ghostip_conntrack_read_errors_total{error=\"interrupted\"}"
+            ),
+            Some("1")
+        );
+        let v = status_json(st).await;
+        let ct = &v["conntrack"];
+        assert_eq!(ct["missing_capability"], "CAP_NET_ADMIN");
+        assert!(
+            ct["error"].as_str().unwrap().contains("CAP_NET_ADMIN"),
+            "{ct}"
+        );
+        assert_eq!(ct["path"], serde_json::Value::Null);
+        assert_eq!(ct["stale_flows"], serde_json::json!([]));
     }
 }
