@@ -44,7 +44,7 @@ use ghostip_core::{
 };
 use serde::Serialize;
 
-use crate::layer::{LayerCx, LayerModel};
+use crate::layer::{LayerCx, LayerModel, touched_services};
 use crate::truth_event::{Received, ResourceKind, TruthEvent, TruthKey, TruthObject};
 use flows::{CollectedFlows, FlowKey};
 
@@ -527,17 +527,8 @@ impl LayerModel for ConntrackModel {
     /// a slice change the sets of the Services it changed.
     fn on_truth(&mut self, cx: &mut LayerCx<'_>, r: &Received, changes: &[ServiceChange]) {
         self.on_pod_event(&r.event);
-        let own = match &r.event {
-            TruthEvent::InitApply(TruthObject::Service(s))
-            | TruthEvent::Apply(TruthObject::Service(s)) => Some(&s.key),
-            TruthEvent::Delete(TruthKey::Service(k)) => Some(k),
-            _ => None,
-        };
-        if let Some(key) = own.filter(|k| !changes.iter().any(|c| &c.service == *k)) {
-            self.set_desired(cx, key, ChangeTime::received_at(r.at));
-        }
-        for c in changes {
-            self.set_desired(cx, &c.service, c.at);
+        for (key, at) in touched_services(r, changes) {
+            self.set_desired(cx, key, at);
         }
     }
 
