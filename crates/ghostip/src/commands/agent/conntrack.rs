@@ -29,11 +29,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::super::pipeline::Pipeline;
-use super::datapath::Outputs;
+use super::datapath::{Outputs, cost_cap};
 use super::metrics::{AgentMetrics, ConntrackErrorLabels, ConntrackReadLabels, StaleFlowLabels};
 use super::status::{Printer, emit_events, lock};
 use crate::agent::conntrack_reader::{self, FlowRead, ReadError};
-use crate::agent::cost::{CostCap, CostConfig, ReadReason, ReadSchedule};
+use crate::agent::cost::{CostCap, ReadReason, ReadSchedule};
 use crate::agent::readers::{thread_cpu, thread_cpu_since};
 use crate::cli::AgentArgs;
 use crate::ledger::LedgerOp;
@@ -165,12 +165,7 @@ impl ConntrackReads {
             node: node.to_string(),
             lag: args.datapath_lag,
             failure_service,
-            cap: CostCap::new(CostConfig {
-                max_cpu: args.max_cpu / 100.0,
-                min_period: args.min_audit_period,
-                max_period: args.max_audit_period,
-                ..CostConfig::default()
-            }),
+            cap: cost_cap(args),
             schedule: ReadSchedule::new(args.reread_interval, args.reread_for),
             read_tx,
             read_rx,
