@@ -238,7 +238,7 @@ fn session() -> Session {
         for i in 1..=SERVICES {
             let object = match k {
                 ResourceKind::Services => TruthObject::Service(ServiceRecord {
-                    key: ServiceKey::new("bench", &format!("svc-{i}")),
+                    key: ServiceKey::new("bench", format!("svc-{i}")),
                     cluster_ips: Vec::new(),
                     headless: true,
                     service_type: "ClusterIP".into(),
