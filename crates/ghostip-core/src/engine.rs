@@ -21,6 +21,9 @@
 //! - Nothing is judged before the truth synced, and nothing across a truth gap: a
 //!   tracking that overlaps a gap is reported as unjudged.
 //! - A path whose observations fail says nothing about staleness; failures are counted.
+//! - A path registered with [`Judging::StaleOnly`] (a node's conntrack table: no flow to
+//!   a live endpoint is normal) is judged for staleness only: it never opens a missing
+//!   tracking, and its arrivals are not dated.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -77,6 +80,19 @@ pub enum Discrepancy {
     Stale,
     /// The path did not serve a target that is in the truth.
     Missing,
+}
+
+/// What the engine judges on a path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Judging {
+    /// Stale targets (held after they left the truth) and missing ones (in the truth, not
+    /// held yet): a path that should hold the whole desired set (DNS answers, a datapath).
+    #[default]
+    StaleAndMissing,
+    /// Stale targets only: a path that holds what clients happen to use of the desired set
+    /// (a conntrack table's flows), where holding none of it is normal.
+    StaleOnly,
 }
 
 /// Why a tracking has no verdict.
@@ -304,6 +320,7 @@ pub struct PathStats {
 struct PathState {
     info: PathInfo,
     expected_lag: Duration,
+    judging: Judging,
     removed: bool,
     stats: PathStats,
     /// When each service (interned id) was last held with a TTL, and that TTL.
@@ -420,18 +437,32 @@ impl Engine {
         &self.cfg
     }
 
-    /// Registers a path. Registering the same id again revives and returns the old index.
+    /// Registers a path judged for stale and missing targets. Registering the same id
+    /// again revives and returns the old index.
     pub fn add_path(&mut self, info: PathInfo, expected_lag: Duration) -> PathIdx {
+        self.add_path_judging(info, expected_lag, Judging::StaleAndMissing)
+    }
+
+    /// Registers a path with what is judged on it ([`Judging::StaleOnly`]: no missing
+    /// trackings). Registering the same id again revives and returns the old index.
+    pub fn add_path_judging(
+        &mut self,
+        info: PathInfo,
+        expected_lag: Duration,
+        judging: Judging,
+    ) -> PathIdx {
         if let Some(i) = self.paths.iter().position(|p| p.info.id == info.id) {
             let p = &mut self.paths[i];
             p.removed = false;
             p.expected_lag = expected_lag;
+            p.judging = judging;
             p.info = info;
             return PathIdx(i as u32);
         }
         self.paths.push(PathState {
             info,
             expected_lag,
+            judging,
             removed: false,
             stats: PathStats::default(),
             last_held: FxHashMap::default(),
@@ -478,6 +509,15 @@ impl Engine {
     /// The expected lag of a path.
     pub fn expected_lag(&self, path: PathIdx) -> Option<Duration> {
         self.paths.get(path.0 as usize).map(|p| p.expected_lag)
+    }
+
+    /// What is judged on a path.
+    pub fn path_judging(&self, path: PathIdx) -> Option<Judging> {
+        self.paths.get(path.0 as usize).map(|p| p.judging)
+    }
+
+    fn stale_only(&self, path: PathIdx) -> bool {
+        self.path_judging(path) == Some(Judging::StaleOnly)
     }
 
     /// All registered paths that are not removed.
@@ -564,7 +604,10 @@ impl Engine {
     ) -> Vec<EngineEvent> {
         let judging = self.judging();
         let sid = self.intern(service);
-        let dated = self.truth_synced;
+        let dated = Dating {
+            departures: self.truth_synced,
+            arrivals: self.truth_synced,
+        };
         let entry = self.desired.entry((layer, sid)).or_default();
         let (removed, added) = update_desired(entry, set, change, dated);
         if !judging || (removed.is_empty() && added.is_empty()) {
@@ -605,7 +648,12 @@ impl Engine {
         if self.paths.get(path.0 as usize).is_none_or(|p| p.removed) {
             return Vec::new();
         }
-        let dated = self.truth_synced;
+        // A stale-only path never dates an arrival: nothing reads it, and a path
+        // registered after the truth synced would date every target of the cluster.
+        let dated = Dating {
+            departures: self.truth_synced,
+            arrivals: self.truth_synced && !self.stale_only(path),
+        };
         let entry = self.path_desired.entry((path, sid)).or_default();
         let (removed, added) = update_desired(entry, set, change, dated);
         let mut events = Vec::new();
@@ -654,8 +702,12 @@ impl Engine {
                 events,
             );
         }
+        let stale_only = self.stale_only(path);
         for t in added {
             self.close_unjudged(path, sid, *t, Discrepancy::Stale, Unjudged::Readded, events);
+            if stale_only {
+                continue;
+            }
             self.open_tracking(
                 path,
                 sid,
@@ -803,6 +855,7 @@ impl Engine {
         let Some(sid) = sid else { return events };
         let layer = p.info.layer();
         let expected_lag = p.expected_lag;
+        let stale_only = p.judging == Judging::StaleOnly;
         if !held.is_empty() {
             // A datapath read holds 10 000s of targets and no TTL: asking whether there is
             // one is a shorter loop than taking the smallest, and a DNS answer says yes at
@@ -837,9 +890,13 @@ impl Engine {
         let has_open = self.open_on(obs.path, sid);
         // A datapath read holds its targets sorted: one pass over both usually decides;
         // DNS answers come in any order and take the searches.
-        let agrees = held.len() == desired.set.len()
-            && (desired.set.equals_in_order(held, |h| h.target)
-                || held.iter().all(|h| desired.contains(&h.target)));
+        let agrees = if stale_only {
+            held.iter().all(|h| desired.contains(&h.target))
+        } else {
+            held.len() == desired.set.len()
+                && (desired.set.equals_in_order(held, |h| h.target)
+                    || held.iter().all(|h| desired.contains(&h.target)))
+        };
         if agrees && !has_open {
             return events; // The common case: the path is right and nothing is being measured.
         }
@@ -850,12 +907,16 @@ impl Engine {
             .filter(|h| !desired.contains(&h.target))
             .map(|h| (h.target, h.ttl, desired.departed(&h.target)))
             .collect();
-        let missing_now: Vec<(Target, Option<ChangeTime>)> = desired
-            .set
-            .iter()
-            .filter(|t| !holds(t))
-            .map(|t| (t, desired.arrived(&t)))
-            .collect();
+        let missing_now: Vec<(Target, Option<ChangeTime>)> = if stale_only {
+            Vec::new()
+        } else {
+            desired
+                .set
+                .iter()
+                .filter(|t| !holds(t))
+                .map(|t| (t, desired.arrived(&t)))
+                .collect()
+        };
 
         for (target, ttl, change) in stale_now {
             // An answer from before the change was right to hold it (answers can arrive
@@ -1112,29 +1173,41 @@ impl Engine {
     }
 }
 
+/// Which changes [`update_desired`] dates.
+#[derive(Clone, Copy, Debug)]
+struct Dating {
+    /// Departures (and arrivals undoing one).
+    departures: bool,
+    /// Arrivals.
+    arrivals: bool,
+}
+
 /// Replaces a desired set, remembering when targets left and joined; returns (removed, added).
 ///
-/// `dated` is false while the truth has never synced: the initial LIST is a baseline, not
+/// Nothing is dated while the truth has never synced: the initial LIST is a baseline, not
 /// a change, so its targets get no arrival time (at 150 k endpoints that map alone was
-/// tens of MiB); an observation that disagrees with the baseline opens a tracking dated by
+/// tens of MiB); nor are the arrivals of a stale-only path, which no tracking reads. An
+/// observation that disagrees with the baseline opens a tracking dated by
 /// the observation, as for any discrepancy found without seeing its change. Dated changes
 /// are forgotten after `change_memory` ([`Engine::tick`]).
 fn update_desired(
     entry: &mut Desired,
     set: BTreeSet<Target>,
     change: ChangeTime,
-    dated: bool,
+    dated: Dating,
 ) -> (Vec<Target>, Vec<Target>) {
     let old: BTreeSet<Target> = entry.set.iter().collect();
     let removed: Vec<Target> = old.difference(&set).copied().collect();
     let added: Vec<Target> = set.difference(&old).copied().collect();
-    if dated {
+    if dated.departures {
         for t in &removed {
             set_dated(&mut entry.departed, *t, change);
             unset_dated(&mut entry.arrived, t);
         }
         for t in &added {
-            set_dated(&mut entry.arrived, *t, change);
+            if dated.arrivals {
+                set_dated(&mut entry.arrived, *t, change);
+            }
             unset_dated(&mut entry.departed, t);
         }
     }

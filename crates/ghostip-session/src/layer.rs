@@ -25,7 +25,7 @@ use ghostip_core::{ChangeTime, Layer, Observation, PathIdx, PathInfo, ServiceKey
 use crate::filter::ServiceFilter;
 use crate::report::PathFacts;
 use crate::session::ChangeMemory;
-use crate::truth_event::Received;
+use crate::truth_event::{Received, TruthEvent, TruthKey, TruthObject};
 
 /// One layer's pure model.
 pub trait LayerModel: Any + Send {
@@ -189,6 +189,33 @@ impl LayerCx<'_> {
     pub fn events(&self) -> &[EngineEvent] {
         self.events
     }
+
+    /// The pod (`namespace/name`) that owned `ip` when it left a Service during the
+    /// session, whatever the layer.
+    pub fn former_pod(&self, ip: IpAddr) -> Option<&str> {
+        self.memory.former_pod(ip)
+    }
+}
+
+/// The Services a truth event touches, with their change times: the Service an event about
+/// a Service names (dated by its receipt) unless the truth reports it among `changes`, then
+/// every Service in `changes`. Layers whose desired sets follow a Service's own fields as well
+/// as its endpoints re-derive these.
+pub fn touched_services<'a>(
+    r: &'a Received,
+    changes: &'a [ServiceChange],
+) -> Vec<(&'a ServiceKey, ChangeTime)> {
+    let own = match &r.event {
+        TruthEvent::InitApply(TruthObject::Service(s))
+        | TruthEvent::Apply(TruthObject::Service(s)) => Some(&s.key),
+        TruthEvent::Delete(TruthKey::Service(k)) => Some(k),
+        _ => None,
+    };
+    own.filter(|k| !changes.iter().any(|c| &c.service == *k))
+        .map(|k| (k, ChangeTime::received_at(r.at)))
+        .into_iter()
+        .chain(changes.iter().map(|c| (&c.service, c.at)))
+        .collect()
 }
 
 /// A Service's first TCP port, the one exposure is measured on.

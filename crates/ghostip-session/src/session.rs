@@ -64,6 +64,11 @@ pub struct ChangeMemory {
 }
 
 impl ChangeMemory {
+    /// The former owner (`namespace/name`) of an IP removed during the session.
+    pub(crate) fn former_pod(&self, ip: IpAddr) -> Option<&str> {
+        self.former.get(&ip).map(|(pod, _)| pod.as_str())
+    }
+
     pub(crate) fn record_change(
         &mut self,
         service: &ServiceKey,

@@ -889,3 +889,128 @@ fn over_expected_lag_survives_the_path_and_the_target_and_waits_out_gaps() {
             .any(|ev| matches!(ev, EngineEvent::OverExpectedLag(_)))
     );
 }
+
+fn conntrack_path(e: &mut Engine, node: &str) -> PathIdx {
+    e.add_path_judging(
+        PathInfo {
+            id: format!("conntrack/{node}"),
+            kind: PathKind::Conntrack,
+            description: format!("conntrack on {node}"),
+            node: Some(node.into()),
+        },
+        Duration::from_secs(1),
+        Judging::StaleOnly,
+    )
+}
+
+fn opened(ev: &[EngineEvent]) -> Vec<(PathIdx, Target, Discrepancy)> {
+    ev.iter()
+        .filter_map(|e| match e {
+            EngineEvent::Opened(t) => Some((t.path, t.target, t.kind)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A stale-only path (a conntrack table) next to a datapath path with the same desired
+/// set: a change opens the stale tracking on both but the missing one only on the
+/// datapath; an observation holding a part of the set (or nothing) opens nothing; a held
+/// removed target is stale with its window, judged like any other.
+#[test]
+fn a_stale_only_path_never_opens_missing_trackings() {
+    let mut e = Engine::new(EngineConfig::default());
+    let dp = datapath_path(&mut e, "node-1");
+    let ct = conntrack_path(&mut e, "node-1");
+    assert_eq!(e.path_judging(ct), Some(Judging::StaleOnly));
+    assert_eq!(e.path_judging(dp), Some(Judging::StaleAndMissing));
+    let a = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 1, 5)), 8080);
+    let b = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 2, 6)), 8080);
+    let c = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 2, 7)), 8080);
+    for p in [dp, ct] {
+        e.set_desired_on_path(p, &svc(), set(&[a, b]), ChangeTime::received_at(t(0)));
+    }
+    e.truth_synced(t(0));
+    // Flows to one endpoint only, or to none: nothing to say on the conntrack path.
+    assert!(e.observe(&dp_obs(ct, t(500), &[b])).is_empty());
+    assert!(e.observe(&dp_obs(ct, t(600), &[])).is_empty());
+    // a leaves, c joins at 1 s.
+    let mut ev = Vec::new();
+    for p in [dp, ct] {
+        ev.extend(e.set_desired_on_path(
+            p,
+            &svc(),
+            set(&[b, c]),
+            ChangeTime::received_at(t(1_000)),
+        ));
+    }
+    assert_eq!(
+        opened(&ev),
+        vec![
+            (dp, a, Discrepancy::Stale),
+            (dp, c, Discrepancy::Missing),
+            (ct, a, Discrepancy::Stale)
+        ]
+    );
+    // The conntrack path still holds a flow to a 3 s later, never one to c: stale only.
+    let ev = e.observe(&dp_obs(ct, t(4_000), &[a, b]));
+    assert!(opened(&ev).is_empty(), "{ev:?}");
+    let ev = e.observe(&dp_obs(ct, t(5_000), &[b]));
+    assert!(
+        matches!(ev.as_slice(), [EngineEvent::Converging(t)] if t.target == a),
+        "{ev:?}"
+    );
+    let closed = first_closed(&e.tick(t(8_000)));
+    assert_eq!((closed.path, closed.target), (ct, a));
+    assert_eq!(closed.window_lower(), Some(Duration::from_secs(3)));
+    assert_eq!(closed.window_upper(), Some(Duration::from_secs(4)));
+    assert_eq!(closed.verdict, Verdict::OverExpectedLag);
+    assert!(
+        e.open_trackings().all(|t| t.path == dp),
+        "{:?}",
+        e.open_trackings().collect::<Vec<_>>()
+    );
+    // A target that was never an endpoint is stale, dated by the observation.
+    let x = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 9, 9)), 8080);
+    let ev = e.observe(&dp_obs(ct, t(9_000), &[x]));
+    assert_eq!(opened(&ev), vec![(ct, x, Discrepancy::Stale)]);
+    // c re-added after leaving: the stale tracking of the re-added target closes
+    // unjudged, and still no missing one opens.
+    let ev = e.set_desired_on_path(ct, &svc(), set(&[b]), ChangeTime::received_at(t(10_000)));
+    assert_eq!(opened(&ev), vec![(ct, c, Discrepancy::Stale)]);
+    let ev = e.set_desired_on_path(ct, &svc(), set(&[b, c]), ChangeTime::received_at(t(11_000)));
+    assert!(opened(&ev).is_empty(), "{ev:?}");
+    assert!(matches!(
+        ev.as_slice(),
+        [EngineEvent::Closed(t)] if t.target == c && t.verdict == Verdict::Unjudged(Unjudged::Readded)
+    ));
+}
+
+/// A stale-only path registered after the truth synced (the conntrack table became
+/// readable later) keeps no arrival times, however many targets its first sets hold;
+/// departures are still dated, so a flow seen later is dated from the removal.
+#[test]
+fn a_stale_only_path_dates_departures_not_arrivals() {
+    let mut e = Engine::new(EngineConfig::default());
+    e.truth_synced(t(0));
+    let ct = conntrack_path(&mut e, "node-1");
+    let targets: Vec<Target> = (1..=200)
+        .map(|i| Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 3, i)), 80))
+        .collect();
+    let ev = e.set_desired_on_path(ct, &svc(), set(&targets), ChangeTime::received_at(t(1_000)));
+    assert!(ev.is_empty(), "{ev:?}");
+    let sid = e.service_ids[&svc()];
+    assert!(e.path_desired[&(ct, sid)].arrived.is_empty());
+    let ev = e.set_desired_on_path(
+        ct,
+        &svc(),
+        set(&targets[1..]),
+        ChangeTime::received_at(t(2_000)),
+    );
+    assert_eq!(opened(&ev), vec![(ct, targets[0], Discrepancy::Stale)]);
+    assert!(e.path_desired[&(ct, sid)].arrived.is_empty());
+    assert_eq!(e.path_desired[&(ct, sid)].departed.len(), 1);
+    // Re-registering the same id keeps the index and the judging asked for.
+    let again = conntrack_path(&mut e, "node-1");
+    assert_eq!(again, ct);
+    assert_eq!(e.path_judging(ct), Some(Judging::StaleOnly));
+}

@@ -18,8 +18,8 @@ use ghostip_core::{ChangeTime, Layer, Observation, PathIdx, ServiceKey, Time};
 use ghostip_datapath::PackedTable;
 use ghostip_datapath::against_truth::{self, Family};
 
-use crate::layer::{LayerCx, LayerModel};
-use crate::truth_event::{Received, TruthEvent, TruthKey, TruthObject};
+use crate::layer::{LayerCx, LayerModel, touched_services};
+use crate::truth_event::Received;
 
 /// What one read meant.
 #[derive(Debug, Default)]
@@ -130,17 +130,8 @@ impl LayerModel for DatapathModel {
     /// truth synced (and during a gap) the engine only takes the sets as a baseline, so the
     /// initial LIST opens no trackings.
     fn on_truth(&mut self, cx: &mut LayerCx<'_>, r: &Received, changes: &[ServiceChange]) {
-        let own = match &r.event {
-            TruthEvent::InitApply(TruthObject::Service(s))
-            | TruthEvent::Apply(TruthObject::Service(s)) => Some(&s.key),
-            TruthEvent::Delete(TruthKey::Service(k)) => Some(k),
-            _ => None,
-        };
-        if let Some(key) = own.filter(|k| !changes.iter().any(|c| &c.service == *k)) {
-            self.set_desired(cx, key, ChangeTime::received_at(r.at));
-        }
-        for c in changes {
-            self.set_desired(cx, &c.service, c.at);
+        for (key, at) in touched_services(r, changes) {
+            self.set_desired(cx, key, at);
         }
     }
 
@@ -166,7 +157,7 @@ mod tests {
     use super::*;
     use crate::session::{Actions, Session, SessionConfig};
     use crate::sync::SyncState;
-    use crate::truth_event::ResourceKind;
+    use crate::truth_event::{ResourceKind, TruthEvent, TruthKey, TruthObject};
 
     fn t(s: i64) -> Time {
         Time::from_second(1_800_000_000 + s).unwrap()

@@ -149,12 +149,7 @@ impl DatapathReads {
             source,
             path: info,
             failure_service,
-            cap: CostCap::new(CostConfig {
-                max_cpu: args.max_cpu / 100.0,
-                min_period: args.min_audit_period,
-                max_period: args.max_audit_period,
-                ..CostConfig::default()
-            }),
+            cap: cost_cap(args),
             schedule: ReadSchedule::new(args.reread_interval, args.reread_for),
             read_tx,
             read_rx,
@@ -378,6 +373,17 @@ impl DatapathReads {
     pub fn shutdown(&mut self) {
         self.tasks.abort_all();
     }
+}
+
+/// The CPU cap `--max-cpu`, `--min-audit-period` and `--max-audit-period` set for one
+/// node-local reader (the datapath's, conntrack's: each has its own).
+pub(super) fn cost_cap(args: &AgentArgs) -> CostCap {
+    CostCap::new(CostConfig {
+        max_cpu: args.max_cpu / 100.0,
+        min_period: args.min_audit_period,
+        max_period: args.max_audit_period,
+        ..CostConfig::default()
+    })
 }
 
 /// Where the agent's adapters report.

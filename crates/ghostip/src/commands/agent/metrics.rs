@@ -1,4 +1,4 @@
-//! The agent's own metrics, registered next to the fixed ones: datapath read cost and errors, the audit period, DNS ClusterIP health.
+//! The agent's own metrics, registered next to the fixed ones: datapath read cost and errors, the audit period, DNS ClusterIP health, conntrack reads and stale flows.
 
 use std::sync::atomic::AtomicU64;
 
@@ -29,6 +29,25 @@ pub(super) struct NodeLabels {
     pub node: String,
 }
 
+/// Labels of the stale-flow gauge (no IP or pod: those are in `/status` and the ledger).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct StaleFlowLabels {
+    pub layer: String,
+    pub node: String,
+}
+
+/// Labels of the conntrack read counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ConntrackReadLabels {
+    pub reason: String,
+}
+
+/// Labels of the conntrack read errors.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ConntrackErrorLabels {
+    pub error: String,
+}
+
 /// The agent's own metrics.
 #[derive(Clone, Default)]
 pub(super) struct AgentMetrics {
@@ -38,6 +57,11 @@ pub(super) struct AgentMetrics {
     pub reads: Family<ReadLabels, Counter>,
     pub read_errors: Family<ReadErrorLabels, Counter>,
     pub dns_cluster_ip_failing: Family<NodeLabels, Gauge>,
+    pub stale_flows: Family<StaleFlowLabels, Gauge>,
+    pub conntrack_reads: Family<ConntrackReadLabels, Counter>,
+    pub conntrack_read_errors: Family<ConntrackErrorLabels, Counter>,
+    pub conntrack_read_cpu: Gauge<f64, AtomicU64>,
+    pub conntrack_entries: Gauge,
 }
 
 impl AgentMetrics {
@@ -73,6 +97,31 @@ impl AgentMetrics {
             "ghostip_dns_cluster_ip_failing",
             "1 while DNS through the kube-dns ClusterIP fails from this node and the CoreDNS pod IPs answer",
             a.dns_cluster_ip_failing.clone(),
+        );
+        r.register(
+            "ghostip_stale_flows",
+            "Conntrack entries of this node's pods to endpoints that left their Service, in the last complete read",
+            a.stale_flows.clone(),
+        );
+        r.register(
+            "ghostip_conntrack_reads",
+            "Complete conntrack reads, by reason (initial, reread, audit)",
+            a.conntrack_reads.clone(),
+        );
+        r.register(
+            "ghostip_conntrack_read_errors",
+            "Conntrack reads that failed or were not judged, by error (unavailable, privilege, interrupted, timeout, ...)",
+            a.conntrack_read_errors.clone(),
+        );
+        r.register(
+            "ghostip_conntrack_read_cpu_seconds",
+            "CPU seconds of the last conntrack read (the kernel's dump, decoding, the join with the truth)",
+            a.conntrack_read_cpu.clone(),
+        );
+        r.register(
+            "ghostip_conntrack_entries",
+            "Entries in the last complete conntrack read",
+            a.conntrack_entries.clone(),
         );
         a
     }

@@ -8,7 +8,10 @@
 //!   converged (bounded), and a periodic full audit whose period adapts to the measured CPU
 //!   cost;
 //! - DNS health ([`dns_health`]): one query per DNS path of this node every
-//!   `--dns-health-interval` inside the prober's global budget.
+//!   `--dns-health-interval` inside the prober's global budget;
+//! - the node's conntrack table ([`conntrack`]): one path (`conntrack/<node>`) judged for
+//!   staleness only, read over netlink within the same kind of CPU cap: flows of this
+//!   node's pods to endpoints that left their Service.
 //!
 //! The truth is node-scoped where the API allows (Pods by `spec.nodeName`). A reader
 //! that fails (a missing capability, a missing tool) is reported with its cause and the
@@ -16,6 +19,7 @@
 //! [`serve`] the HTTP endpoints, choose the datapath, start the pipeline and the adapters,
 //! then [`step`] until stopped, then [`shut_down`].
 
+mod conntrack;
 mod datapath;
 mod dns_health;
 mod metrics;
@@ -30,6 +34,7 @@ use anyhow::Context as _;
 use futures::StreamExt;
 use ghostip_core::engine::{Discrepancy, EngineEvent, Verdict};
 use ghostip_core::{PathIdx, ServiceKey, Target, Time};
+use ghostip_session::layers::conntrack::ConntrackModel;
 use ghostip_session::layers::dns::DnsModel;
 use ghostip_session::{ServiceFilter, Session};
 use hickory_proto::rr::Name;
@@ -44,6 +49,7 @@ use crate::dns::query::QueryConfig;
 use crate::kube::{LivenessProbe, SyncState, TruthEvent, WatchScope, watch_truth};
 use crate::ledger::{LedgerWriter, RetentionPruner, WriterOptions};
 use crate::metrics::Metrics;
+use conntrack::ConntrackReads;
 use datapath::{DatapathReads, Outputs, choose_source};
 use dns_health::DnsHealthCheck;
 use metrics::AgentMetrics;
@@ -111,7 +117,8 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
         session_config(ServiceFilter::default(), false),
         SyncState::new(Time::now(), scope.kinds()),
     )
-    .with_layer(DnsModel::new(dns));
+    .with_layer(DnsModel::new(dns))
+    .with_layer(ConntrackModel::new(node.clone()));
     // Sweeps of headless names are the watch's job; the agent probes them on bursts only
     // (the sweep period is long) and checks DNS health on its own schedule.
     let settings = probe_settings(&args.dns, Duration::from_secs(300))?;
@@ -135,6 +142,8 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
             Arc::clone(&kill_readers),
         )
     });
+    let mut conntrack =
+        ConntrackReads::start(&args, &node, dns_service.clone(), Arc::clone(&kill_readers));
     let health_name = Name::from_ascii(format!(
         "{}.{}.svc.{}.",
         dns_service.name,
@@ -186,6 +195,7 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
                 if let Some(r) = reads.as_mut() {
                     r.on_truth(&mut p, now, synced_sent);
                 }
+                conntrack.on_truth(&mut p, now, synced_sent);
                 health.follow_paths(&p);
             }
             Step::Tick(now) => {
@@ -198,12 +208,15 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
             r.finish_reads(&mut p, &out, now, synced_sent).await;
             r.start_due(&p, now, synced_sent);
         }
+        conntrack.finish_reads(&mut p, &out, now).await;
+        conntrack.start_due(&p, now, synced_sent);
         health.drain(&p, &out, &metrics).await;
         report_open(&p, &printer, &status, &mut open_before);
     }
     if let Some(r) = reads.as_mut() {
         r.shutdown();
     }
+    conntrack.shutdown();
     shut_down(p, writer, server, &kill_readers).await;
     printer.line(&Line::Stopped { at: Time::now() });
     tracing::info!("ghostip agent stopped");

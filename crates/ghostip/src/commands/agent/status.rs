@@ -16,6 +16,7 @@ use ghostip_core::{Layer, Time};
 use serde::Serialize;
 
 use super::super::pipeline::Pipeline;
+use super::conntrack::ConntrackStatus;
 use crate::agent::cost::ReadReason;
 use crate::agent::health::{HealthVerdict, PathHealth};
 
@@ -86,6 +87,7 @@ pub(super) struct AgentStatus {
     pub open: Vec<TrackingView>,
     pub dns: Option<HealthVerdict>,
     pub dns_paths: Vec<PathHealth>,
+    pub conntrack: ConntrackStatus,
 }
 
 /// The shared `/status` document.
