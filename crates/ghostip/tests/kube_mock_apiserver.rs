@@ -288,6 +288,7 @@ async fn snapshot_pages_through_lists_and_reads_corefiles() {
     });
     let conn = Connection {
         client,
+        bearer: None,
         origin: origin(),
     };
     let snap = snapshot(
@@ -333,6 +334,7 @@ async fn snapshot_errors_name_the_server_and_the_missing_permission() {
     });
     let conn = Connection {
         client,
+        bearer: None,
         origin: origin(),
     };
     let err = snapshot(
@@ -369,6 +371,7 @@ async fn snapshot_errors_name_the_server_and_the_missing_permission() {
     let (client, _handle) = mock_client();
     let conn = Connection {
         client,
+        bearer: None,
         origin: origin(),
     };
     let err = snapshot(

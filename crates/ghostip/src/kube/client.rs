@@ -75,6 +75,29 @@ pub struct Connection {
     pub client: kube::Client,
     /// Its origin, for error messages.
     pub origin: ClientOrigin,
+    /// The bearer token the client authenticates with, when it uses one (a ServiceAccount's
+    /// token file in a pod, a kubeconfig token): `drain-wait` presents it to the agents.
+    pub bearer: Option<Bearer>,
+}
+
+/// A bearer token, or the file it is read from at each use (projected ServiceAccount tokens
+/// are rotated).
+#[derive(Clone)]
+pub enum Bearer {
+    /// A fixed token.
+    Token(String),
+    /// A file holding the token.
+    File(PathBuf),
+}
+
+impl Bearer {
+    /// The token now.
+    pub fn token(&self) -> std::io::Result<String> {
+        match self {
+            Bearer::Token(t) => Ok(t.clone()),
+            Bearer::File(p) => Ok(std::fs::read_to_string(p)?.trim().to_string()),
+        }
+    }
 }
 
 impl fmt::Debug for Connection {
@@ -155,11 +178,23 @@ pub async fn connect(opts: &ConnectOptions) -> Result<Connection, KubeError> {
         kubeconfig: source,
         context,
     };
+    let bearer = {
+        use secrecy::ExposeSecret as _;
+        match (&config.auth_info.token, &config.auth_info.token_file) {
+            (Some(t), _) => Some(Bearer::Token(t.expose_secret().to_string())),
+            (None, Some(f)) => Some(Bearer::File(PathBuf::from(f))),
+            (None, None) => None,
+        }
+    };
     let client = kube::Client::try_from(config).map_err(|source| KubeError::Client {
         origin: origin.clone(),
         source,
     })?;
-    Ok(Connection { client, origin })
+    Ok(Connection {
+        client,
+        origin,
+        bearer,
+    })
 }
 
 fn kubeconfig_error(

@@ -35,7 +35,7 @@ mod snapshot;
 pub mod truth_file;
 mod watch;
 
-pub use client::{ClientOrigin, ConnectOptions, Connection, KubeconfigSource, connect};
+pub use client::{Bearer, ClientOrigin, ConnectOptions, Connection, KubeconfigSource, connect};
 pub use error::KubeError;
 pub use ghostip_core::Clock;
 pub use ghostip_session::sync::{SyncState, SyncStatus, SyncTransition, apply_to_truth};
