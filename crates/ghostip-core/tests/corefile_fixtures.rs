@@ -370,34 +370,112 @@ fn every_fixture_corefile_has_the_expected_lag() {
     );
 }
 
+/// What a template gives as published, before its installer renders it: the same lag as
+/// rendered, with each placeholder named (`Some(placeholder)`: one a caveat must name), or a
+/// refusal at the line of a Go template action whose output cannot be known.
+/// A placeholder a caveat must name, or the line and text of a refused template action.
+type Published = Result<&'static str, (usize, &'static str)>;
+
+const AS_PUBLISHED: &[(&str, Published)] = &[
+    (
+        "Corefile_coredns-deployment-coredns.yaml.sed_coredns-1.0.3",
+        Ok("CLUSTER_DOMAIN"),
+    ),
+    (
+        "Corefile_coredns-deployment-coredns.yaml.sed_coredns-1.3.1",
+        Ok("STUBDOMAINS"),
+    ),
+    (
+        "Corefile_coredns-deployment-coredns.yaml.sed_coredns-1.6.2",
+        Ok("FEDERATIONS"),
+    ),
+    (
+        "Corefile_coredns-deployment-coredns.yaml.sed_coredns-1.9.4",
+        Ok("CLUSTER_DOMAIN"),
+    ),
+    (
+        "Corefile_k8s-cluster-addons-coredns.yaml.base",
+        Ok("__DNS__DOMAIN__"),
+    ),
+    (
+        "Corefile_k8s-cluster-addons-nodelocaldns",
+        Ok("__PILLAR__DNS__DOMAIN__"),
+    ),
+    (
+        "Corefile_node-local-dns_tke-guide",
+        Ok("__PILLAR__CLUSTER__DNS__"),
+    ),
+    (
+        "Corefile_kubeadm-manifests.go_k8s-1.19-1.21-era",
+        Ok("{{ .DNSDomain }}"),
+    ),
+    ("Corefile_minikube-kubeadm", Ok("{{ .MinikubeHostIP }}")),
+    ("Corefile_nomad-template", Ok("{$NOMAD_IP_dns}")),
+    (
+        "Corefile_kubeadm-manifests.go_latest",
+        Err((17, "{{- if .DNSDomain }}")),
+    ),
+];
+
 #[test]
-fn unrendered_templates_fail_with_a_line_number() {
+fn templates_as_published_have_their_lag_and_name_their_placeholders() {
     let dir = fixtures_dir();
-    let Ok(text) = std::fs::read_to_string(
-        dir.join("Corefile_kubeadm-manifests.go_latest_cache-30-disable-success-denial.template"),
-    ) else {
+    let Ok(entries) = std::fs::read_dir(&dir) else {
         println!("skipped: no Corefile fixtures at {}", dir.display());
         return;
     };
-    assert_eq!(
-        Corefile::parse(&text),
-        Err(CorefileError::Template {
-            line: 7,
-            token: "{{".into()
-        })
-    );
-    let Ok(text) = std::fs::read_to_string(
-        dir.join("Corefile_coredns-deployment-coredns.yaml.sed_coredns-1.6.2_2019.template"),
-    ) else {
-        return;
-    };
-    assert_eq!(
-        Corefile::parse(&text),
-        Err(CorefileError::GluedBrace {
-            line: 8,
-            token: "}FEDERATIONS".into()
-        })
-    );
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().map(String::from))
+        .collect();
+    names.sort();
+    let mut seen = 0;
+    for (prefix, want) in AS_PUBLISHED {
+        let Some(name) = names.iter().find(|n| n.starts_with(prefix)) else {
+            panic!("no fixture named {prefix}*");
+        };
+        seen += 1;
+        let raw = std::fs::read_to_string(dir.join(name)).unwrap();
+        let parsed = Corefile::parse(&raw);
+        let (placeholder, corefile) = match (want, parsed) {
+            (Err((line, action)), got) => {
+                assert_eq!(
+                    got,
+                    Err(CorefileError::Template {
+                        line: *line,
+                        token: (*action).into()
+                    }),
+                    "{name}"
+                );
+                continue;
+            }
+            (Ok(p), Ok(c)) => (p, c),
+            (Ok(_), Err(e)) => panic!("{name}: {e}"),
+        };
+        // The same figures as the rendered text.
+        let lag = corefile
+            .expected_lag(DOMAIN)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let rendered = Corefile::parse(&render(name, &raw))
+            .and_then(|c| c.expected_lag(DOMAIN))
+            .unwrap_or_else(|e| panic!("{name} rendered: {e}"));
+        assert_eq!(lag.source, rendered.source, "{name}");
+        assert_eq!(lag.cache_lag, rendered.cache_lag, "{name}");
+        assert_eq!(lag.client_ttl, rendered.client_ttl, "{name}");
+        assert_eq!(lag.denial_lag, rendered.denial_lag, "{name}");
+        assert!(
+            corefile.placeholders.iter().any(|p| p.text == *placeholder),
+            "{name}: {:?}",
+            corefile.placeholders
+        );
+        assert!(
+            lag.caveats.iter().any(|c| c.contains(placeholder)),
+            "{name}: no caveat names {placeholder}: {:#?}",
+            lag.caveats
+        );
+        println!("{name}: {} caveat(s)", lag.caveats.len());
+    }
+    assert_eq!(seen, AS_PUBLISHED.len());
 }
 
 #[test]

@@ -40,7 +40,10 @@ fn exit_codes_follow_the_worst_finding() {
             "expect up to 60 s of dials to dead IPs per rollout",
         ))
         .stdout(predicate::str::contains(
-            "preStop sleep ≥ 35 s; terminationGracePeriodSeconds ≥ 45 s",
+            "fix: preStop exec `ghostip drain-wait` with terminationGracePeriodSeconds ≥ 70 s",
+        ))
+        .stdout(predicate::str::contains(
+            "or a fixed preStop sleep ≥ 60 s with terminationGracePeriodSeconds ≥ 70 s",
         ));
 }
 
@@ -255,4 +258,55 @@ fn cluster_mode_names_an_unreachable_api_server() {
             "ghostip: listing objects to audit: Kubernetes API server unreachable",
         ))
         .stderr(predicate::str::contains("hint:"));
+}
+
+#[test]
+fn a_directory_without_files_to_audit_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let shown = dir.path().display().to_string();
+    ghostip()
+        .args(["audit", "-f"])
+        .arg(dir.path())
+        .assert()
+        .code(2)
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains(format!(
+            "ghostip: no files to audit: {shown}: no .yaml, .yml, .json or Corefile file in this directory"
+        )));
+    // Other files, and a manifest in a subdirectory that only -R reads.
+    std::fs::write(dir.path().join("notes.txt"), "not a manifest").unwrap();
+    std::fs::create_dir(dir.path().join("apps")).unwrap();
+    std::fs::copy(
+        case("GIP-TERM-001-pos.yaml"),
+        dir.path().join("apps/worker.yaml"),
+    )
+    .unwrap();
+    ghostip()
+        .args(["audit", "-f"])
+        .arg(dir.path())
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "(subdirectories are read with -R)",
+        ));
+    ghostip()
+        .args(["audit", "-R", "-f"])
+        .arg(dir.path())
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("GIP-TERM-001"));
+    // Beside a file that is audited, the empty directory is still an unread input.
+    let empty = tempfile::tempdir().unwrap();
+    ghostip()
+        .args(["audit", "-f"])
+        .arg(case("GIP-TERM-001-pos.yaml"))
+        .arg("-f")
+        .arg(empty.path())
+        .assert()
+        .code(2)
+        .stdout(predicate::str::contains("GIP-TERM-001"))
+        .stderr(predicate::str::contains(format!(
+            "{}: no .yaml, .yml, .json or Corefile file in this directory",
+            empty.path().display()
+        )));
 }

@@ -6,7 +6,8 @@
 //!   the Kubernetes website's DNS example; forwarding caches (NodeLocal DNSCache, AKS LocalDNS)
 //!   are put in front of the kube-up addon's classic Corefile, the way they are deployed.
 //!   Templates are rendered first the way their installers do; the unrendered text is also
-//!   audited and must fail with a line number, never a panic;
+//!   audited as published (`corefile_as_published__*`: placeholders named in caveats, or a
+//!   refusal with a line number, never a panic);
 //! - the whole `k8s-objects/` directory (Deployments with preStop sleep 180 beyond their grace
 //!   period, ingress-nginx's `/wait-shutdown` hook, the KYAML Pod, broken samples) is audited
 //!   the way `ghostip audit -f DIR` reads it.
@@ -115,10 +116,18 @@ fn corefile_samples_against_the_dns_example() {
     let mut with_lag = 0;
     for name in &names {
         let rel = format!("coredns/{name}");
-        // Unrendered, as published: never a panic, every failure names a line or the file.
+        // Unrendered, as published: never a panic, every failure names a line or the file;
+        // a template is audited as it is (its placeholders named) and snapshotted too.
+        let raw_text = read(&dir, &rel);
         let mut raw = Inventory::new("default");
-        raw.add_corefile_file(&rel, read(&dir, &rel));
-        let _ = audit(&raw, &AuditConfig::default());
+        raw.add_corefile_file(&rel, raw_text.clone());
+        let as_published = audit(&raw, &AuditConfig::default());
+        if render_template(&raw_text) != raw_text {
+            insta::assert_snapshot!(
+                format!("corefile_as_published__{}", snapshot_name(name)),
+                render::table(&as_published)
+            );
+        }
 
         let mut inv = Inventory::new("default");
         add_corefile(&mut inv, &dir, &rel);
@@ -211,7 +220,8 @@ fn k8s_objects_directory() {
         report
             .findings
             .iter()
-            .any(|f| f.rule == "GIP-TERM-001" && f.object.name == "nginx-deployment"),
+            .any(|f| f.rule == ghostip::audit::RuleId::Term001
+                && f.object.name == "nginx-deployment"),
         "preStop 180 s > grace 120 s must be found"
     );
     insta::assert_snapshot!("k8s_objects_directory", render::table(&report));

@@ -2,11 +2,11 @@
 //!
 //! [`Inventory::add_value`] takes one parsed document (a `serde_json::Value` from YAML, JSON or
 //! the API server) and keeps what the rules need: Services, the pod templates of Deployments,
-//! StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs and bare Pods, and Corefiles held in
-//! ConfigMaps. `kind: List` documents are unrolled. Objects managed by a controller that is
-//! itself audited (a Pod or ReplicaSet with a controller owner reference, a Job owned by a
-//! CronJob) are counted and skipped, so a `kubectl get -o json` dump does not report a
-//! Deployment once per replica. Everything else is counted as ignored. Nothing here does IO.
+//! StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs and bare Pods, Corefiles held in
+//! ConfigMaps, and ConfigMaps with JVM DNS cache settings (a `java.security`, JVM options).
+//! `kind: List` documents are unrolled. Objects managed by a controller that is itself audited
+//! (a Pod or ReplicaSet with a controller owner reference, a Job owned by a CronJob) are counted
+//! and skipped, so a `kubectl get -o json` dump does not report a Deployment once per replica. Everything else is counted as ignored. Nothing here does IO.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -204,6 +204,24 @@ pub struct CorefileInput {
     pub text: String,
 }
 
+/// A ConfigMap that holds JVM DNS cache settings (`networkaddress.cache.*` in a
+/// `java.security` file, `-Dsun.net.inetaddr.*` options): pods may mount it or read an
+/// environment variable from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigMapData {
+    /// The ConfigMap.
+    pub obj: ObjectRef,
+    /// Its `data`.
+    pub data: BTreeMap<String, String>,
+}
+
+/// What a ConfigMap value mentions when it holds JVM DNS cache settings.
+const JVM_SETTINGS: &[&str] = &[
+    "networkaddress.cache.",
+    "sun.net.inetaddr.",
+    "java.security",
+];
+
 /// Something in the input that could not be read: a file that does not parse, an object of
 /// a known kind with a malformed field. Named by file and line.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -242,6 +260,8 @@ pub struct Inventory {
     pub workloads: Vec<Workload>,
     /// Corefiles.
     pub corefiles: Vec<CorefileInput>,
+    /// ConfigMaps with JVM DNS cache settings.
+    pub config_maps: Vec<ConfigMapData>,
     /// What was read.
     pub counts: InputCounts,
     /// What could not be read.
@@ -486,9 +506,9 @@ impl Inventory {
             Some("Recreate") => Rollout::Recreate,
             _ => {
                 let ru = strategy.rolling_update.unwrap_or_default();
-                let surge = resolve(ru.max_surge.as_ref(), replicas, true)
+                let surge = resolve(ru.max_surge.as_ref(), replicas, true, false)
                     .map_err(|e| format!("maxSurge: {e}"))?;
-                let unavailable = resolve(ru.max_unavailable.as_ref(), replicas, false)
+                let unavailable = resolve(ru.max_unavailable.as_ref(), replicas, false, true)
                     .map_err(|e| format!("maxUnavailable: {e}"))?;
                 // The controller never lets both be 0: it removes one pod at a time.
                 let unavailable = if surge == 0 && unavailable == 0 {
@@ -523,7 +543,7 @@ impl Inventory {
                 let ru = strategy.rolling_update.unwrap_or_default();
                 let unavailable = match ru.max_unavailable.as_ref() {
                     None => 1,
-                    Some(v) => resolve(Some(v), replicas, false)
+                    Some(v) => resolve(Some(v), replicas, false, true)
                         .map_err(|e| format!("maxUnavailable: {e}"))?
                         .max(1),
                 };
@@ -554,6 +574,7 @@ impl Inventory {
                 let surge = resolve(
                     ru.max_surge.as_ref().or(Some(&IntOrString::Int(0))),
                     1,
+                    true,
                     true,
                 )
                 .map_err(|e| format!("maxSurge: {e}"))?;
@@ -637,11 +658,25 @@ impl Inventory {
     }
 
     fn add_configmap(&mut self, cm: ConfigMap, origin: &Origin) -> Result<(), String> {
-        let Some(text) = cm.data.as_ref().and_then(|d| d.get(COREFILE_KEY)).cloned() else {
-            self.counts.ignored += 1;
-            return Ok(());
-        };
-        self.push_corefile_configmap(cm.metadata.namespace, cm.metadata.name, text, origin);
+        let data = cm.data.unwrap_or_default();
+        let jvm = data
+            .values()
+            .any(|v| JVM_SETTINGS.iter().any(|s| v.contains(s)));
+        let corefile = data.get(COREFILE_KEY).cloned();
+        if jvm {
+            let obj = self.object_ref("ConfigMap", &cm.metadata, origin)?;
+            if corefile.is_none() {
+                self.count("ConfigMap");
+            }
+            self.config_maps.push(ConfigMapData { obj, data });
+        }
+        match corefile {
+            Some(text) => {
+                self.push_corefile_configmap(cm.metadata.namespace, cm.metadata.name, text, origin);
+            }
+            None if !jvm => self.counts.ignored += 1,
+            None => {}
+        }
         Ok(())
     }
 }
@@ -655,7 +690,14 @@ fn controlled(meta: &ObjectMeta) -> bool {
 
 /// Resolves `maxSurge`/`maxUnavailable` against `replicas`: percentages round up for surge
 /// and down for unavailability, as the Deployment controller does; the default is 25%.
-fn resolve(v: Option<&IntOrString>, replicas: i32, round_up: bool) -> Result<i32, String> {
+/// `capped` refuses percentages above 100% the way the API server's validation does
+/// (`maxUnavailable` always, a DaemonSet's `maxSurge` too; a Deployment may surge by 200%).
+fn resolve(
+    v: Option<&IntOrString>,
+    replicas: i32,
+    round_up: bool,
+    capped: bool,
+) -> Result<i32, String> {
     let v = v.cloned().unwrap_or(IntOrString::String("25%".to_string()));
     match v {
         IntOrString::Int(i) if i >= 0 => Ok(i),
@@ -669,15 +711,19 @@ fn resolve(v: Option<&IntOrString>, replicas: i32, round_up: bool) -> Result<i32
                     .filter(|i| *i >= 0)
                     .ok_or_else(|| format!("{s:?} is neither a count nor a percentage"));
             };
-            let pct: i64 = pct
+            let pct: u64 = pct
                 .trim()
                 .parse()
+                .map_err(|_| format!("{s:?} is not a percentage of 0% or more"))?;
+            if capped && pct > 100 {
+                return Err(format!("{s:?} is more than 100%"));
+            }
+            let scaled = u64::try_from(replicas.max(0))
                 .ok()
-                .filter(|p| (0..=100).contains(p))
-                .ok_or_else(|| format!("{s:?} is not a percentage between 0% and 100%"))?;
-            let scaled = i64::from(replicas.max(0)) * pct;
+                .and_then(|r| r.checked_mul(pct))
+                .ok_or_else(|| format!("{s:?} is out of range"))?;
             let n = if round_up {
-                (scaled + 99) / 100
+                scaled.div_ceil(100)
             } else {
                 scaled / 100
             };
@@ -721,6 +767,46 @@ mod tests {
                 max_surge: 0,
                 max_unavailable: 2
             }
+        );
+    }
+
+    #[test]
+    fn surge_may_exceed_100_percent_but_unavailability_may_not() {
+        // Kubernetes validates only maxUnavailable against 100% for a Deployment.
+        let inv = add(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {"replicas": 3, "selector": {}, "template": {},
+                     "strategy": {"rollingUpdate": {"maxSurge": "200%", "maxUnavailable": 0}}}}));
+        assert!(inv.problems.is_empty(), "{:?}", inv.problems);
+        assert_eq!(
+            inv.workloads[0].rollout,
+            Rollout::Rolling {
+                max_surge: 6,
+                max_unavailable: 0
+            }
+        );
+        let inv = add(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {"replicas": 3, "selector": {}, "template": {},
+                     "strategy": {"rollingUpdate": {"maxUnavailable": "150%"}}}}));
+        assert!(
+            inv.problems
+                .first()
+                .is_some_and(|p| p.message.contains("maxUnavailable")),
+            "{:?}",
+            inv.problems
+        );
+        // A DaemonSet caps both at 100%.
+        let inv = add(json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "agent"},
+            "spec": {"selector": {}, "template": {},
+                     "updateStrategy": {"rollingUpdate": {"maxSurge": "200%", "maxUnavailable": 0}}}}));
+        assert!(
+            inv.problems
+                .first()
+                .is_some_and(|p| p.message.contains("maxSurge")),
+            "{:?}",
+            inv.problems
         );
     }
 

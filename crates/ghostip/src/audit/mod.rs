@@ -19,4 +19,7 @@ pub mod render;
 pub mod rules;
 
 pub use inventory::{Inventory, Origin};
-pub use rules::{AuditConfig, AuditReport, Finding, RULES, Severity, audit};
+pub use rules::{
+    AuditConfig, AuditReport, BudgetError, Contribution, Finding, RULES, RuleId, Severity,
+    StalenessBudget, audit, staleness_budget, staleness_budget_from_parts,
+};

@@ -41,6 +41,9 @@ pub fn table(report: &AuditReport) -> String {
             if let Some(s) = &f.service {
                 let _ = writeln!(out, "{:<24} service: {s}", "");
             }
+            for c in &f.caveats {
+                let _ = writeln!(out, "{:<24} caveat: {c}", "");
+            }
             let _ = writeln!(out, "{:<24} fix: {}", "", f.fix);
         }
         out.push('\n');
@@ -74,6 +77,12 @@ pub fn table(report: &AuditReport) -> String {
         }
         if !any {
             let _ = writeln!(out, "  none");
+        }
+        if any && report.dns.iter().any(|l| !l.caveats.is_empty()) {
+            let _ = writeln!(
+                out,
+                "  (the DNS figures rest on the caveats shown with the Corefiles above)"
+            );
         }
         if any && report.dns.is_empty() {
             let _ = writeln!(
@@ -160,11 +169,10 @@ pub fn sarif(report: &AuditReport, version: &str) -> Value {
         .findings
         .iter()
         .map(|f| {
-            let index = RULES.iter().position(|r| r.id == f.rule);
             let mut result = json!({
                 "ruleId": f.rule,
                 "level": f.severity.as_str(),
-                "message": {"text": format!("{} Fix: {}", sentence(&f.message), f.fix)},
+                "message": {"text": sarif_text(f)},
                 "locations": [location(&f.object)],
                 "properties": {
                     "fix": f.fix,
@@ -173,8 +181,13 @@ pub fn sarif(report: &AuditReport, version: &str) -> Value {
                     "object": {"kind": f.object.kind, "namespace": f.object.namespace, "name": f.object.name},
                 },
             });
-            if let (Some(i), Some(obj)) = (index, result.as_object_mut()) {
-                obj.insert("ruleIndex".to_string(), json!(i));
+            if let Some(obj) = result.as_object_mut() {
+                obj.insert("ruleIndex".to_string(), json!(f.rule.index()));
+            }
+            if let Some(props) = result.get_mut("properties").and_then(Value::as_object_mut)
+                && !f.caveats.is_empty()
+            {
+                props.insert("caveats".to_string(), json!(f.caveats));
             }
             result
         })
@@ -211,6 +224,16 @@ pub fn sarif(report: &AuditReport, version: &str) -> Value {
             "results": results,
         }],
     })
+}
+
+/// The message, its caveats, then the fix.
+fn sarif_text(f: &Finding) -> String {
+    let mut text = sentence(&f.message);
+    if !f.caveats.is_empty() {
+        text.push_str(&format!(" Caveats: {}", sentence(&f.caveats.join("; "))));
+    }
+    text.push_str(&format!(" Fix: {}", f.fix));
+    text
 }
 
 fn sentence(s: &str) -> String {

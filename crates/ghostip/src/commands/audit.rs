@@ -1,9 +1,11 @@
 //! `ghostip audit`: reads manifests or lists the cluster, runs the pure audit, prints the findings.
 //!
-//! Files: each `-f` path is a file, `-` (standard input), or a directory (`.yaml`, `.yml`, `.json` and Corefiles in
-//! it; subdirectories with `-R`). A file that cannot be read or parsed is reported with its
-//! line and the others are still audited; the command then exits 2 after printing the
-//! findings, because a partial audit must not pass a CI gate. `--cluster` lists the same kinds
+//! Files: each `-f` path is a file, `-` (standard input), or a directory (`.yaml`, `.yml`,
+//! `.json` and Corefiles in it; subdirectories with `-R`). A file that cannot be read or
+//! parsed, or a named directory with no such file, is reported with its line and the others
+//! are still audited; the command then exits 2 after printing the findings, because a partial
+//! audit must not pass a CI gate. When no file at all could be read there is no report: the
+//! command exits 2 naming each path and why. `--cluster` lists the same kinds
 //! with get/list only, and reads the `coredns` and `node-local-dns` ConfigMaps in kube-system
 //! by name.
 
@@ -54,6 +56,11 @@ pub(super) async fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<Outco
         for path in &args.files {
             read_path(path, args.recursive, true, &mut inv);
         }
+        if inv.counts.files == 0 {
+            // Nothing was read: no report, only what went wrong with each path.
+            let why: Vec<String> = inv.problems.iter().map(ToString::to_string).collect();
+            anyhow::bail!("no files to audit: {}", why.join("; "));
+        }
     }
     let cfg = AuditConfig {
         zone: args.zone.clone(),
@@ -94,8 +101,10 @@ pub(super) async fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<Outco
     })
 }
 
-/// Reads a file or a directory into `inv`; failures become input problems.
-fn read_path(path: &Path, recursive: bool, named: bool, inv: &mut Inventory) {
+/// Reads a file or a directory into `inv`; failures become input problems, and so does a
+/// directory named on the command line that holds no file to audit. Returns how many files it
+/// tried to read.
+fn read_path(path: &Path, recursive: bool, named: bool, inv: &mut Inventory) -> usize {
     let shown = path.display().to_string();
     if named && shown == "-" {
         let mut text = String::new();
@@ -109,7 +118,7 @@ fn read_path(path: &Path, recursive: bool, named: bool, inv: &mut Inventory) {
                 .problems
                 .push(problem("<stdin>", format!("cannot read: {e}"))),
         }
-        return;
+        return 1;
     }
     if path.is_dir() {
         let entries = match std::fs::read_dir(path) {
@@ -117,28 +126,45 @@ fn read_path(path: &Path, recursive: bool, named: bool, inv: &mut Inventory) {
             Err(e) => {
                 inv.problems
                     .push(problem(&shown, format!("cannot read directory: {e}")));
-                return;
+                return 1;
             }
         };
         let mut children: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
         children.sort();
+        let mut tried = 0;
+        let mut skipped_dirs = false;
         for child in children {
             if child.is_dir() {
                 if recursive {
-                    read_path(&child, recursive, false, inv);
+                    tried += read_path(&child, recursive, false, inv);
+                } else {
+                    skipped_dirs = true;
                 }
             } else if FileKind::of(&child).is_some() {
-                read_path(&child, recursive, false, inv);
+                tried += read_path(&child, recursive, false, inv);
             }
         }
-        return;
+        if named && tried == 0 {
+            inv.problems.push(problem(
+                &shown,
+                format!(
+                    "no .yaml, .yml, .json or Corefile file in this directory{}",
+                    if skipped_dirs {
+                        " (subdirectories are read with -R)"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        return tried;
     }
     let kind = if named {
         FileKind::of_named(path)
     } else {
         match FileKind::of(path) {
             Some(k) => k,
-            None => return,
+            None => return 0,
         }
     };
     let text = match std::fs::read(path) {
@@ -147,13 +173,13 @@ fn read_path(path: &Path, recursive: bool, named: bool, inv: &mut Inventory) {
             Err(_) => {
                 inv.problems
                     .push(problem(&shown, "is not UTF-8 text".to_string()));
-                return;
+                return 1;
             }
         },
         Err(e) => {
             inv.problems
                 .push(problem(&shown, format!("cannot read: {e}")));
-            return;
+            return 1;
         }
     };
     match kind {
@@ -164,6 +190,7 @@ fn read_path(path: &Path, recursive: bool, named: bool, inv: &mut Inventory) {
             }
         }
     }
+    1
 }
 
 fn problem(file: &str, message: String) -> InputProblem {
