@@ -208,12 +208,23 @@ impl DrainModel {
 
     /// A part of `layer` (`endpoint`, `dns`, `datapath`) that cannot be checked: the fallback
     /// budget stands in for it.
-    pub fn unknown(&mut self, layer: &'static str, path: impl Into<String>, why: impl Into<String>) {
+    pub fn unknown(
+        &mut self,
+        layer: &'static str,
+        path: impl Into<String>,
+        why: impl Into<String>,
+    ) {
         self.unknown.push(LayerStatus {
             layer,
             path: path.into(),
             view: LayerView::Unknown { why: why.into() },
         });
+    }
+
+    /// A better stand-in for what cannot be checked, learnt during the drain (the audit's
+    /// budget once the pod's Service is known).
+    pub fn set_fallback(&mut self, fallback: (Duration, String)) {
+        self.cfg.fallback = fallback;
     }
 
     /// The settings.

@@ -320,27 +320,31 @@ pub struct DrainWaitArgs {
     #[arg(long, env = "POD_NAMESPACE", value_name = "NS")]
     pub pod_namespace: Option<String>,
     /// Never wait longer than this (default: the pod's terminationGracePeriodSeconds minus
-    /// --margin, or 25 s when the pod cannot be read).
+    /// --margin, or 20 s when the pod cannot be read).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub max_wait: Option<Duration>,
     /// What the default --max-wait leaves of the grace period for the container's own
     /// shutdown after SIGTERM.
-    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub margin: Duration,
     /// Also wait until no established TCP connection to the pod's listening ports remains
     /// (pooled clients moved away), read from the pod's network namespace.
     #[arg(long)]
     pub wait_connections: bool,
     /// Stand-in for a layer that cannot be checked, counted from when the IP left the
-    /// endpoints (default: the DNS budget of the cluster's Corefile, as `ghostip audit`
-    /// computes it, else 30 s).
+    /// endpoints (default: the staleness budget `ghostip audit` computes for the pod's
+    /// Service from the cluster's Corefiles, else 30 s).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub fallback: Option<Duration>,
     /// Namespace of the per-node agents asked whether their node still routes to the IP.
     #[arg(long, default_value = "ghostip-agent", value_name = "NS")]
     pub agent_namespace: String,
     /// Label selector of the per-node agent pods.
-    #[arg(long, default_value = "app.kubernetes.io/name=ghostip-agent", value_name = "SELECTOR")]
+    #[arg(
+        long,
+        default_value = "app.kubernetes.io/name=ghostip-agent",
+        value_name = "SELECTOR"
+    )]
     pub agent_selector: String,
     /// Port of the agents' HTTP endpoint (on their node's IP).
     #[arg(long, default_value_t = 9754, value_name = "PORT")]

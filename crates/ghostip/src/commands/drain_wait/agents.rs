@@ -110,9 +110,7 @@ impl AgentClient {
                 .map_err(|e| format!("reading the drain's token: {e}"))?;
             req = req.header("authorization", format!("Bearer {token}"));
         }
-        let req = req
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| e.to_string())?;
+        let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
         let answer = tokio::time::timeout(self.timeout, async {
             let resp = self.http.request(req).await.map_err(|e| e.to_string())?;
             let status = resp.status();

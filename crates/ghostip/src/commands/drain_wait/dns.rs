@@ -30,6 +30,8 @@ pub(super) struct DnsPlan {
     pub budget: Option<(Duration, String)>,
     /// What could not be read.
     pub unknown: Vec<String>,
+    /// The Corefiles read (CoreDNS's, then NodeLocal DNSCache's), for the audit's budget.
+    pub corefiles: Vec<String>,
 }
 
 /// Reads the DNS Service, its slices and the Corefiles (each read bounded by `timeout`).
@@ -43,6 +45,7 @@ pub(super) async fn plan(
     let mut paths = Vec::new();
     let mut coredns: Option<ExpectedLag> = None;
     let mut node_local: Option<(SocketAddr, ExpectedLag)> = None;
+    let mut corefiles = Vec::new();
     if let Some(client) = client {
         match read_corefile(client, "coredns", timeout).await {
             Ok(Some(text)) => {
@@ -50,14 +53,14 @@ pub(super) async fn plan(
                     Ok(lag) => coredns = Some(lag),
                     Err(e) => unknown.push(format!("kube-system/coredns Corefile: {e}")),
                 }
+                corefiles.push(text);
                 if let Ok(Some(text)) = read_corefile(client, "node-local-dns", timeout).await
                     && let Ok(c) = Corefile::parse(&text)
                     && let Ok(lag) = c.expected_lag_behind(zone, coredns.as_ref())
                 {
-                    node_local = Some((
-                        ghostip_session::layers::dns::paths::DEFAULT_NODE_LOCAL,
-                        lag,
-                    ));
+                    node_local =
+                        Some((ghostip_session::layers::dns::paths::DEFAULT_NODE_LOCAL, lag));
+                    corefiles.push(text);
                 }
             }
             Ok(None) => unknown.push("no Corefile in kube-system/coredns".into()),
@@ -91,7 +94,12 @@ pub(super) async fn plan(
         }
         let lag = coredns.as_ref();
         paths.push(with_lag(
-            DnsPath::new(PathKind::DnsOverride, server, Some("/etc/resolv.conf"), None),
+            DnsPath::new(
+                PathKind::DnsOverride,
+                server,
+                Some("/etc/resolv.conf"),
+                None,
+            ),
             lag,
         ));
     }
@@ -112,6 +120,7 @@ pub(super) async fn plan(
         paths,
         budget,
         unknown,
+        corefiles,
     }
 }
 

@@ -57,7 +57,7 @@ pub const DRAIN_REASON: &str = "DrainWait";
 
 /// Default bound when the pod's grace period cannot be read (30 s, Kubernetes' default,
 /// minus the default margin).
-const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(25);
+const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(20);
 
 /// Fallback when neither `--fallback` nor a Corefile gives a budget.
 const DEFAULT_FALLBACK: Duration = Duration::from_secs(30);
@@ -146,9 +146,7 @@ async fn pod_facts(conn: &Connection, ns: &str, name: &str, timeout: Duration) -
         .map(Duration::from_secs);
     let deleted_at = pod.metadata.deletion_timestamp.as_ref().and_then(|t| {
         let deadline: Time = t.0.to_string().parse().ok()?;
-        deadline
-            .checked_sub(grace.unwrap_or_default())
-            .ok()
+        deadline.checked_sub(grace.unwrap_or_default()).ok()
     });
     PodFacts {
         grace,
@@ -166,7 +164,9 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
             None
         }
         Err(_) => {
-            tracing::warn!("no API server within 5 s: the endpoint and the agents cannot be checked");
+            tracing::warn!(
+                "no API server within 5 s: the endpoint and the agents cannot be checked"
+            );
             None
         }
     };
@@ -184,7 +184,13 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
             g.saturating_sub(args.margin).max(Duration::from_secs(1))
         })
     });
-    let plan = dns::plan(conn.as_ref().map(|c| &c.client), &args.zone, timeout, started).await;
+    let plan = dns::plan(
+        conn.as_ref().map(|c| &c.client),
+        &args.zone,
+        timeout,
+        started,
+    )
+    .await;
     let fallback = match (args.fallback, &plan.budget) {
         (Some(f), _) => (f, "--fallback".to_string()),
         (None, Some(b)) => b.clone(),
@@ -216,7 +222,8 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
         (Some(c), Some(ns)) => Some(EndpointView::start(c.client.clone(), ns, ip)),
         _ => {
             // A preStop hook runs only when the pod terminates: the IP is leaving now.
-            model.on_endpoint(ghostip_session::drain::EndpointState::Terminating { since: started });
+            model
+                .on_endpoint(ghostip_session::drain::EndpointState::Terminating { since: started });
             model.unknown(
                 "endpoint",
                 ip.to_string(),
@@ -243,7 +250,11 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
         },
     );
     tokio::spawn(prober.run(cmd_rx, ev_tx, cancel.child_token()));
-    let path_ids: Vec<String> = plan.paths.iter().map(|(p, _, _)| p.id().to_string()).collect();
+    let path_ids: Vec<String> = plan
+        .paths
+        .iter()
+        .map(|(p, _, _)| p.id().to_string())
+        .collect();
     let _ = probe_tx
         .send(ProbeCommand::SetPaths(
             plan.paths
@@ -266,7 +277,15 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
     if args.no_agents {
         model.nodes_unknown("--no-agents: node datapaths are not asked");
     } else if let Some(c) = &conn {
-        match agents::find(&c.client, &args.agent_namespace, &args.agent_selector, args.agent_port, timeout).await {
+        match agents::find(
+            &c.client,
+            &args.agent_namespace,
+            &args.agent_selector,
+            args.agent_port,
+            timeout,
+        )
+        .await
+        {
             Ok(a) if a.is_empty() => model.nodes_unknown(format!(
                 "no running agent pod ({}) in namespace {}",
                 args.agent_selector, args.agent_namespace
@@ -306,8 +325,13 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
                         if probed.insert(svc.clone())
                             && let Some(c) = &conn
                             && let Some(ns) = &args.pod_namespace
-                            && let Some(names) = headless_names(c, ns, &svc, ip, &args.zone, timeout).await
+                            && let Some((service, names)) = headless_names(c, ns, &svc, ip, &args.zone, timeout).await
                         {
+                            if args.fallback.is_none()
+                                && let Some(f) = audit_budget(&plan.corefiles, &service, &args.zone)
+                            {
+                                model.set_fallback(f);
+                            }
                             if !dns_added {
                                 dns_added = true;
                                 for (p, caches, ttl) in &plan.paths {
@@ -421,7 +445,33 @@ fn log_result(line: &DrainLine) {
     }
 }
 
-/// The DNS names of a headless Service the IP belongs to (A or AAAA by its family).
+/// The staleness budget `ghostip audit` computes for the Service from the Corefiles (its DNS
+/// chain: the callers' own caches are not known here), as the drain's fallback.
+fn audit_budget(corefiles: &[String], service: &Service, zone: &str) -> Option<(Duration, String)> {
+    let texts: Vec<&str> = corefiles.iter().map(String::as_str).collect();
+    let cfg = crate::audit::AuditConfig {
+        zone: zone.to_string(),
+        ..crate::audit::AuditConfig::default()
+    };
+    let b = crate::audit::staleness_budget_from_parts(&texts, service, &[], &cfg).ok()?;
+    let total = u64::try_from(b.total_s?).ok().filter(|s| *s > 0)?;
+    let chain: Vec<String> = b
+        .chain
+        .iter()
+        .map(|c| format!("{} {} s ({})", c.layer, c.seconds, c.source))
+        .collect();
+    Some((
+        Duration::from_secs(total),
+        format!(
+            "ghostip audit's staleness budget for {}: {}",
+            b.service,
+            chain.join(" + ")
+        ),
+    ))
+}
+
+/// The DNS names of a headless Service the IP belongs to (A or AAAA by its family), with
+/// the Service.
 async fn headless_names(
     conn: &Connection,
     ns: &str,
@@ -429,7 +479,7 @@ async fn headless_names(
     ip: IpAddr,
     zone: &str,
     timeout: Duration,
-) -> Option<Vec<ProbeName>> {
+) -> Option<(Service, Vec<ProbeName>)> {
     let api: Api<Service> = Api::namespaced(conn.client.clone(), ns);
     let s = tokio::time::timeout(timeout, api.get_opt(svc))
         .await
@@ -449,7 +499,7 @@ async fn headless_names(
     } else {
         QueryType::Aaaa
     };
-    Some(vec![ProbeName { name, qtype }])
+    Some((s, vec![ProbeName { name, qtype }]))
 }
 
 /// Established connections to the listening ports of this network namespace.
@@ -483,9 +533,8 @@ async fn record_event(
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let json = serde_json::to_string(line)?;
-    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        line.finished.to_string().parse()?,
-    );
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(line.finished.to_string().parse()?);
     let held = line
         .layers
         .iter()
