@@ -19,7 +19,9 @@
 //
 // `serve` is the tiny stand-in for an application container: a TCP listener
 // that writes one line naming the pod (or a minimal HTTP answer) and closes,
-// and a UDP echo.
+// and a UDP echo. With --keepalive it answers HTTP/1.1 on kept-alive
+// connections; with --drain it shuts down like a service with a drain phase
+// (see serve.go). The pod annotation ghostip.lab/serve-args adds such flags.
 //
 // Every action is logged as one JSON object per line.
 package main
@@ -52,6 +54,6 @@ func main() {
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: podsync run --kubeconfig FILE --state-dir DIR --nodes a,b --coredns BIN [--log FILE]")
-	fmt.Fprintln(os.Stderr, "       podsync serve --pod NS/NAME [--ip IP] [--tcp P,P] [--udp P,P]")
+	fmt.Fprintln(os.Stderr, "       podsync serve --pod NS/NAME [--ip IP] [--tcp P,P] [--udp P,P] [--keepalive] [--drain D]")
 	os.Exit(2)
 }

@@ -39,6 +39,11 @@ import (
 // (lab/kwok/pod-ready.yaml) waits for it and copies it to status.podIP(s).
 const ipAnnotation = "ghostip.lab/pod-ip"
 
+// serveArgsAnnotation holds extra `podsync serve` flags for a pod's process
+// (space-separated, passed as arguments, never through a shell), e.g.
+// "--keepalive --drain=5s".
+const serveArgsAnnotation = "ghostip.lab/serve-args"
+
 type config struct {
 	kubeconfig string
 	stateDir   string
@@ -546,6 +551,7 @@ func (c *controller) startProcess(ctx context.Context, pod *corev1.Pod, rt *podR
 		}
 		args = []string{c.cfg.self, "serve", "--pod", rt.key, "--ip", rt.ip,
 			"--tcp", strings.Join(tcp, ","), "--udp", strings.Join(udp, ",")}
+		args = append(args, strings.Fields(pod.Annotations[serveArgsAnnotation])...)
 	}
 	logPath := filepath.Join(c.cfg.stateDir, "logs", "pods", fmt.Sprintf("%s_%s_%s.log", rt.ns, rt.name, shortUID(rt.uid, 5)))
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)

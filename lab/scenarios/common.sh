@@ -162,3 +162,43 @@ corefile_path() {
     *) [[ -f $1 ]] || die "no Corefile '$1' (classic, cache5, kubeadm-new or a file)"; echo "$1" ;;
   esac
 }
+
+# watch_slices NAMESPACE SERVICE OUT SECONDS: records the Service's
+# EndpointSlice watch in OUT, one "ms<TAB>TYPE<TAB>slice<TAB>ready,ips" line
+# per event, timestamped on arrival, in the background for at most SECONDS;
+# OUT.pid holds the PID of the kubectl to stop it by. Returns once the first
+# event is in.
+watch_slices() {
+  local ns=$1 svc=$2 out=$3 secs=$4
+  {
+    ip netns exec "$LAB_HUB" env KUBECONFIG="$LAB_KUBECONFIG" timeout "$secs" "$LAB_BIN/kubectl" \
+      -n "$ns" get endpointslices -l kubernetes.io/service-name="$svc" -w -o json --output-watch-events 2>/dev/null &
+    echo $! >"$out.pid"
+    wait
+  } | jq -c --unbuffered -r '[.type, .object.metadata.name,
+        ([.object.endpoints[]? | select(.conditions.ready == true) | .addresses[0]] | join(","))] | @tsv' |
+    while IFS= read -r l; do printf '%s\t%s\n' "$(now_ms)" "$l"; done >"$out" &
+  local _
+  for _ in $(seq 1 40); do [[ -s $out.pid && -s $out ]] && break; sleep 0.25; done
+}
+
+# slices_ready_now FILE: the ready addresses (comma-separated, sorted) of the
+# latest state of every slice in a watch_slices log.
+slices_ready_now() {
+  awk -F'\t' '{st[$3] = ($2 == "DELETED") ? "" : $4} END {for (k in st) print st[k]}' "$1" |
+    tr ',' '\n' | grep . | sort -Vu | paste -sd, -
+}
+
+# corefile_budget FILE: "CACHE_CAP RECORD_TTL DISABLED EXPECT" for a
+# Corefile: how long CoreDNS may keep answering a removed pod IP of a headless
+# Service (EXPECT s: min(cache cap, kubernetes ttl), 0 when cluster.local
+# answers are not cached).
+corefile_budget() {
+  local cap ttl disabled
+  cap=$(awk '$1 == "cache" {print ($2 ~ /^[0-9]+$/) ? $2 : 3600; exit}' "$1")
+  ttl=$(awk '$1 == "ttl" {print $2; exit}' "$1")
+  ttl=${ttl:-5}
+  disabled=$(grep -Eq "disable[[:space:]]+success[[:space:]]+($LAB_DOMAIN|\\.)" "$1" && echo 1 || echo 0)
+  [[ -n $cap ]] || disabled=1   # no cache plugin at all
+  if ((disabled)); then echo "${cap:-none} $ttl 1 0"; else echo "$cap $ttl 0 $((cap < ttl ? cap : ttl))"; fi
+}

@@ -13,11 +13,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod lab_support;
-use lab_support::{lab, lab_ready, run};
+use lab_support::{lab, lab_ready, run, start_watch, stop};
 
 use serde_json::Value;
 
@@ -37,35 +37,6 @@ fn lab_bin() -> PathBuf {
         "cacheclient not built (run lab/build cacheclient): {err}"
     );
     PathBuf::from(out.trim())
-}
-
-/// SIGTERM to a process this test started (by its PID), then wait for it, at most 15 s.
-fn stop(child: &mut Child) {
-    let _ = run(Command::new("kill").args(["-TERM", &child.id().to_string()]));
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(15) {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-fn watch_synced() -> bool {
-    let (code, out, _) = run(lab("exec").args([
-        "node-1",
-        "curl",
-        "-s",
-        "--max-time",
-        "2",
-        &format!("http://127.0.0.1:{WATCH_PORT}/metrics"),
-    ]));
-    code == 0
-        && out
-            .lines()
-            .any(|l| l.starts_with("ghostip_truth_synced ") && l.ends_with(" 1"))
 }
 
 const CLIENT_POD: &str = r#"{
@@ -126,16 +97,13 @@ fn explain_classifies_a_real_clients_errors_during_a_rollout_against_the_ledger(
     assert_eq!(old.len(), 3, "three web pods before the rollout: {old:?}");
 
     // ghostip watch keeps the ledger; a kubectl watch records the truth-history format.
-    let mut watch = lab("exec")
-        .args(["node-1", env!("CARGO_BIN_EXE_ghostip"), "--db"])
-        .arg(&db)
-        .args(["watch", "-n", "demo", "--listen"])
-        .arg(format!("127.0.0.1:{WATCH_PORT}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(dir.path().join("watch.log")).unwrap())
-        .spawn()
-        .unwrap();
+    let mut watch = start_watch(
+        env!("CARGO_BIN_EXE_ghostip"),
+        &db,
+        "demo",
+        WATCH_PORT,
+        &dir.path().join("watch.log"),
+    );
     let mut kwatch = lab("kubectl")
         .args([
             "-n",
@@ -152,14 +120,6 @@ fn explain_classifies_a_real_clients_errors_during_a_rollout_against_the_ledger(
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while !watch_synced() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "ghostip watch did not sync within 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
 
     // The client: resolves web.demo once, keeps the answer 30 s (like a JVM), dials every 100 ms.
     let mut client = lab("exec")

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod lab_support;
-use lab_support::{lab, lab_ready, run};
+use lab_support::{lab, lab_ready, node1_metrics, run};
 
 use serde_json::Value;
 
@@ -306,18 +306,6 @@ fn newest_kubeadm_corefile_converges_at_once_but_hands_out_ttl_30() {
     for (path, ttl) in ttls {
         assert_eq!(ttl, 30.0, "{path} still hands clients a TTL of 30 s");
     }
-}
-
-fn node1_metrics(port: u16) -> Option<String> {
-    let (code, out, _) = run(lab("exec").args([
-        "node-1",
-        "curl",
-        "-s",
-        "--max-time",
-        "2",
-        &format!("http://127.0.0.1:{port}/metrics"),
-    ]));
-    (code == 0 && !out.is_empty()).then_some(out)
 }
 
 fn synced(m: &str) -> Option<bool> {

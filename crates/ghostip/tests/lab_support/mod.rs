@@ -2,7 +2,8 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// The repository root.
 pub fn repo() -> PathBuf {
@@ -36,4 +37,63 @@ pub fn run(cmd: &mut Command) -> (i32, String, String) {
 /// A lab script, e.g. `lab("scenarios/coredns-cache")`.
 pub fn lab(script: &str) -> Command {
     Command::new(repo().join("lab").join(script))
+}
+
+/// SIGTERM to a process the test started (by its PID), then wait for it, at most 15 s.
+pub fn stop(child: &mut Child) {
+    let _ = run(Command::new("kill").args(["-TERM", &child.id().to_string()]));
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(15) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The metrics page served on node-1's 127.0.0.1:`port` (a `ghostip watch --listen`), if any.
+pub fn node1_metrics(port: u16) -> Option<String> {
+    let (code, out, _) = run(lab("exec").args([
+        "node-1",
+        "curl",
+        "-s",
+        "--max-time",
+        "2",
+        &format!("http://127.0.0.1:{port}/metrics"),
+    ]));
+    (code == 0 && !out.is_empty()).then_some(out)
+}
+
+/// Whether the `ghostip watch` serving metrics on node-1's 127.0.0.1:`port` has synced its truth.
+pub fn watch_synced(port: u16) -> bool {
+    node1_metrics(port).is_some_and(|m| {
+        m.lines()
+            .any(|l| l.starts_with("ghostip_truth_synced ") && l.ends_with(" 1"))
+    })
+}
+
+/// Starts `ghostip watch -n NAMESPACE --listen 127.0.0.1:PORT` with its ledger at `db` in node-1
+/// (stderr to `log`) and waits, at most 30 s, until it has synced.
+pub fn start_watch(ghostip: &str, db: &Path, namespace: &str, port: u16, log: &Path) -> Child {
+    let watch = lab("exec")
+        .args(["node-1", ghostip, "--db"])
+        .arg(db)
+        .args(["watch", "-n", namespace, "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !watch_synced(port) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "ghostip watch did not sync within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    watch
 }

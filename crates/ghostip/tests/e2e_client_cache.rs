@@ -1,0 +1,274 @@
+//! End-to-end test of the client-cache scenario: a real JVM client (`lab/javaclient`: the JVM's
+//! address cache, OkHttp's keep-alive pool) calls the pods of javademo/backend while `kubectl
+//! rollout restart` replaces them; the pods drain on SIGTERM (listener closed, open connections
+//! left unread) and exit. The client's log must show both kernel refusals (listener gone, IP
+//! still routed) and resets (pooled connections the exiting pod held) aimed at the removed IPs,
+//! and `ghostip explain` must name the layer and the former pod of each, from a `kubectl get pods
+//! --watch` capture and from a ledger. Without client-side caches and with a preStop longer than
+//! the DNS budget, no call fails.
+//!
+//! Needs a running lab (`lab/up`), `lab/build podsync registry javaclient` and root; `#[ignore]`d
+//! so plain `cargo test` never touches a cluster. Run with
+//! `GHOSTIP_LAB=1 cargo test --release -p ghostip --test e2e_client_cache -- --ignored --test-threads=1`.
+//! With `GHOSTIP_CAPTURE=DIR` it also copies the client log, the pod watch capture, the ledger and
+//! the watch's log there.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+
+mod lab_support;
+use lab_support::{lab, lab_ready, run, start_watch, stop};
+
+use serde_json::Value;
+
+const WATCH_PORT: u16 = 19756;
+
+/// Runs the scenario; returns its exit code and its `RESULT` JSON.
+fn scenario(args: &[&str]) -> (i32, Value) {
+    let (code, out, err) = run(lab("scenarios/client-cache").args(args));
+    eprintln!("{out}");
+    let result = out
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| panic!("no RESULT line (exit {code}):\n{err}"));
+    (code, serde_json::from_str(result).unwrap())
+}
+
+fn explain(history: &[&str], log: &Path) -> (i32, Value) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ghostip"));
+    cmd.arg("explain")
+        .args(["--tz", "UTC"])
+        .args(history)
+        .arg(log)
+        .args(["-o", "json"]);
+    let (code, out, err) = run(&mut cmd);
+    let v: Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{out}\n{err}"));
+    eprintln!("explain {history:?}: exit {code}");
+    for g in v["report"]["groups"].as_array().unwrap() {
+        eprintln!(
+            "  {:<12} {:<20} {:>4} {}",
+            g["peer"].as_str().unwrap(),
+            g["class"].as_str().unwrap(),
+            g["errors"],
+            g["by_kind"]
+        );
+    }
+    (code, v)
+}
+
+fn count(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// Checks one explanation against the scenario's own counts: every failure is aimed at a removed
+/// pod IP, the kinds add up to the client's summary, each kind has the class its owner's state
+/// allows, and each target's owner at its first failure is the pod the rollout removed. Returns
+/// the classes seen.
+fn check(x: &Value, r: &Value, old: &BTreeMap<String, String>) -> BTreeSet<String> {
+    let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
+    let mut classes = BTreeSet::new();
+    for g in x["report"]["groups"].as_array().unwrap() {
+        let peer = g["peer"].as_str().unwrap();
+        assert!(
+            old.contains_key(peer),
+            "error aimed at {peer}, not a removed pod IP: {g}"
+        );
+        let class = g["class"].as_str().unwrap();
+        classes.insert(class.to_string());
+        let window = g["window"].as_str().unwrap_or_default();
+        assert!(
+            window.ends_with("of javademo/deploy/backend"),
+            "window {window:?}: {g}"
+        );
+        for (kind, n) in g["by_kind"].as_object().unwrap() {
+            *kinds.entry(kind.clone()).or_default() += count(n);
+            let allowed: &[&str] = match kind.as_str() {
+                // A pooled connection the exiting pod reset.
+                "reset" => &["pooled_connection"],
+                // A new connection to a draining pod: listener closed, IP still routed. A stale
+                // cache aiming at a pod already gone would be the other.
+                "refused" => &["terminating_target", "stale_client_cache"],
+                // A connect to the IP once the pod and its route were gone (blackholed), or,
+                // where the history only knows the deletion deadline, still "terminating".
+                "timeout" => &["blackholed", "terminating_target"],
+                other => panic!("{n} unexpected {other} errors: {g}"),
+            };
+            assert!(
+                allowed.contains(&class),
+                "{n} {kind} classified {class}: {g}"
+            );
+        }
+    }
+    for kind in ["refused", "reset", "timeout", "other"] {
+        assert_eq!(
+            kinds.get(kind).copied().unwrap_or(0),
+            count(&r["errors"][kind]),
+            "explain's {kind} count against the client's summary"
+        );
+    }
+    for t in x["targets"].as_array().unwrap() {
+        let ip = t["ip"].as_str().unwrap();
+        let pod = t["owner_at_first_error"]["pod"]
+            .as_str()
+            .unwrap_or_default();
+        assert_eq!(
+            Some(pod.trim_start_matches("javademo/")),
+            old.get(ip).map(String::as_str),
+            "the former pod of {ip}: {t}"
+        );
+    }
+    classes
+}
+
+#[test]
+#[ignore = "needs the lab cluster (lab/up), lab/build podsync registry javaclient, and root"]
+fn a_jvm_client_keeps_calling_removed_pods_and_explain_names_each_layer() {
+    if !lab_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ledger.db");
+    let client_log = dir.path().join("client.log");
+
+    // A ledger kept while the scenario runs, besides the scenario's own pod watch capture.
+    let mut watch = start_watch(
+        env!("CARGO_BIN_EXE_ghostip"),
+        &db,
+        "javademo",
+        WATCH_PORT,
+        &dir.path().join("watch.log"),
+    );
+    eprintln!("ghostip watch: ledger {}", db.display());
+    let (code, r) = scenario(&[
+        "--jvm-ttl",
+        "30",
+        "--keep-log",
+        client_log.to_str().unwrap(),
+        "--json",
+        dir.path().join("result.json").to_str().unwrap(),
+    ]);
+    let watch_log = dir.path().join("watch.log");
+    let tail = || {
+        let log = std::fs::read_to_string(&watch_log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    };
+    assert!(
+        watch.try_wait().unwrap().is_none(),
+        "ghostip watch exited during the scenario:\n{}",
+        tail()
+    );
+    stop(&mut watch);
+    if let Some(capture) = std::env::var_os("GHOSTIP_CAPTURE") {
+        let capture = std::path::PathBuf::from(capture);
+        std::fs::create_dir_all(&capture).unwrap();
+        let pods_watch = r["data"]["pods_watch"].as_str().unwrap_or_default();
+        for (from, to) in [
+            (client_log.as_path(), "client.log"),
+            (Path::new(pods_watch), "pods-watch.json"),
+            (watch_log.as_path(), "watch.log"),
+            (db.as_path(), "ledger.db"),
+        ] {
+            let _ = std::fs::copy(from, capture.join(to));
+        }
+    }
+    assert_eq!(code, 0, "symptom not reproduced: {}", r["reason"]);
+
+    // The client logged real refusals and resets, all aimed at the removed pod IPs.
+    let old: BTreeMap<String, String> = r["old_pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["ip"].as_str().unwrap().to_string(),
+                p["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(old.len(), 3, "three pods before the rollout: {old:?}");
+    let to_removed = &r["errors_to_removed"];
+    assert!(count(&to_removed["refused"]) > 0, "{to_removed}");
+    assert!(count(&to_removed["reset"]) > 0, "{to_removed}");
+    let removed_total: u64 = ["refused", "reset", "timeout", "other"]
+        .iter()
+        .map(|k| count(&to_removed[k]))
+        .sum();
+    assert_eq!(
+        removed_total,
+        count(&r["failed"]),
+        "every failed call aimed at a removed IP"
+    );
+    for x in r["removed"].as_array().unwrap() {
+        assert!(
+            x["left_slice_s"].as_f64().is_some(),
+            "{x}: left the EndpointSlice"
+        );
+        assert!(
+            x["exposure_s"].as_f64().is_some_and(|e| e > 0.0),
+            "{x}: called after it left the EndpointSlice"
+        );
+    }
+
+    // explain from the pod watch capture (what an operator without a ledger has) ...
+    let pods_watch = r["data"]["pods_watch"].as_str().unwrap();
+    let (code, x) = explain(&["--truth-history", pods_watch], &client_log);
+    assert_eq!(code, 1, "staleness found: exit 1");
+    let classes = check(&x, &r, &old);
+    assert!(classes.contains("pooled_connection"), "{classes:?}");
+
+    // ... and from the ledger, which knows when each pod was really gone.
+    let (code, y) = explain(&["--db", db.to_str().unwrap()], &client_log);
+    assert_eq!(
+        code,
+        1,
+        "staleness found: exit 1; ghostip watch's log ends with:\n{}",
+        tail()
+    );
+    let classes = check(&y, &r, &old);
+    for g in y["report"]["groups"].as_array().unwrap() {
+        assert_eq!(g["service"], "javademo/backend", "{g}");
+    }
+    assert!(classes.contains("pooled_connection"), "{classes:?}");
+    assert!(
+        classes.contains("terminating_target") || classes.contains("stale_client_cache"),
+        "refusals: {classes:?}"
+    );
+    if count(&r["errors"]["timeout"]) > 0 {
+        assert!(
+            classes.contains("blackholed"),
+            "timeouts after the pods were gone: {classes:?}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs the lab cluster (lab/up), lab/build podsync registry javaclient, and root"]
+fn without_client_caches_and_a_prestop_beyond_the_dns_budget_no_call_fails() {
+    if !lab_ready() {
+        return;
+    }
+    let (code, r) = scenario(&[
+        "--jvm-ttl",
+        "0",
+        "--no-pool",
+        "--prestop",
+        "35",
+        "--corefile",
+        "classic",
+    ]);
+    assert_eq!(r["expect_clean"], true, "{r}");
+    assert_eq!(code, 0, "{}", r["reason"]);
+    assert_eq!(count(&r["failed"]), 0, "{}", r["errors"]);
+    // Not vacuous: the client did call every old pod, and each left the EndpointSlice.
+    for x in r["removed"].as_array().unwrap() {
+        let ip = x["ip"].as_str().unwrap();
+        let t = &r["by_target"][format!("{ip}:8080")];
+        assert!(count(&t["ok"]) > 0, "{ip}: {t}");
+        assert!(x["left_slice_s"].as_f64().is_some(), "{x}");
+    }
+}

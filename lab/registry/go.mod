@@ -1,0 +1,3 @@
+module ghostip.lab/registry
+
+go 1.25.0
