@@ -9,8 +9,8 @@ use std::io::BufRead;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use ghostip_datapath::generate::{GenModel, GenSpec};
 use ghostip_datapath::{iptables, nft};
+use ghostip_testkit::dumps::{GenModel, GenSpec};
 
 fn iptables_save(c: &mut Criterion) {
     let model = GenModel::generate(&GenSpec::new(10_000, 150_000));

@@ -11,7 +11,7 @@
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
 
-use ghostip_datapath::generate::{GenModel, GenSpec};
+use ghostip_testkit::dumps::{GenModel, GenSpec};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -18,8 +18,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use ghostip_datapath::against_truth::NodeExpectations;
-use ghostip_datapath::generate::{GenModel, GenSpec, THIS_NODE};
 use ghostip_datapath::{Format, Parsed, detect_format, parse_reader, parse_reader_packed};
+use ghostip_testkit::dumps::{GenModel, GenSpec, THIS_NODE};
 
 fn vm_hwm_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -129,7 +129,7 @@ fn main() -> ExitCode {
     match parsed {
         Ok(Parsed::Lb(t)) => {
             if !quiet {
-                println!("{t}");
+                println!("{}", serde_json::to_string_pretty(&t).unwrap_or_default());
             }
             if let Some(truth) = &truth {
                 let cpu0 = cpu_secs();

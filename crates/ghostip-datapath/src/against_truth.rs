@@ -127,7 +127,7 @@ pub struct FrontendParts<'f> {
 /// Frontend → Service port, built once from the truth's Services.
 ///
 /// The Services are listed once, in the truth's order (which is key order), and the maps
-/// name a Service port by its position there ([`PortAt`], 8 bytes) rather than by a
+/// name a Service port by its position there (`PortAt`, 8 bytes) rather than by a
 /// reference and a port name (24 bytes): smaller tables to fill and probe, and a caller
 /// that numbers Services ([`for_each_observation`]) gets the number from the lookup
 /// instead of from a map of its own. A Service named by the dump (external and
@@ -630,6 +630,15 @@ impl NodeDiff {
             && self.services_missing.is_empty()
             && self.frontends_missing.is_empty()
     }
+
+    /// Whether the dump and the truth share nothing: no frontend of the dump belongs to a
+    /// Service of the truth, and the truth expects none on this node. Such a diff is clean
+    /// only because nothing was compared: the dump does not describe this truth.
+    pub fn compared_nothing(&self) -> bool {
+        self.frontends_checked == 0
+            && self.services_missing.is_empty()
+            && self.frontends_missing.is_empty()
+    }
 }
 
 /// [`diff_with`] with the node and the time of the dump, change times from the slices.
@@ -890,6 +899,3 @@ pub fn diff_with(table: &LbTable, truth: &Truth, opts: &DiffOptions<'_>) -> Node
 fn row_order(a: &BackendDiff, b: &BackendDiff) -> std::cmp::Ordering {
     (&a.service, a.frontend, a.backend).cmp(&(&b.service, b.frontend, b.backend))
 }
-
-#[cfg(test)]
-mod tests;

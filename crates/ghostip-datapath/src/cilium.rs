@@ -168,6 +168,12 @@ pub fn parse_service_list(input: &str) -> Result<LbTable, ParseError> {
             continue;
         }
         if line.contains("Frontend") && line.contains("Service Type") {
+            // The header again after rows: another run of the command; the last is read.
+            if current.is_some() || !out.frontends.is_empty() {
+                current = None;
+                out.frontends.clear();
+                out.skipped.new_snapshot(Location::Line(no));
+            }
             saw = true;
             continue;
         }
@@ -478,6 +484,13 @@ pub fn parse_bpf_lb_list(input: &str) -> Result<LbTable, ParseError> {
             continue;
         }
         if line.contains("SERVICE ADDRESS") {
+            // The header again after rows: another run of the command; the last is read.
+            if !acc.frontends.is_empty() {
+                current = None;
+                acc.index.clear();
+                acc.frontends.clear();
+                acc.out.skipped.new_snapshot(Location::Line(no));
+            }
             acc.saw = true;
             continue;
         }
@@ -645,6 +658,11 @@ pub fn parse_db_frontends(input: &str) -> Result<LbTable, ParseError> {
             continue;
         }
         if line.starts_with("Address") && line.contains("ServiceName") {
+            // The header again after rows: another run of the command; the last is read.
+            if !out.frontends.is_empty() {
+                out.frontends.clear();
+                out.skipped.new_snapshot(Location::Line(no));
+            }
             saw = true;
             continue;
         }

@@ -1,14 +1,20 @@
 //! Finds connection-tracking entries that still send traffic to removed endpoints, and attributes them to pods.
 //!
-//! Two kinds of finding ([`StaleFlowKind`]):
+//! Three kinds of finding ([`StaleFlowKind`]):
 //! - **DNS backend**: a UDP (or TCP) entry towards the cluster DNS Service
 //!   (`kube-system/kube-dns` by default) whose backend is no longer one of its endpoints:
 //!   either through the ClusterIP (original destination = a kube-dns ClusterIP, DNATed
 //!   to a removed pod IP: the classic stale-conntrack DNS failure) or sent directly to an
 //!   IP that was a DNS endpoint.
-//! - **Removed peer**: a TCP or UDP flow whose destination (after DNAT) is an IP no
+//! - **Removed backend**: an entry through another Service's ClusterIP (port and protocol
+//!   one of its ports) DNATed to an IP that is no longer among that Service's endpoints.
+//!   The truth alone says so; the ledger only adds which pod had the IP. An IP some other
+//!   pod has now is still a finding here: the flow was the Service's, its packets reach
+//!   the new owner.
+//! - **Removed peer**: any other TCP or UDP flow whose destination (after DNAT) is an IP no
 //!   endpoint and no pod has any more, but a pod had: a client that still sends to a pod
-//!   Kubernetes removed (a JVM DNS cache, a registry list, a pooled connection).
+//!   Kubernetes removed (a JVM DNS cache, a registry list, a pooled connection), or through
+//!   the ClusterIP of a Service the truth no longer has. Needs the ledger.
 //!
 //! Who owned an IP comes from [`OwnershipFacts`], which the caller fills from the IP
 //! ledger (current owner and former owner with its removal time): the audit is pure.
@@ -111,6 +117,8 @@ impl Default for AuditConfig {
 pub enum StaleFlowKind {
     /// Towards a removed backend of the cluster DNS Service.
     DnsBackend,
+    /// Through a Service's ClusterIP to a backend no longer among its endpoints.
+    RemovedBackend,
     /// Towards an IP no endpoint and no pod has any more.
     RemovedPeer,
 }
@@ -130,6 +138,9 @@ pub struct StaleFlow {
     /// The Service address the client sent to, when the flow was DNATed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub via: Option<Target>,
+    /// The Service of that address, for a removed backend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceKey>,
     /// Where the traffic goes (after DNAT).
     pub target: Target,
     /// The pod that owned the target IP, where known.
@@ -172,6 +183,9 @@ impl fmt::Display for StaleFlow {
         }
         if self.kind == StaleFlowKind::DnsBackend {
             was.push("no longer a DNS endpoint".to_string());
+        }
+        if let Some(s) = &self.service {
+            was.push(format!("no longer an endpoint of {s}"));
         }
         if !was.is_empty() {
             write!(f, " ({})", was.join(", "))?;
@@ -221,6 +235,10 @@ pub struct ConntrackAudit<'a> {
     dns_endpoints: BTreeSet<IpAddr>,
     dns_frontends: BTreeSet<(IpAddr, u16)>,
     dns_ports: BTreeSet<u16>,
+    /// Every Service's ClusterIP, port and protocol, with the index of its endpoints.
+    service_frontends: HashMap<(IpAddr, u16, ghostip_core::Protocol), usize>,
+    /// Each Service and its endpoint IPs (of any slice, in any condition).
+    service_endpoints: Vec<(ServiceKey, BTreeSet<IpAddr>)>,
     flows: BTreeMap<FlowKey, StaleFlow>,
     entries: usize,
     live: usize,
@@ -256,6 +274,23 @@ impl<'a> ConntrackAudit<'a> {
                 }
             }
         }
+        let mut service_frontends = HashMap::new();
+        let mut service_endpoints = Vec::new();
+        for svc in truth.services() {
+            let ips: BTreeSet<IpAddr> = truth
+                .slices_of(&svc.key)
+                .flat_map(|s| s.endpoints.iter().map(|e| e.ip().to_canonical()))
+                .collect();
+            for ip in &svc.cluster_ips {
+                for p in &svc.ports {
+                    service_frontends.insert(
+                        (ip.to_canonical(), p.port, p.protocol),
+                        service_endpoints.len(),
+                    );
+                }
+            }
+            service_endpoints.push((svc.key.clone(), ips));
+        }
         let mut dns_endpoints = BTreeSet::new();
         let mut dns_frontends = BTreeSet::new();
         let mut dns_ports = BTreeSet::from([53]);
@@ -277,6 +312,8 @@ impl<'a> ConntrackAudit<'a> {
             dns_endpoints,
             dns_frontends,
             dns_ports,
+            service_frontends,
+            service_endpoints,
             flows: BTreeMap::new(),
             entries: 0,
             live: 0,
@@ -325,8 +362,12 @@ impl<'a> ConntrackAudit<'a> {
         let facts = self.facts.get(dst_ip);
         let owned_now =
             self.endpoints.contains_key(&dst_ip) || facts.is_some_and(|f| f.owner.is_some());
+        let mut service = None;
         let kind = if self.is_dns(e, dst_ip, dst_port, facts) {
             StaleFlowKind::DnsBackend
+        } else if let Some(key) = self.removed_backend_of(e, dst_ip) {
+            service = Some(key.clone());
+            StaleFlowKind::RemovedBackend
         } else if !owned_now && facts.is_some_and(|f| f.former.is_some()) {
             StaleFlowKind::RemovedPeer
         } else {
@@ -351,6 +392,7 @@ impl<'a> ConntrackAudit<'a> {
             client_ip,
             client_pod,
             via,
+            service,
             target,
             former_owner: former.map(|f| f.pod.clone()),
             removed_at,
@@ -362,6 +404,23 @@ impl<'a> ConntrackAudit<'a> {
         flow.entries += 1;
         flow.unreplied += usize::from(e.unreplied);
         flow.max_timeout = flow.max_timeout.max(e.timeout);
+    }
+
+    /// The Service whose ClusterIP `e` was sent to, when it was DNATed to `dst_ip` and that
+    /// IP is no longer one of the Service's endpoints.
+    fn removed_backend_of(&self, e: &CtEntry, dst_ip: IpAddr) -> Option<&ServiceKey> {
+        e.dnat_target()?;
+        let protocol = match e.proto.as_str() {
+            "tcp" => ghostip_core::Protocol::Tcp,
+            "udp" | "udplite" => ghostip_core::Protocol::Udp,
+            "sctp" => ghostip_core::Protocol::Sctp,
+            _ => return None,
+        };
+        let frontend = (e.orig.dst.to_canonical(), e.orig.dport?, protocol);
+        let (key, ips) = self
+            .service_endpoints
+            .get(*self.service_frontends.get(&frontend)?)?;
+        (!ips.contains(&dst_ip)).then_some(key)
     }
 
     /// Whether `e` goes to a DNS backend that is no longer an endpoint of the DNS Service.

@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 use crate::error::ParseError;
 use crate::format::Format;
 use crate::model::{Backend, BackendState, Frontend, FrontendKind, LbTable, Location, Protocol};
-use crate::text::{LineSink, drive_bytes, drive_reader, drive_str, parse_socket};
+use crate::text::{LineSink, OVERLONG_LINE, drive_bytes, drive_reader, drive_str, parse_socket};
 
 const EXPECTED: &str = "ipvsadm -Ln or ipvsadm-save -n output";
 
@@ -78,6 +78,16 @@ impl Parser {
             saw_ipvs: false,
             first_foreign: None,
         }
+    }
+
+    /// The list header repeats at line `no` after virtual servers: the input holds several
+    /// snapshots (runs of `ipvsadm -Ln`), and only the last is read.
+    fn new_snapshot(&mut self, no: usize) {
+        self.current = None;
+        self.skipping = false;
+        self.weight_col = WeightCol::AfterForward;
+        self.out.frontends.clear();
+        self.out.skipped.new_snapshot(Location::Line(no));
     }
 
     fn unknown(&mut self, no: usize, reason: &'static str, line: &str) {
@@ -328,7 +338,12 @@ impl LineSink for Parser {
         }
         let toks: Vec<&str> = line.split_ascii_whitespace().collect();
         match toks.first().copied() {
-            Some("IP") if line.starts_with("IP Virtual Server version") => self.saw_ipvs = true,
+            Some("IP") if line.starts_with("IP Virtual Server version") => {
+                if self.current.is_some() || !self.out.frontends.is_empty() {
+                    self.new_snapshot(no);
+                }
+                self.saw_ipvs = true;
+            }
             Some("Prot") => {
                 self.saw_ipvs = true;
                 self.weight_col = if line.contains("Scheduler") {
@@ -351,5 +366,12 @@ impl LineSink for Parser {
                 self.unknown(no, "not an ipvsadm line", line);
             }
         }
+    }
+
+    fn overlong(&mut self, no: usize, head: &str) {
+        if self.first_foreign.is_none() {
+            self.first_foreign = Some((no, crate::model::excerpt(head)));
+        }
+        self.unknown(no, OVERLONG_LINE, head);
     }
 }

@@ -30,7 +30,6 @@ pub mod conntrack_audit;
 pub mod conntrack_netlink;
 mod error;
 mod format;
-pub mod generate;
 pub mod iptables;
 pub mod ipvs;
 mod model;
@@ -44,9 +43,13 @@ use std::io::BufRead;
 
 pub use conntrack::{ConntrackTable, CtEntry, CtTuple};
 pub use error::ParseError;
-pub use format::{Format, UnknownFormat, detect_format};
+pub use format::{
+    AgentRead, Detect, Dump, FORMATS, Format, FormatInfo, LineTest, ParseFn, ReadFn, ReadPackedFn,
+    RunsIn, TableKind, UnknownFormat, detect_format,
+};
 pub use model::*;
 pub use packed::{FrontendSink, PackedBackend, PackedFrontend, PackedTable};
+pub use text::{MAX_LINE, OVERLONG_LINE};
 
 /// What a parser produced: a load-balancer table or a connection table.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -58,19 +61,9 @@ pub enum Parsed {
     Conntrack(ConntrackTable),
 }
 
-/// Parses `input` as `format`.
+/// Parses `input` as `format` (the parser of its [`FormatInfo`]).
 pub fn parse(format: Format, input: &[u8]) -> Result<Parsed, ParseError> {
-    Ok(match format {
-        Format::Iptables => Parsed::Lb(iptables::parse_bytes(input)?),
-        Format::NftJson => Parsed::Lb(nft::parse_slice(input)?),
-        Format::Ipvsadm => Parsed::Lb(ipvs::parse_bytes(input)?),
-        Format::CiliumServiceList => Parsed::Lb(cilium::parse_service_list(&lossy(input))?),
-        Format::CiliumServiceJson => Parsed::Lb(cilium::parse_service_json(input)?),
-        Format::CiliumBpfLbList => Parsed::Lb(cilium::parse_bpf_lb_list(&lossy(input))?),
-        Format::CiliumDbFrontends => Parsed::Lb(cilium::parse_db_frontends(&lossy(input))?),
-        Format::CiliumLbMaps => Parsed::Lb(cilium::parse_lb_maps(&lossy(input))?),
-        Format::Conntrack => Parsed::Conntrack(conntrack::parse_bytes(input)?),
-    })
+    (format.info().parse)(input)
 }
 
 /// Parses `input` with the format [`detect_format`] finds; `None` when none is found.
@@ -83,21 +76,7 @@ pub fn parse_auto(input: &[u8]) -> Option<(Format, Result<Parsed, ParseError>)> 
 /// `conntrack`) and `nft-json` are read incrementally; Cilium outputs, which are small,
 /// are read whole.
 pub fn parse_reader<R: BufRead>(format: Format, mut reader: R) -> Result<Parsed, ParseError> {
-    match format {
-        Format::Iptables => Ok(Parsed::Lb(iptables::parse_reader(reader)?)),
-        Format::NftJson => Ok(Parsed::Lb(nft::parse_reader(reader)?)),
-        Format::Ipvsadm => Ok(Parsed::Lb(ipvs::parse_reader(reader)?)),
-        Format::Conntrack => Ok(Parsed::Conntrack(conntrack::parse_reader(reader)?)),
-        _ => {
-            let mut buf = Vec::new();
-            reader.read_to_end(&mut buf).map_err(|e| ParseError::Read {
-                format,
-                line: 0,
-                message: e.to_string(),
-            })?;
-            parse(format, &buf)
-        }
-    }
+    (format.info().read)(&mut reader)
 }
 
 /// Parses a stream of a load-balancer `format` into a [`PackedTable`], for audits:
@@ -106,28 +85,19 @@ pub fn parse_reader<R: BufRead>(format: Format, mut reader: R) -> Result<Parsed,
 /// `conntrack`, which is not a load-balancer table.
 pub fn parse_reader_packed<R: BufRead>(
     format: Format,
-    reader: R,
+    mut reader: R,
 ) -> Result<Option<PackedTable>, ParseError> {
-    match format {
-        Format::Iptables => {
+    let info = format.info();
+    match info.read_packed {
+        Some(read) => {
             let mut t = PackedTable::new(format);
-            t.skipped = iptables::parse_reader_into(reader, &mut t)?;
+            t.skipped = read(&mut reader, &mut t)?;
             t.shrink_to_fit();
             Ok(Some(t))
         }
-        Format::NftJson => {
-            let mut t = PackedTable::new(format);
-            t.skipped = nft::parse_reader_into(reader, &mut t)?;
-            t.shrink_to_fit();
-            Ok(Some(t))
-        }
-        _ => match parse_reader(format, reader)? {
+        None => match (info.read)(&mut reader)? {
             Parsed::Lb(t) => Ok(Some(PackedTable::from(t))),
             Parsed::Conntrack(_) => Ok(None),
         },
     }
-}
-
-fn lossy(input: &[u8]) -> std::borrow::Cow<'_, str> {
-    String::from_utf8_lossy(input)
 }

@@ -462,6 +462,20 @@ pub struct SkipStats {
     /// The first few unknown items (at most [`MAX_SKIP_SAMPLES`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub samples: Vec<SkipSample>,
+    /// Snapshots of the same datapath the input held before the one that was read (a
+    /// terminal transcript of several runs of the dump command): not read, their lines not
+    /// counted here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub earlier_snapshots: Option<EarlierSnapshots>,
+}
+
+/// Snapshots of one datapath that came before the last one in an input.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EarlierSnapshots {
+    /// How many came before the one read.
+    pub count: u64,
+    /// Where the snapshot that was read starts.
+    pub last_from: Location,
 }
 
 impl SkipStats {
@@ -482,6 +496,19 @@ impl SkipStats {
                 excerpt: excerpt(text),
             });
         }
+    }
+
+    /// A new snapshot of the same datapath starts at `at` (its header repeats): what was
+    /// counted so far belonged to an earlier one and is dropped, the earlier one counted.
+    pub fn new_snapshot(&mut self, at: Location) {
+        let count = self.earlier_snapshots.as_ref().map_or(0, |e| e.count) + 1;
+        *self = SkipStats {
+            earlier_snapshots: Some(EarlierSnapshots {
+                count,
+                last_from: at,
+            }),
+            ..SkipStats::default()
+        };
     }
 
     /// Total of ignored and unknown items.
@@ -520,50 +547,5 @@ pub(crate) fn any_addr(v6: bool) -> IpAddr {
         IpAddr::V6(Ipv6Addr::UNSPECIFIED)
     } else {
         IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-    }
-}
-
-fn fmt_addr(f: &mut fmt::Formatter<'_>, ip: IpAddr, port: u16) -> fmt::Result {
-    match ip {
-        IpAddr::V4(ip) => write!(f, "{ip}:{port}"),
-        IpAddr::V6(ip) => write!(f, "[{ip}]:{port}"),
-    }
-}
-
-impl fmt::Display for LbTable {
-    /// A stable text rendering: one line per frontend, one indented line per backend.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for fe in &self.frontends {
-            fmt_addr(f, fe.ip, fe.port)?;
-            write!(f, "/{} {}", fe.protocol, fe.kind)?;
-            if let Some(svc) = &fe.service {
-                write!(f, " {svc}")?;
-            }
-            if !fe.flags.is_empty() {
-                write!(f, " [{}]", fe.flags.join(","))?;
-            }
-            if fe.backends.is_empty() {
-                write!(f, " (no backends)")?;
-            }
-            writeln!(f)?;
-            for be in &fe.backends {
-                f.write_str("  -> ")?;
-                fmt_addr(f, be.ip, be.port)?;
-                write!(f, " {}", be.state)?;
-                if let Some(w) = be.weight {
-                    write!(f, " weight={w}")?;
-                }
-                writeln!(f)?;
-            }
-        }
-        write!(
-            f,
-            "skipped: {} ignored, {} unknown",
-            self.skipped.ignored, self.skipped.unknown
-        )?;
-        for (reason, n) in &self.skipped.unknown_by_reason {
-            write!(f, "\n  unknown {n}: {reason}")?;
-        }
-        Ok(())
     }
 }

@@ -210,6 +210,9 @@ struct State {
     no_endpoints: Vec<NoEndpoints>,
     cluster_ips: HashSet<IpAddr>,
     firewall_ips: HashSet<IpAddr>,
+    /// The tables seen, (family, name): one seen again starts a new snapshot (several runs
+    /// of `nft -j list …` in one input).
+    tables: Vec<(String, String)>,
 }
 
 fn family_v6(obj: &Value) -> bool {
@@ -287,6 +290,24 @@ impl State {
             .unknown(Location::JsonPath(path), reason, &text);
     }
 
+    /// A table seen before starts again at object `idx`: the input holds several snapshots
+    /// (runs of `nft -j list …`), and only the last is read. What was read so far is dropped;
+    /// the skip counts say so.
+    fn new_snapshot(&mut self, idx: usize) {
+        let mut skipped = std::mem::take(&mut self.out.skipped);
+        skipped.new_snapshot(Location::JsonPath(format!("nftables[{idx}]")));
+        self.out = LbTable {
+            skipped,
+            ..LbTable::default()
+        };
+        self.chains = Default::default();
+        self.entries.clear();
+        self.no_endpoints.clear();
+        self.cluster_ips.clear();
+        self.firewall_ips.clear();
+        self.tables.clear();
+    }
+
     fn object(&mut self, idx: usize, v: &Value) {
         let Some(obj) = v.as_object() else {
             return self.unknown(
@@ -298,7 +319,17 @@ impl State {
         let Some((kind, body)) = obj.iter().next() else {
             return self.unknown(format!("nftables[{idx}]"), "empty object", v);
         };
-        if matches!(kind.as_str(), "metainfo" | "table") {
+        if kind == "table" {
+            let family = body.get("family").and_then(Value::as_str).unwrap_or("");
+            let name = body.get("name").and_then(Value::as_str).unwrap_or("");
+            let key = (family.to_string(), name.to_string());
+            if self.tables.contains(&key) {
+                self.new_snapshot(idx);
+            }
+            self.tables.push(key);
+            return;
+        }
+        if kind == "metainfo" {
             return;
         }
         if body.get("table").and_then(Value::as_str) != Some("kube-proxy") {

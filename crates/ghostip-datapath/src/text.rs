@@ -48,14 +48,39 @@ impl Hasher for FxHasher {
 
 pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
+/// Longest line the line-oriented parsers read, in bytes before its `\n`: a longer line is
+/// skipped and reported to the sink ([`LineSink::overlong`]) with its number and first
+/// bytes, on every path (slice or stream), and a stream reader never holds more than this
+/// of one line.
+pub const MAX_LINE: usize = 1 << 20;
+
+/// The skip reason of a line longer than [`MAX_LINE`].
+pub const OVERLONG_LINE: &str = "line longer than 1 MiB (skipped)";
+
+/// How many bytes of an overlong line are handed to the sink.
+const OVERLONG_HEAD: usize = 256;
+
+/// The first bytes of an overlong line.
+fn overlong_head(line: &[u8]) -> &[u8] {
+    line.get(..OVERLONG_HEAD.min(line.len())).unwrap_or(line)
+}
+
 /// A consumer of lines (1-based numbers, without the line terminator).
 pub(crate) trait LineSink {
     fn line(&mut self, no: usize, line: &str);
+
+    /// Line `no` was longer than [`MAX_LINE`] and is skipped; `head` is its start (as text,
+    /// invalid UTF-8 replaced).
+    fn overlong(&mut self, no: usize, head: &str);
 }
 
 /// Feeds every line of `input` to `sink`.
 pub(crate) fn drive_str(input: &str, sink: &mut impl LineSink) {
     for (i, line) in input.split('\n').enumerate() {
+        if line.len() > MAX_LINE {
+            sink.overlong(i + 1, &utf8(overlong_head(line.as_bytes())));
+            continue;
+        }
         let line = line.strip_suffix('\r').unwrap_or(line);
         sink.line(i + 1, line);
     }
@@ -70,8 +95,12 @@ pub(crate) fn drive_bytes(input: &[u8], sink: &mut impl LineSink) {
             .map_or(input.len(), |i| start + i);
         no += 1;
         let raw = input.get(start..end).unwrap_or_default();
-        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
-        sink.line(no, &utf8(raw));
+        if raw.len() > MAX_LINE {
+            sink.overlong(no, &utf8(overlong_head(raw)));
+        } else {
+            let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+            sink.line(no, &utf8(raw));
+        }
         start = end + 1;
     }
 }
@@ -93,6 +122,10 @@ impl<S: LineSink> ByteLineSink for AsText<'_, S> {
     fn line_bytes(&mut self, no: usize, line: &[u8]) {
         self.0.line(no, &utf8(line));
     }
+
+    fn overlong_bytes(&mut self, no: usize, head: &[u8]) {
+        self.0.overlong(no, &utf8(head));
+    }
 }
 
 /// A consumer of raw lines (1-based numbers, without the line terminator), for parsers
@@ -100,15 +133,25 @@ impl<S: LineSink> ByteLineSink for AsText<'_, S> {
 pub(crate) trait ByteLineSink {
     fn line_bytes(&mut self, no: usize, line: &[u8]);
 
+    /// Line `no` was longer than [`MAX_LINE`] and is skipped; `head` is its start.
+    fn overlong_bytes(&mut self, no: usize, head: &[u8]);
+
     /// Reads the line at the start of `rest` (which runs on past it, to the end of the
     /// buffer) when the sink knows its layout, finding its end while reading it: returns
     /// the line's length, its `\n` being at that position, after recording exactly what
     /// [`ByteLineSink::line_bytes`] would have for it. `None` (nothing recorded) hands the
     /// line to the usual split on `\n`. Saves the newline search on the few layouts that
-    /// make up nearly all of a large dump.
+    /// make up nearly all of a large dump. The drivers never pass more than
+    /// `MAX_LINE + 1` bytes, so a line it takes is never overlong.
     fn line_at(&mut self, _rest: &[u8]) -> Option<usize> {
         None
     }
+}
+
+/// `rest` cut to what [`ByteLineSink::line_at`] may see: a line it finds there is at most
+/// [`MAX_LINE`] bytes long.
+fn line_at_window(rest: &[u8]) -> &[u8] {
+    rest.get(..(MAX_LINE + 1).min(rest.len())).unwrap_or(rest)
 }
 
 /// Feeds every line of `input` to `sink` as bytes (split on `\n`, a trailing `\r` removed).
@@ -117,7 +160,7 @@ pub(crate) fn drive_raw(input: &[u8], sink: &mut impl ByteLineSink) {
     let mut start = 0;
     loop {
         let rest = input.get(start..).unwrap_or_default();
-        if let Some(len) = sink.line_at(rest) {
+        if let Some(len) = sink.line_at(line_at_window(rest)) {
             no += 1;
             start += len + 1;
             continue;
@@ -125,7 +168,11 @@ pub(crate) fn drive_raw(input: &[u8], sink: &mut impl ByteLineSink) {
         let end = memchr::memchr(b'\n', rest).map_or(input.len(), |i| start + i);
         no += 1;
         let raw = input.get(start..end).unwrap_or_default();
-        sink.line_bytes(no, raw.strip_suffix(b"\r").unwrap_or(raw));
+        if raw.len() > MAX_LINE {
+            sink.overlong_bytes(no, overlong_head(raw));
+        } else {
+            sink.line_bytes(no, raw.strip_suffix(b"\r").unwrap_or(raw));
+        }
         if end >= input.len() {
             return;
         }
@@ -134,7 +181,9 @@ pub(crate) fn drive_raw(input: &[u8], sink: &mut impl ByteLineSink) {
 }
 
 /// Feeds every line of `reader` to `sink` as bytes, reusing one buffer: no UTF-8
-/// validation here (the sink validates the lines it reads as text).
+/// validation here (the sink validates the lines it reads as text). A line is held (in the
+/// carry between two buffers) only up to [`MAX_LINE`] bytes: past that it is reported as
+/// overlong and the rest of it is read and dropped.
 pub(crate) fn drive_reader_raw<R: BufRead>(
     mut reader: R,
     format: Format,
@@ -142,6 +191,8 @@ pub(crate) fn drive_reader_raw<R: BufRead>(
 ) -> Result<(), ParseError> {
     let mut carry: Vec<u8> = Vec::new();
     let mut no = 0;
+    // Inside an overlong line (already reported): its bytes are dropped up to its `\n`.
+    let mut skipping = false;
     loop {
         let buf = match reader.fill_buf() {
             Ok(b) => b,
@@ -165,19 +216,38 @@ pub(crate) fn drive_reader_raw<R: BufRead>(
         let mut start = 0;
         loop {
             let rest = buf.get(start..).unwrap_or_default();
+            if skipping {
+                match memchr::memchr(b'\n', rest) {
+                    Some(len) => {
+                        skipping = false;
+                        start += len + 1;
+                        continue;
+                    }
+                    None => break,
+                }
+            }
             if carry.is_empty()
-                && let Some(len) = sink.line_at(rest)
+                && let Some(len) = sink.line_at(line_at_window(rest))
             {
                 no += 1;
                 start += len + 1;
                 continue;
             }
             let Some(len) = memchr::memchr(b'\n', rest) else {
+                if carry.len() + rest.len() > MAX_LINE {
+                    no += 1;
+                    report_overlong(sink, no, &mut carry, rest);
+                    skipping = true;
+                } else {
+                    carry.extend_from_slice(rest);
+                }
                 break;
             };
             no += 1;
             let part = rest.get(..len).unwrap_or_default();
-            if carry.is_empty() {
+            if carry.len() + part.len() > MAX_LINE {
+                report_overlong(sink, no, &mut carry, part);
+            } else if carry.is_empty() {
                 sink.line_bytes(no, part.strip_suffix(b"\r").unwrap_or(part));
             } else {
                 carry.extend_from_slice(part);
@@ -186,11 +256,19 @@ pub(crate) fn drive_reader_raw<R: BufRead>(
             }
             start += len + 1;
         }
-        if start < buf.len() {
-            carry.extend_from_slice(buf.get(start..).unwrap_or_default());
-        }
         reader.consume(consumed);
     }
+}
+
+/// Reports line `no`, made of `carry` then `more`, as overlong, and empties the carry.
+fn report_overlong(sink: &mut impl ByteLineSink, no: usize, carry: &mut Vec<u8>, more: &[u8]) {
+    if carry.len() < OVERLONG_HEAD {
+        let take = (OVERLONG_HEAD - carry.len()).min(more.len());
+        carry.extend_from_slice(more.get(..take).unwrap_or_default());
+    }
+    sink.overlong_bytes(no, overlong_head(carry));
+    carry.clear();
+    carry.shrink_to(OVERLONG_HEAD);
 }
 
 /// The line as text: borrowed when it is valid UTF-8 (the common case, checked with the

@@ -6,11 +6,11 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use ghostip_datapath::generate::{GenModel, GenSpec};
 use ghostip_datapath::{
     BackendState, Format, FrontendKind, LbTable, ParseError, Parsed, Protocol, cilium, conntrack,
     detect_format, iptables, ipvs, nft, parse, parse_reader,
 };
+use ghostip_testkit::dumps::{GenModel, GenSpec};
 
 fn data(name: &str) -> Vec<u8> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -52,7 +52,7 @@ fn iptables_real_capture_of_generated_rules() {
     let expected = GenModel::generate(&spec).expected(Format::Iptables);
     assert_eq!(t.frontends, expected.frontends);
     assert_eq!(t.skipped.unknown, 0, "{:?}", t.skipped);
-    insta::assert_snapshot!("iptables_real_capture", t.to_string());
+    insta::assert_yaml_snapshot!("iptables_real_capture", t);
 }
 
 #[test]
@@ -132,7 +132,7 @@ fn nft_real_captures_of_generated_rules() {
             .frontends
     );
     assert_eq!(t.skipped.unknown, 0, "{:?}", t.skipped);
-    insta::assert_snapshot!("nft_real_capture", t.to_string());
+    insta::assert_yaml_snapshot!("nft_real_capture", t);
 
     let t = lb(
         Format::NftJson,
@@ -174,7 +174,7 @@ fn nft_ip_and_ip6_documents_in_a_row_and_unknown_constructs() {
     let both = format!("{ip4}\n{ip6}\n");
     assert_eq!(detect_format(both.as_bytes()), Some(Format::NftJson));
     let t = nft::parse_str(&both).unwrap();
-    insta::assert_snapshot!("nft_two_documents", t.to_string());
+    insta::assert_yaml_snapshot!("nft_two_documents", t);
     let fe = t.frontend(ip("10.96.0.10"), 53, Protocol::Udp).unwrap();
     assert_eq!(fe.backends.len(), 1, "endpoint B has an unknown dnat shape");
     assert_eq!(
@@ -204,7 +204,7 @@ fn nft_errors_name_the_position() {
 #[test]
 fn ipvsadm_list_and_save() {
     let t = lb(Format::Ipvsadm, "ipvsadm-Ln_weight0.txt");
-    insta::assert_snapshot!("ipvsadm_list", t.to_string());
+    insta::assert_yaml_snapshot!("ipvsadm_list", t);
     let dns = t.frontend(ip("10.96.0.10"), 53, Protocol::Udp).unwrap();
     let stale = dns
         .backends
@@ -221,7 +221,7 @@ fn ipvsadm_list_and_save() {
     );
 
     let s = lb(Format::Ipvsadm, "ipvsadm-save-n.txt");
-    insta::assert_snapshot!("ipvsadm_save", s.to_string());
+    insta::assert_yaml_snapshot!("ipvsadm_save", s);
     let dns = s.frontend(ip("10.96.0.10"), 53, Protocol::Udp).unwrap();
     assert_eq!(
         dns.backends
@@ -249,7 +249,7 @@ fn ipvsadm_list_and_save() {
 #[test]
 fn cilium_service_list_text_states() {
     let t = lb(Format::CiliumServiceList, "cilium-service-list_1.19.txt");
-    insta::assert_snapshot!("cilium_service_list", t.to_string());
+    insta::assert_yaml_snapshot!("cilium_service_list", t);
     let udp = t.frontend(ip("10.96.0.10"), 53, Protocol::Udp).unwrap();
     let states: Vec<_> = udp
         .backends
@@ -274,7 +274,7 @@ fn cilium_service_list_text_states() {
 #[test]
 fn cilium_service_json() {
     let t = lb(Format::CiliumServiceJson, "cilium-service-list.json");
-    insta::assert_snapshot!("cilium_service_json", t.to_string());
+    insta::assert_yaml_snapshot!("cilium_service_json", t);
     let dns = t.frontend(ip("10.96.0.10"), 53, Protocol::Udp).unwrap();
     assert_eq!(dns.backends.len(), 3, "status.realized wins over spec");
     assert_eq!(
@@ -299,7 +299,7 @@ fn cilium_service_json() {
 #[test]
 fn cilium_bpf_lb_list_text_and_json() {
     let t = lb(Format::CiliumBpfLbList, "cilium-bpf-lb-list_1.18.txt");
-    insta::assert_snapshot!("cilium_bpf_lb_list", t.to_string());
+    insta::assert_yaml_snapshot!("cilium_bpf_lb_list", t);
     let np = t.frontend(ip("0.0.0.0"), 31940, Protocol::Tcp).unwrap();
     assert_eq!(np.kind, FrontendKind::NodePort);
     assert!(np.flags.contains(&"backend-id-77-not-found".to_string()));
@@ -308,7 +308,7 @@ fn cilium_bpf_lb_list_text_and_json() {
     assert_eq!(v6.backends.len(), 1);
 
     let j = lb(Format::CiliumBpfLbList, "cilium-bpf-lb-list.json");
-    insta::assert_snapshot!("cilium_bpf_lb_list_json", j.to_string());
+    insta::assert_yaml_snapshot!("cilium_bpf_lb_list_json", j);
     assert_eq!(
         j.frontend(ip("10.96.0.10"), 53, Protocol::Udp)
             .unwrap()
@@ -321,7 +321,7 @@ fn cilium_bpf_lb_list_text_and_json() {
 #[test]
 fn cilium_db_frontends_and_lb_maps() {
     let t = lb(Format::CiliumDbFrontends, "cilium-db-frontends.txt");
-    insta::assert_snapshot!("cilium_db_frontends", t.to_string());
+    insta::assert_yaml_snapshot!("cilium_db_frontends", t);
     let dns = t.frontend(ip("10.96.0.10"), 53, Protocol::Tcp).unwrap();
     assert_eq!(
         dns.service.as_ref().unwrap().to_string(),
@@ -330,7 +330,7 @@ fn cilium_db_frontends_and_lb_maps() {
     assert_eq!(dns.backends[1].state, BackendState::Terminating);
 
     let m = lb(Format::CiliumLbMaps, "cilium-lb-maps.txt");
-    insta::assert_snapshot!("cilium_lb_maps", m.to_string());
+    insta::assert_yaml_snapshot!("cilium_lb_maps", m);
     let fe = m.frontend(ip("10.96.116.33"), 8081, Protocol::Tcp).unwrap();
     assert_eq!(fe.backends.len(), 3);
     assert!(
@@ -434,7 +434,7 @@ fn detection_tolerates_prompts_and_ci_prefixes() {
     for (input, want) in cases {
         assert_eq!(detect_format(input.as_bytes()), want, "{input:?}");
     }
-    for f in Format::ALL {
+    for f in Format::all() {
         assert_eq!(f.name().parse::<Format>().unwrap(), f);
     }
     assert!("bogus".parse::<Format>().is_err());
@@ -602,4 +602,389 @@ fn conntrack_netlink_padding_split_across_reads() {
         assert!(d.is_done(), "split {split}");
         assert_eq!(d.finish().unwrap(), whole.skipped, "split {split}");
     }
+}
+
+/// `input` with a line of `len` bytes (`prefix`, then `x`s) inserted after its line `after`,
+/// as a stream that never holds the long line: its head, the line, its tail.
+fn with_long_line<'a>(
+    input: &[u8],
+    after: usize,
+    prefix: &'a [u8],
+    len: usize,
+) -> (usize, impl std::io::Read + 'a) {
+    use std::io::{Cursor, Read as _};
+    let cut = input
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(after - 1)
+        .map_or(input.len(), |(i, _)| i + 1);
+    let (head, tail) = input.split_at(cut);
+    let long = prefix
+        .chain(std::io::repeat(b'x').take((len - prefix.len()) as u64))
+        .chain(&b"\n"[..]);
+    (
+        after + 1,
+        Cursor::new(head.to_vec())
+            .chain(long)
+            .chain(Cursor::new(tail.to_vec())),
+    )
+}
+
+/// A line over `MAX_LINE` bytes, read through the streaming reader (which never holds it)
+/// and from memory, is skipped and counted as unknown with its line number, whatever the
+/// format; the lines around it are read as without it.
+#[test]
+fn an_overlong_line_is_skipped_and_counted_with_its_line_number() {
+    use ghostip_datapath::{Location, MAX_LINE, OVERLONG_LINE};
+    use std::io::{BufReader, Read};
+    let cases: [(Format, &str, &[u8]); 5] = [
+        (
+            Format::Iptables,
+            "iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt",
+            b"-A KUBE-SERVICES -d 10.96.0.9/32 -j KUBE-SVC-",
+        ),
+        (
+            Format::Ipvsadm,
+            "ipvsadm-Ln_weight0.txt",
+            b"TCP  10.96.0.9:80 rr ",
+        ),
+        (
+            Format::Conntrack,
+            "conntrack-L.txt",
+            b"udp      17 29 src=10.244.2.15 dst=10.96.0.10 ",
+        ),
+        (
+            Format::CiliumServiceList,
+            "cilium-service-list_1.19.txt",
+            b"9    10.96.0.9:80/TCP   ClusterIP ",
+        ),
+        (
+            Format::CiliumBpfLbList,
+            "cilium-bpf-lb-list_1.18.txt",
+            b"10.96.0.9:80/TCP (0)   ",
+        ),
+    ];
+    for (format, name, prefix) in cases {
+        let input = data(name);
+        let plain = parse(format, &input).unwrap();
+        for len in [MAX_LINE + 1, 3 * MAX_LINE + 17] {
+            let (no, mut stream) = with_long_line(&input, 3, prefix, len);
+            let mut whole = Vec::new();
+            stream.read_to_end(&mut whole).unwrap();
+            let (_, stream) = with_long_line(&input, 3, prefix, len);
+            for got in [
+                parse_reader(format, BufReader::with_capacity(64 * 1024, stream)).unwrap(),
+                parse(format, &whole).unwrap(),
+            ] {
+                let (skipped, want_skipped, got_rows, want_rows) = match (&got, &plain) {
+                    (Parsed::Lb(g), Parsed::Lb(w)) => (
+                        &g.skipped,
+                        &w.skipped,
+                        format!("{:?}", g.frontends),
+                        format!("{:?}", w.frontends),
+                    ),
+                    (Parsed::Conntrack(g), Parsed::Conntrack(w)) => (
+                        &g.skipped,
+                        &w.skipped,
+                        format!("{:?}", g.entries),
+                        format!("{:?}", w.entries),
+                    ),
+                    _ => panic!("{format}: table kinds differ"),
+                };
+                assert_eq!(got_rows, want_rows, "{format}, {len} bytes");
+                assert_eq!(
+                    skipped.unknown,
+                    want_skipped.unknown + 1,
+                    "{format}: {skipped:?}"
+                );
+                assert_eq!(
+                    skipped.unknown_by_reason.get(OVERLONG_LINE),
+                    Some(&1),
+                    "{format}"
+                );
+                let sample = skipped
+                    .samples
+                    .iter()
+                    .find(|s| s.reason == OVERLONG_LINE)
+                    .unwrap();
+                assert_eq!(sample.location, Location::Line(no), "{format}");
+                assert!(
+                    sample
+                        .excerpt
+                        .starts_with(std::str::from_utf8(prefix).unwrap().trim()),
+                    "{format}: {}",
+                    sample.excerpt
+                );
+            }
+        }
+        // A line of exactly `MAX_LINE` bytes is still read (as whatever it is).
+        let (_, stream) = with_long_line(&input, 3, prefix, MAX_LINE);
+        let got = parse_reader(format, BufReader::with_capacity(4096, stream)).unwrap();
+        let skipped = match &got {
+            Parsed::Lb(t) => &t.skipped,
+            Parsed::Conntrack(t) => &t.skipped,
+        };
+        assert_eq!(
+            skipped.unknown_by_reason.get(OVERLONG_LINE),
+            None,
+            "{format}"
+        );
+    }
+    // Input of nothing but an overlong line is not the format: an error naming line 1.
+    let (_, stream) = with_long_line(b"", 1, b"-A KUBE-SERVICES ", 2 * MAX_LINE);
+    let err = iptables::parse_reader(BufReader::new(stream))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("line 1"), "{err}");
+}
+
+/// The conntrack-tools summary goes to stderr: in a capture of both streams it lands
+/// wherever stdout's buffer was cut, glued to the end of an entry or inside one (whose rest
+/// then starts the next line). The entry is kept whole either way.
+#[test]
+fn conntrack_entries_with_the_summary_glued_on_are_kept() {
+    let summary = "conntrack v1.4.6 (conntrack-tools): 3 flow entries have been shown.";
+    let a = "udp      17 29 src=10.244.2.15 dst=10.96.0.10 sport=41000 dport=53 [UNREPLIED] src=10.244.1.6 dst=10.244.2.15 sport=53 dport=41000 mark=0 use=1";
+    let b = "tcp      6 86399 ESTABLISHED src=10.244.2.15 dst=10.96.33.4 sport=52110 dport=8080 src=10.244.3.71 dst=10.244.2.15 sport=8080 dport=52110 [ASSURED] mark=0 use=1";
+    let c = "udp      17 118 src=10.244.2.15 dst=10.96.0.10 sport=41012 dport=53 src=10.244.1.69 dst=10.244.2.15 sport=53 dport=41012 [ASSURED] mark=0 zone=1 use=1";
+    let plain = conntrack::parse_str(&format!("{a}\n{b}\n{c}\n{summary}\n")).unwrap();
+    assert_eq!(plain.entries.len(), 3);
+    let cut = b.find("dst=10.244.2.15").unwrap() + "dst=10.2".len();
+    for dump in [
+        // Glued to the end of the last entry; stdout's newline follows the summary's.
+        format!("{a}\n{b}\n{c}{summary}\n\n"),
+        format!("{a}\n{b}\n{c}{summary}\n"),
+        // Inside an entry: its rest starts the next line.
+        format!("{a}\n{}{summary}\n{}\n{c}\n", &b[..cut], &b[cut..]),
+        // Between two tokens.
+        format!(
+            "{a}\n{}{summary}\n{}\n{c}\n",
+            &b[..b.find(" src=10.244.3.71").unwrap() + 1],
+            &b[b.find("src=10.244.3.71").unwrap()..]
+        ),
+        // Interrupted with ^C.
+        format!("{a}\n{b}\n{c}\n^C{summary}\n"),
+    ] {
+        let t = conntrack::parse_str(&dump).unwrap();
+        assert_eq!(t.entries, plain.entries, "{dump}");
+        assert_eq!(t.skipped.unknown, 0, "{dump}: {:?}", t.skipped);
+        assert_eq!(
+            t.skipped.ignored_by_reason.get("conntrack summary line"),
+            Some(&1)
+        );
+        let streamed =
+            conntrack::parse_reader(std::io::BufReader::with_capacity(7, dump.as_bytes())).unwrap();
+        assert_eq!(streamed, t);
+    }
+}
+
+/// A line cut short inside its reply tuple (a truncated capture) still names the backend a
+/// ClusterIP flow was DNATed to: the entry is kept with the reply's source as its DNAT
+/// target (the cut token dropped), flagged and counted.
+#[test]
+fn a_conntrack_entry_cut_in_its_reply_tuple_keeps_its_dnat_target() {
+    let full = "tcp      6 86399 ESTABLISHED src=10.244.2.15 dst=10.96.33.4 sport=52110 dport=8080 src=10.244.3.71 dst=10.244.2.15 sport=8080 dport=52110 [ASSURED] mark=0 use=1";
+    for (cut_after, port) in [
+        ("src=10.244.3.71 dst=10.244.2.", None),
+        ("src=10.244.3.71 dst=10.244.2.15", None),
+        ("src=10.244.3.71 dst=10.244.2.15 sport=80", None),
+        (
+            "src=10.244.3.71 dst=10.244.2.15 sport=8080 dport",
+            Some(8080),
+        ),
+    ] {
+        let line = &full[..full.find(cut_after).unwrap() + cut_after.len()];
+        let t = conntrack::parse_str(&format!("{line}\n")).unwrap();
+        assert_eq!(t.entries.len(), 1, "{line}: {:?}", t.skipped);
+        let e = &t.entries[0];
+        assert_eq!(e.orig.dst, ip("10.96.33.4"));
+        assert_eq!(e.dnat_target(), Some((ip("10.244.3.71"), port)), "{line}");
+        assert!(e.flags.contains(&"reply-cut-short".to_string()), "{line}");
+        assert_eq!(t.skipped.unknown, 1, "{line}");
+    }
+    // Cut inside the reply's source itself: nothing of the reply is sure.
+    let line = &full[..full.find("src=10.244.3.71").unwrap() + "src=10.244.3.7".len()];
+    let t = conntrack::parse_str(&format!("{line}\n")).unwrap();
+    assert!(t.entries.is_empty(), "{:?}", t.entries);
+    // A whole entry is never flagged, nor one that ends with a whole reply tuple (as
+    // `conntrack -E` events do).
+    let events = &full[..full.find(" [ASSURED]").unwrap()];
+    for line in [full, events] {
+        let t = conntrack::parse_str(line).unwrap();
+        assert!(t.entries[0].flags.is_empty());
+        assert_eq!(t.skipped.unknown, 0);
+        assert_eq!(
+            t.entries[0].dnat_target(),
+            Some((ip("10.244.3.71"), Some(8080)))
+        );
+    }
+}
+
+/// `conntrack -L -p udp` (no TCP line), `-E -p udp` events and `/proc/net/nf_conntrack` UDP
+/// lines are detected as conntrack, with a prompt or the summary first.
+#[test]
+fn udp_only_conntrack_output_is_detected() {
+    let udp = "udp      17 29 src=10.244.1.10 dst=10.96.0.10 sport=39670 dport=53 src=10.244.3.53 dst=10.244.1.10 sport=53 dport=39670 mark=0 use=1\n";
+    for dump in [
+        udp.to_string(),
+        format!("# conntrack -L -p udp\n{udp}"),
+        format!("conntrack v1.4.6 (conntrack-tools): 1 flow entries have been shown.\n{udp}"),
+        format!("    [NEW] {}", udp.replace(" mark=0 use=1", "")),
+        format!("ipv4     2 {udp}"),
+        "[DESTROY] udp      17 src=10.244.2.15 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.6 dst=10.244.2.15 sport=53 dport=40000\n".to_string(),
+    ] {
+        assert_eq!(detect_format(dump.as_bytes()), Some(Format::Conntrack), "{dump}");
+    }
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures/conntrack/conntrack-L-p-udp-dport-53_accounting-delta-time_k8s-issue129617_2025.txt");
+    if let Ok(bytes) = std::fs::read(&fixture) {
+        assert_eq!(detect_format(&bytes), Some(Format::Conntrack));
+    }
+}
+
+/// `text` with every whole occurrence of the address `from` (not part of a longer number)
+/// replaced by `to`.
+fn replace_addr(text: &str, from: &str, to: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(from) {
+        let before = out.chars().last().or_else(|| rest[..i].chars().last());
+        let before = rest[..i].chars().last().or(before);
+        let after = rest[i + from.len()..].chars().next();
+        let part = |c: Option<char>| c.is_some_and(|c| c.is_ascii_digit() || c == '.');
+        out.push_str(&rest[..i]);
+        out.push_str(if part(before) || part(after) {
+            from
+        } else {
+            to
+        });
+        rest = &rest[i + from.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A terminal transcript of two runs of a dump command, the second after a backend moved:
+/// the second run's table is read, not a merge of both, and the skip counts say how many
+/// snapshots came before and where the one read starts (its repeated header).
+#[test]
+fn several_snapshots_in_one_dump_are_detected_and_the_last_is_read() {
+    use ghostip_datapath::{EarlierSnapshots, Location};
+    let cases: [(Format, &str, ghostip_datapath::LineTest); 6] = [
+        (
+            Format::Iptables,
+            "iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt",
+            |l| l.starts_with('*'),
+        ),
+        (Format::Ipvsadm, "ipvsadm-Ln_weight0.txt", |l| {
+            l.starts_with("IP Virtual Server")
+        }),
+        (
+            Format::CiliumServiceList,
+            "cilium-service-list_1.19.txt",
+            |l| l.starts_with("Frontend"),
+        ),
+        (
+            Format::CiliumBpfLbList,
+            "cilium-bpf-lb-list_1.18.txt",
+            |l| l.starts_with("SERVICE ADDRESS"),
+        ),
+        (Format::CiliumDbFrontends, "cilium-db-frontends.txt", |l| {
+            l.starts_with("Address")
+        }),
+        (
+            Format::NftJson,
+            "nft-j_gen-12svc-40ep_nft-1.0.6.json",
+            |_| false,
+        ),
+    ];
+    let table = |format: Format, input: &[u8]| match parse(format, input).unwrap() {
+        Parsed::Lb(t) => t,
+        Parsed::Conntrack(_) => panic!("{format}"),
+    };
+    for (format, name, header) in cases {
+        let first = text(name);
+        let moved = table(format, first.as_bytes())
+            .frontends
+            .iter()
+            .find_map(|f| f.backends.first())
+            .unwrap()
+            .ip
+            .to_string();
+        let second = replace_addr(&first, &moved, "192.0.2.99");
+        assert_ne!(first, second, "{name}");
+        // JSON documents follow each other without a prompt between them.
+        let prompt = if format == Format::NftJson {
+            ""
+        } else {
+            "$ # the same command again\n"
+        };
+        let both = format!(
+            "{first}{}{prompt}{second}",
+            if first.ends_with('\n') { "" } else { "\n" }
+        );
+        let want = table(format, second.as_bytes());
+        let last_from = if format == Format::NftJson {
+            let v: serde_json::Value = serde_json::from_str(&first).unwrap();
+            let n = v["nftables"].as_array().unwrap().len();
+            let t = v["nftables"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .position(|o| o.get("table").is_some())
+                .unwrap();
+            Location::JsonPath(format!("nftables[{}]", n + t))
+        } else {
+            Location::Line(first.lines().count() + 2 + first.lines().position(header).unwrap())
+        };
+        for got in [
+            table(format, both.as_bytes()),
+            match parse_reader(
+                format,
+                std::io::BufReader::with_capacity(100, both.as_bytes()),
+            )
+            .unwrap()
+            {
+                Parsed::Lb(t) => t,
+                Parsed::Conntrack(_) => panic!(),
+            },
+        ] {
+            let mut got = got;
+            assert_eq!(
+                got.skipped.earlier_snapshots.take(),
+                Some(EarlierSnapshots {
+                    count: 1,
+                    last_from: last_from.clone()
+                }),
+                "{name}"
+            );
+            // The same table; the samples' line numbers are the transcript's.
+            let samples = |t: &LbTable| -> Vec<(String, String)> {
+                t.skipped
+                    .samples
+                    .iter()
+                    .map(|s| (s.reason.clone(), s.excerpt.clone()))
+                    .collect()
+            };
+            assert_eq!(samples(&got), samples(&want), "{name}");
+            got.skipped.samples = want.skipped.samples.clone();
+            assert_eq!(got, want, "{name}");
+            assert!(
+                got.frontends
+                    .iter()
+                    .flat_map(|f| &f.backends)
+                    .all(|b| b.ip.to_string() != moved)
+            );
+        }
+    }
+    // Three runs: two earlier ones.
+    let one = text("ipvsadm-Ln_weight0.txt");
+    let t = ipvs::parse_str(&format!("{one}{one}{one}")).unwrap();
+    assert_eq!(t.skipped.earlier_snapshots.map(|e| e.count), Some(2));
+    // The ip and ip6 tables of one ruleset, or iptables-save's filter and nat tables, are
+    // one snapshot.
+    let t =
+        iptables::parse_str(&text("iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt")).unwrap();
+    assert_eq!(t.skipped.earlier_snapshots, None);
 }

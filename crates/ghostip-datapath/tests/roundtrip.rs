@@ -4,8 +4,8 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use ghostip_datapath::generate::{GenModel, GenService, GenSpec};
 use ghostip_datapath::{Format, Protocol, ServiceRef, iptables, nft};
+use ghostip_testkit::dumps::{GenModel, GenService, GenSpec};
 use proptest::prelude::*;
 
 fn service_strategy(i: usize) -> impl Strategy<Value = GenService> {

@@ -5,8 +5,8 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use ghostip_logs::loggen::{GenConfig, LogGenerator};
 use ghostip_logs::{ScanOptions, Scanner};
+use ghostip_testkit::logs::{GenConfig, LogGenerator};
 
 fn generated(error_ratio: f64, bytes: usize) -> Vec<u8> {
     let mut generator = LogGenerator::new(GenConfig {

@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use ghostip_logs::loggen::{GenConfig, GenSummary, LogGenerator};
+use ghostip_testkit::logs::{GenConfig, GenSummary, LogGenerator};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();

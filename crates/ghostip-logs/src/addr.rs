@@ -206,6 +206,11 @@ pub(crate) fn socket_after(line: &[u8], marker: &Lit) -> Option<SocketAddr> {
     None
 }
 
+/// [`socket_after`] the first of `markers`, in order, that has one.
+pub(crate) fn socket_after_any(line: &[u8], markers: &[&Lit]) -> Option<SocketAddr> {
+    markers.iter().find_map(|m| socket_after(line, m))
+}
+
 /// A host as written in a URL or a message: an IP or a DNS-ish name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HostPort {

@@ -18,6 +18,10 @@ pub struct Group {
     pub peer: String,
     /// The target IP when known.
     pub target_ip: Option<IpAddr>,
+    /// For DNS failures: the name looked up (the peer is then `dns:NAME`).
+    pub dns_name: Option<String>,
+    /// For DNS failures: the DNS servers asked, when the lines name them.
+    pub dns_servers: BTreeSet<SocketAddr>,
     /// Target ports seen.
     pub ports: BTreeSet<u16>,
     /// The class.
@@ -117,6 +121,8 @@ impl Group {
         Group {
             peer,
             target_ip: f.target.map(|t| t.ip()),
+            dns_name: f.target.is_none().then(|| f.dns_name.clone()).flatten(),
+            dns_servers: BTreeSet::new(),
             ports: BTreeSet::new(),
             class,
             service: service.map(str::to_owned),
@@ -135,6 +141,11 @@ impl Group {
         if let Some(t) = f.target {
             self.ports.insert(t.port());
         }
+        if f.kind.is_dns()
+            && let Some(s) = f.dns_server
+        {
+            self.dns_servers.insert(s);
+        }
         self.errors += 1;
         *self.by_kind.entry(f.kind).or_default() += 1;
         widen(&mut self.first, &mut self.last, f.timestamp);
@@ -152,6 +163,7 @@ impl Group {
     /// Adds the failures of `g` (the same key) to this group.
     fn absorb(&mut self, g: Group) {
         self.ports.extend(g.ports);
+        self.dns_servers.extend(g.dns_servers);
         self.errors += g.errors;
         for (k, n) in g.by_kind {
             *self.by_kind.entry(k).or_default() += n;
@@ -290,6 +302,23 @@ fn date_hms(t: Timestamp) -> String {
     t.strftime("%Y-%m-%d %H:%M:%S").to_string()
 }
 
+/// The items joined by commas, or `-` when there is none (a table cell).
+fn list_or_dash<T: std::fmt::Display>(items: &BTreeSet<T>) -> String {
+    if items.is_empty() {
+        return "-".to_owned();
+    }
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Whether `a` and `b` fall on the same UTC date.
+fn same_date(a: Timestamp, b: Timestamp) -> bool {
+    a.strftime("%Y-%m-%d").to_string() == b.strftime("%Y-%m-%d").to_string()
+}
+
 // === impl Report ===
 
 impl Report {
@@ -306,8 +335,7 @@ impl Report {
             let _ = write!(s, " ({k})");
         }
         if let (Some(a), Some(b)) = (self.first, self.last) {
-            let same_day = a.strftime("%Y-%m-%d").to_string() == b.strftime("%Y-%m-%d").to_string();
-            let end = if same_day { hms(b) } else { date_hms(b) };
+            let end = if same_date(a, b) { hms(b) } else { date_hms(b) };
             let secs = b.as_second() - a.as_second();
             let _ = write!(s, ", between {} and {end} UTC ({secs} s)", date_hms(a));
         }
@@ -329,7 +357,12 @@ impl Report {
     pub fn render_table(&self) -> String {
         let with_service = self.groups.iter().any(|g| g.service.is_some());
         let with_window = self.groups.iter().any(|g| g.window.is_some());
-        let mut header = vec!["TARGET", "PORTS", "CLASS"];
+        let with_dns_server = self.groups.iter().any(|g| !g.dns_servers.is_empty());
+        let mut header = vec!["TARGET", "PORTS"];
+        if with_dns_server {
+            header.push("DNS SERVER");
+        }
+        header.push("CLASS");
         if with_service {
             header.push("SERVICE");
         }
@@ -339,17 +372,12 @@ impl Report {
         header.extend(["ERRORS", "KINDS", "FIRST", "LAST", "FORMATS"]);
         let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| (*h).to_owned()).collect()];
         for g in &self.groups {
-            let ports = if g.ports.is_empty() {
-                "-".to_owned()
-            } else {
-                g.ports
-                    .iter()
-                    .map(u16::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            };
             let approx = if g.approximate_time { "~" } else { "" };
-            let mut row = vec![g.peer.clone(), ports, g.class.as_str().to_owned()];
+            let mut row = vec![g.peer.clone(), list_or_dash(&g.ports)];
+            if with_dns_server {
+                row.push(list_or_dash(&g.dns_servers));
+            }
+            row.push(g.class.as_str().to_owned());
             if with_service {
                 row.push(g.service.clone().unwrap_or_else(|| "-".into()));
             }
@@ -362,7 +390,12 @@ impl Report {
                 g.first
                     .map_or("-".into(), |t| format!("{approx}{}", date_hms(t))),
             );
-            row.push(g.last.map_or("-".into(), |t| format!("{approx}{}", hms(t))));
+            // The time of day only when FIRST shows the same date.
+            row.push(g.last.map_or("-".into(), |t| {
+                let same_day = g.first.is_some_and(|f| same_date(f, t));
+                let at = if same_day { hms(t) } else { date_hms(t) };
+                format!("{approx}{at}")
+            }));
             row.push(
                 g.formats
                     .iter()
@@ -466,6 +499,75 @@ mod tests {
         let table = r.render_table();
         assert!(table.contains("TARGET"), "{table}");
         assert!(table.contains("Without a ledger"), "{table}");
+    }
+
+    #[test]
+    fn last_shows_its_date_when_first_has_another() {
+        let mut agg = Aggregator::new();
+        for x in [
+            f(Kind::Refused, "10.244.3.71:8080", "2024-05-01T23:59:50Z"),
+            f(Kind::Refused, "10.244.3.71:8080", "2024-05-02T00:00:10Z"),
+            f(Kind::Reset, "10.244.3.72:8080", "2024-05-02T10:00:00Z"),
+            f(Kind::Reset, "10.244.3.72:8080", "2024-05-02T10:00:05Z"),
+        ] {
+            agg.add(&x, classify(&x));
+        }
+        let table = agg.report(false).render_table();
+        let row = |peer: &str| {
+            table
+                .lines()
+                .find(|l| l.starts_with(peer))
+                .unwrap()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert!(
+            row("10.244.3.71").ends_with("2024-05-01 23:59:50 2024-05-02 00:00:10 java"),
+            "{table}"
+        );
+        assert!(
+            row("10.244.3.72").ends_with("2024-05-02 10:00:00 10:00:05 java"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn dns_failures_keep_their_name_and_servers() {
+        let mut agg = Aggregator::new();
+        let mut a = f(Kind::DnsTimeout, "", "2024-05-01T15:42:10Z");
+        a.dns_name = Some("argocd-redis".to_owned());
+        let mut b = a.clone();
+        b.dns_server = "10.96.0.10:53".parse().ok();
+        let mut c = b.clone();
+        c.dns_server = "169.254.20.10:53".parse().ok();
+        let mut other = f(Kind::Refused, "10.244.3.71:8080", "2024-05-01T15:42:11Z");
+        other.dns_server = "10.96.0.10:53".parse().ok();
+        for x in [&a, &b, &c, &other] {
+            agg.add(x, classify(x));
+        }
+        let r = agg.report(false);
+        let g = r
+            .groups
+            .iter()
+            .find(|g| g.peer == "dns:argocd-redis")
+            .unwrap();
+        assert_eq!(g.errors, 3);
+        assert_eq!(g.dns_name.as_deref(), Some("argocd-redis"));
+        let servers: Vec<String> = g.dns_servers.iter().map(ToString::to_string).collect();
+        assert_eq!(servers, ["10.96.0.10:53", "169.254.20.10:53"]);
+        let refused = r.groups.iter().find(|g| g.peer == "10.244.3.71").unwrap();
+        assert!(refused.dns_servers.is_empty() && refused.dns_name.is_none());
+        let table = r.render_table();
+        assert!(table.contains("DNS SERVER"), "{table}");
+        let row = table
+            .lines()
+            .find(|l| l.starts_with("dns:argocd-redis"))
+            .unwrap();
+        assert!(row.contains("10.96.0.10:53,169.254.20.10:53"), "{table}");
+        let json = serde_json::to_value(g).unwrap();
+        assert_eq!(json["dns_name"], "argocd-redis");
+        assert_eq!(json["dns_servers"][0], "10.96.0.10:53");
     }
 
     /// The aggregation as it was first written: one ordered map keyed by (peer, class,

@@ -1,6 +1,8 @@
 //! Classifies connection failures: by error kind alone, or with the facts of who owned the target
 //! IP at the error time and now (the ledger join, done by the caller).
 
+use std::net::IpAddr;
+
 use serde::Serialize;
 
 use crate::model::{ConnFailure, Kind};
@@ -23,6 +25,10 @@ pub enum Class {
     Unavailable,
     /// Another connect error (`operation not permitted`, a bare "failed to connect").
     Unclassified,
+    /// The target is a loopback, link-local or unspecified address (127.0.0.0/8, `::1`,
+    /// 169.254.0.0/16, `fe80::/10`, `0.0.0.0`, `::`): never a pod IP, so not staleness (a
+    /// local sidecar or agent, the node's metadata service).
+    LocalTarget,
     /// Ledger: no pod owned the IP at the error time: a stale client cache, registry or DNS.
     StaleClientCache,
     /// Ledger: the owning pod was terminating: clients still sent to it (preStop too short).
@@ -46,6 +52,7 @@ impl Class {
             Class::NameNotFound => "name-not-found",
             Class::Unavailable => "unavailable",
             Class::Unclassified => "unclassified",
+            Class::LocalTarget => "local-target",
             Class::StaleClientCache => "stale-client-cache",
             Class::TerminatingTarget => "terminating-target",
             Class::NotStaleness => "not-staleness",
@@ -56,8 +63,9 @@ impl Class {
 
     /// Whether the class means a client was sent to an endpoint that was gone, going, or
     /// unreachable through a stale path: everything but [`Class::NotStaleness`],
-    /// [`Class::NotReadyTarget`], [`Class::NameNotFound`], [`Class::Unavailable`] and
-    /// [`Class::Unclassified`]. `ghostip explain` exits 1 when any failure has such a class.
+    /// [`Class::NotReadyTarget`], [`Class::NameNotFound`], [`Class::Unavailable`],
+    /// [`Class::Unclassified`] and [`Class::LocalTarget`]. `ghostip explain` exits 1 when any
+    /// failure has such a class.
     pub fn is_staleness(self) -> bool {
         match self {
             Class::StaleTarget
@@ -70,6 +78,7 @@ impl Class {
             Class::NameNotFound
             | Class::Unavailable
             | Class::Unclassified
+            | Class::LocalTarget
             | Class::NotStaleness
             | Class::NotReadyTarget => false,
         }
@@ -85,6 +94,9 @@ impl Class {
             Class::NameNotFound => "name not found (deleted Service or cached negative answer)",
             Class::Unavailable => "upstream unavailable (the log gives no cause)",
             Class::Unclassified => "connect error (not classified)",
+            Class::LocalTarget => {
+                "not staleness: a loopback or link-local address is never a pod IP (local sidecar, agent, metadata service)"
+            }
             Class::StaleClientCache => "stale client cache/registry/DNS (no pod owned the IP)",
             Class::TerminatingTarget => {
                 "pod was terminating: clients still sent to it (preStop too short)"
@@ -102,8 +114,30 @@ impl std::fmt::Display for Class {
     }
 }
 
-/// Classifies by error kind only (no ledger).
+/// Whether `ip` can never be a pod IP: loopback (127.0.0.0/8, `::1`), link-local
+/// (169.254.0.0/16, `fe80::/10`) or unspecified (`0.0.0.0`, `::`), also written as an
+/// IPv4-mapped IPv6 address.
+pub fn is_local_address(ip: IpAddr) -> bool {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => v4.is_loopback() || v4.is_link_local() || v4.is_unspecified(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.is_unspecified() || (v6.segments()[0] & 0xffc0) == 0xfe80
+        }
+    }
+}
+
+/// Whether the failure is a connection (not a DNS lookup) aimed at a local address
+/// ([`is_local_address`]).
+fn aims_at_local_address(failure: &ConnFailure) -> bool {
+    !failure.kind.is_dns() && failure.target.is_some_and(|t| is_local_address(t.ip()))
+}
+
+/// Classifies by error kind only (no ledger); a failure aimed at a loopback or link-local
+/// address is [`Class::LocalTarget`] whatever its kind.
 pub fn classify(failure: &ConnFailure) -> Class {
+    if aims_at_local_address(failure) {
+        return Class::LocalTarget;
+    }
     class_of_kind(failure.kind)
 }
 
@@ -145,7 +179,8 @@ impl OwnerFacts {
 /// error time, `owner_now` owns it now (`None`: no pod).
 ///
 /// Rules, in order:
-/// 1. DNS failures and failures without a target IP keep their kind's class.
+/// 1. DNS failures and failures without a target IP keep their kind's class; a failure aimed at
+///    a loopback or link-local address is [`Class::LocalTarget`].
 /// 2. A live, ready pod owned the IP at the error time → [`Class::NotStaleness`].
 /// 3. A different live pod owns the IP now → [`Class::IpReused`].
 /// 4. No pod (or a gone one) at the error time: reset → [`Class::PooledConnection`], timeout or
@@ -158,7 +193,7 @@ pub fn classify_with_owner(
     owner_at_error: Option<&OwnerFacts>,
     owner_now: Option<&OwnerFacts>,
 ) -> Class {
-    if failure.kind.is_dns() || failure.target.is_none() {
+    if failure.kind.is_dns() || failure.target.is_none() || aims_at_local_address(failure) {
         return classify(failure);
     }
     if owner_at_error.is_some_and(OwnerFacts::live_ready) {
@@ -228,6 +263,51 @@ mod tests {
         assert_eq!(classify(&failure(Kind::Reset)), Class::PooledConnection);
         assert_eq!(classify(&failure(Kind::Timeout)), Class::Blackholed);
         assert_eq!(classify(&failure(Kind::DnsTimeout)), Class::DnsPath);
+    }
+
+    #[test]
+    fn loopback_and_link_local_targets_are_never_staleness() {
+        for target in [
+            "127.0.0.1:8080",
+            "127.10.0.1:80",
+            "[::1]:8080",
+            "169.254.169.254:80",
+            "[fe80::1%2]:80",
+            "[febf::1]:80",
+            "[::ffff:127.0.0.1]:80",
+            "0.0.0.0:80",
+            "[::]:80",
+        ] {
+            for kind in [Kind::Refused, Kind::Reset, Kind::Timeout, Kind::NoRoute] {
+                let mut f = failure(kind);
+                f.target = target.parse().ok();
+                assert!(f.target.is_some(), "{target}");
+                assert_eq!(classify(&f), Class::LocalTarget, "{target} {kind}");
+                // Whatever a history says about the address.
+                let a = pod("a", false, false, true);
+                assert_eq!(
+                    classify_with_owner(&f, Some(&a), None),
+                    Class::LocalTarget,
+                    "{target}"
+                );
+                assert!(!classify(&f).is_staleness());
+            }
+        }
+        // Pod and Service addresses, and the node-local DNS cache's (a DNS server, not a target).
+        for target in [
+            "10.244.3.71:8080",
+            "[fd00::5]:80",
+            "[fec0::1]:80",
+            "169.255.0.1:80",
+        ] {
+            let mut f = failure(Kind::Refused);
+            f.target = target.parse().ok();
+            assert_eq!(classify(&f), Class::StaleTarget, "{target}");
+        }
+        let mut dns = failure(Kind::DnsTimeout);
+        dns.target = None;
+        dns.dns_server = "169.254.20.10:53".parse().ok();
+        assert_eq!(classify(&dns), Class::DnsPath);
     }
 
     #[test]

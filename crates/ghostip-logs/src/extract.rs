@@ -1,20 +1,21 @@
-//! Per-format extractors: from one candidate line to a failure kind, format, target and DNS facts.
+//! The extractors: from one candidate line to a failure kind, format, target and DNS facts.
 //!
-//! See [`extract`] for the entry point. Envoy access logs (text and JSON) are parsed by their
-//! structure (response flags, `upstream_host`); every other format is recognized by marker
-//! literals, its kind comes from the failure phrases and its target from the format's own way of
-//! printing the peer (`dial tcp IP:PORT`, `Connect to h:p [/IP]`, `host/IP:port`,
-//! `connect ECONNREFUSED IP:PORT`, `HTTPConnectionPool(host=…, port=…)`, `upstream: "…"`).
-//! Phrases and markers are found in one pass over the line; the literals the target parsers look
-//! for are searched with finders built once ([`crate::lit`]).
+//! See [`extract`] for the entry point. The formats and how each is read are the table in
+//! [`crate::formats`]: formats with a structure of their own (Envoy access logs, text and JSON)
+//! are parsed by it; every other format is recognized by its marker literals, its kind comes
+//! from the failure phrases ([`crate::prefilter`]) and its peer from the format's peer reader
+//! (`dial tcp IP:PORT`, `Connect to h:p [/IP]`, `host/IP:port`, `connect ECONNREFUSED IP:PORT`,
+//! `HTTPConnectionPool(host=…, port=…)`, `upstream: "…"`), else from the line's first URL or
+//! last IP:port. Phrases and markers are found in one pass over the line; the literals the peer
+//! readers look for are searched with finders built once ([`crate::lit`]).
 
 use std::net::SocketAddr;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 
-use crate::addr::{
-    HostPort, first_url, last_socket, parse_host_port, parse_java_socket, parse_socket,
-    socket_after,
+use crate::addr::{HostPort, first_url, last_socket};
+use crate::formats::{
+    FORMATS, FormatSpec, GRPC_CREATE_FAILED, GRPC_CREATING, Peer, StructureFn, go_lookup, spec,
 };
 use crate::lit::{Lit, lit};
 use crate::model::{Format, Kind};
@@ -52,7 +53,7 @@ pub(crate) struct Extracted {
 }
 
 impl Extracted {
-    fn new(kind: Kind, format: Format) -> Extracted {
+    pub(crate) fn new(kind: Kind, format: Format) -> Extracted {
         Extracted {
             kind,
             format,
@@ -67,124 +68,34 @@ impl Extracted {
     }
 }
 
-// Format markers, matched case-sensitively in one pass over the candidate line.
-const M_LINKERD: u8 = 0;
-const M_COREDNS: u8 = 1;
-const M_NGINX: u8 = 2;
-const M_ENVOY_BODY: u8 = 3;
-const M_GRPC_JAVA: u8 = 4;
-const M_GRPC_JS: u8 = 5;
-const M_GRPC_GO: u8 = 6;
-const M_REACTOR: u8 = 7;
-const M_CURL: u8 = 8;
-const M_OKHTTP: u8 = 9;
-const M_APACHE: u8 = 10;
-const M_URLLIB3: u8 = 11;
-const M_NODE: u8 = 12;
-const M_PYTHON: u8 = 13;
-const M_JAVA: u8 = 14;
-const M_GO: u8 = 15;
-const M_GRPC_CREATING: u8 = 16;
-const M_GRPC_CREATE_FAILED: u8 = 17;
+/// Marker ids: the index of the format in [`FORMATS`] (its bit in a line's marker set), then
+/// the two grpc-go dial reports.
+pub(crate) const DIAL_BITS: u8 = 30;
+const M_GRPC_CREATING: u8 = DIAL_BITS;
+const M_GRPC_CREATE_FAILED: u8 = DIAL_BITS + 1;
 
-const MARKERS: &[(&str, u8)] = &[
-    ("linkerd_", M_LINKERD),
-    ("linkerd2_proxy", M_LINKERD),
-    ("ThreadId(", M_LINKERD),
-    ("plugin/errors", M_COREDNS),
-    ("plugin/forward", M_COREDNS),
-    ("unreachable backend", M_COREDNS),
-    ("CoreDNS", M_COREDNS),
-    ("while connecting to upstream", M_NGINX),
-    ("upstream: \"", M_NGINX),
-    ("no live upstreams", M_NGINX),
-    ("from upstream", M_NGINX),
-    ("connect() failed (", M_NGINX),
-    ("recv() failed (", M_NGINX),
-    (
-        "upstream connect error or disconnect/reset before headers",
-        M_ENVOY_BODY,
-    ),
-    ("io.grpc", M_GRPC_JAVA),
-    ("Status{code=", M_GRPC_JAVA),
-    ("StatusRuntimeException", M_GRPC_JAVA),
-    ("@grpc/grpc-js", M_GRPC_JS),
-    ("14 UNAVAILABLE", M_GRPC_JS),
-    ("rpc error", M_GRPC_GO),
-    ("rpcerror", M_GRPC_GO),
-    ("Error while dialing", M_GRPC_GO),
-    ("createTransport", M_GRPC_GO),
-    ("transport: ", M_GRPC_GO),
-    ("Creating new client transport", M_GRPC_CREATING),
-    ("createTransport failed", M_GRPC_CREATE_FAILED),
-    ("reactor.netty", M_REACTOR),
-    ("reactor.core", M_REACTOR),
-    ("WebClientRequestException", M_REACTOR),
-    ("PrematureCloseException", M_REACTOR),
-    ("prematurely closed", M_REACTOR),
-    ("readAddress(..)", M_REACTOR),
-    ("finishConnect(..)", M_REACTOR),
-    ("curl: (", M_CURL),
-    ("* Failed to connect to", M_CURL),
-    ("* Immediate connect fail", M_CURL),
-    ("okhttp", M_OKHTTP),
-    ("<-- HTTP FAILED", M_OKHTTP),
-    ("Failed to connect to ", M_OKHTTP),
-    ("HttpHostConnectException", M_APACHE),
-    ("] failed: ", M_APACHE),
-    ("org.apache.http", M_APACHE),
-    ("NewConnectionError", M_URLLIB3),
-    ("urllib3", M_URLLIB3),
-    ("HTTPConnectionPool(", M_URLLIB3),
-    ("HTTPSConnectionPool(", M_URLLIB3),
-    ("requests.exceptions", M_URLLIB3),
-    ("MaxRetryError", M_URLLIB3),
-    ("ECONNREFUSED", M_NODE),
-    ("ECONNRESET", M_NODE),
-    ("ETIMEDOUT", M_NODE),
-    ("EHOSTUNREACH", M_NODE),
-    ("ENETUNREACH", M_NODE),
-    ("ENOTFOUND", M_NODE),
-    ("EAI_AGAIN", M_NODE),
-    ("ECONNABORTED", M_NODE),
-    ("socket hang up", M_NODE),
-    ("errno: ", M_NODE),
-    ("[Errno ", M_PYTHON),
-    ("ConnectionRefusedError", M_PYTHON),
-    ("ConnectionResetError", M_PYTHON),
-    ("ConnectionError", M_PYTHON),
-    (" connecting to ", M_PYTHON),
-    ("Traceback", M_PYTHON),
-    ("socket.timeout", M_PYTHON),
-    ("socket.gaierror", M_PYTHON),
-    ("java.net.", M_JAVA),
-    ("java.io.", M_JAVA),
-    ("Exception", M_JAVA),
-    ("\tat ", M_JAVA),
-    ("dial tcp", M_GO),
-    ("dial udp", M_GO),
-    ("dial unix", M_GO),
-    ("read tcp", M_GO),
-    ("write tcp", M_GO),
-    ("read udp", M_GO),
-    ("write udp", M_GO),
-    ("lookup ", M_GO),
-    ("net/http", M_GO),
-    ("i/o timeout", M_GO),
-    ("getsockopt", M_GO),
-    ("Client.Timeout", M_GO),
-    ("context deadline exceeded", M_GO),
-    ("connect: ", M_GO),
-];
+/// Every marker with its id, formats first in table order.
+fn markers() -> impl Iterator<Item = (&'static str, u8)> {
+    FORMATS
+        .iter()
+        .zip(0u8..)
+        .flat_map(|(s, id)| s.markers.iter().map(move |m| (*m, id)))
+        .chain([
+            (GRPC_CREATING, M_GRPC_CREATING),
+            (GRPC_CREATE_FAILED, M_GRPC_CREATE_FAILED),
+        ])
+}
 
 /// The automaton the extractors need, built once per process: the failure phrases (matched
 /// ASCII case-insensitively) and the format markers (case-sensitive) in one automaton, searched
-/// once per candidate line.
+/// once per candidate line; and the structure readers of the formats that have one.
 #[derive(Debug, Clone)]
 pub(crate) struct Extractors {
     words: AhoCorasick,
     /// What each pattern of `words` means.
     meanings: Vec<Meaning>,
+    /// The structure readers, in table order.
+    structured: Vec<StructureFn>,
 }
 
 /// A pattern of the combined automaton: a phrase, format markers with that text (up to case),
@@ -218,8 +129,8 @@ impl Extractors {
         for (phrase, says) in PHRASES {
             slots.push((slot(phrase), Some(*says), None));
         }
-        for (marker, id) in MARKERS {
-            slots.push((slot(marker), None, Some((*id, marker.as_bytes()))));
+        for (marker, id) in markers() {
+            slots.push((slot(marker), None, Some((id, marker.as_bytes()))));
         }
         for (i, says, marker) in slots {
             let m = meanings.get_mut(i)?;
@@ -236,7 +147,12 @@ impl Extractors {
             .match_kind(MatchKind::Standard)
             .build(&texts)
             .ok()?;
-        Some(Extractors { words, meanings })
+        let structured = FORMATS.iter().filter_map(|s| s.structure).collect();
+        Some(Extractors {
+            words,
+            meanings,
+            structured,
+        })
     }
 
     /// The phrases and the format markers in `msg`: exactly what two leftmost-longest,
@@ -295,31 +211,31 @@ fn has(set: u32, id: u8) -> bool {
     set & (1 << id) != 0
 }
 
-fn find(hay: &[u8], needle: &Lit) -> Option<usize> {
+pub(crate) fn find(hay: &[u8], needle: &Lit) -> Option<usize> {
     needle.find(hay)
 }
 
-fn contains(hay: &[u8], needle: &Lit) -> bool {
+pub(crate) fn contains(hay: &[u8], needle: &Lit) -> bool {
     find(hay, needle).is_some()
 }
 
-fn skip_ws(b: &[u8], mut i: usize) -> usize {
+pub(crate) fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while matches!(b.get(i), Some(b' ' | b'\t')) {
         i += 1;
     }
     i
 }
 
-fn to_string(b: &[u8]) -> Option<String> {
+pub(crate) fn to_string(b: &[u8]) -> Option<String> {
     std::str::from_utf8(b).ok().map(str::to_owned)
 }
 
-fn is_name_char(c: u8) -> bool {
+pub(crate) fn is_name_char(c: u8) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b'_')
 }
 
 /// A DNS-ish name starting at `b[0]` (trailing dot dropped).
-fn name_at(b: &[u8]) -> Option<String> {
+pub(crate) fn name_at(b: &[u8]) -> Option<String> {
     let n = b.iter().take(253).take_while(|&&c| is_name_char(c)).count();
     let name = b[..n].strip_suffix(b".").unwrap_or(&b[..n]);
     if name.is_empty() || !name.iter().any(u8::is_ascii_alphanumeric) {
@@ -329,7 +245,7 @@ fn name_at(b: &[u8]) -> Option<String> {
 }
 
 /// A JSON string (or `null` → `None`, other scalars as written) after `key` in `line`.
-fn json_value<'a>(line: &'a [u8], key: &Lit) -> Option<&'a [u8]> {
+pub(crate) fn json_value<'a>(line: &'a [u8], key: &Lit) -> Option<&'a [u8]> {
     let p = find(line, key)?;
     let mut i = skip_ws(line, p + key.needle().len());
     if line.get(i) != Some(&b':') {
@@ -361,112 +277,14 @@ fn json_value<'a>(line: &'a [u8], key: &Lit) -> Option<&'a [u8]> {
     }
 }
 
-const FAILURE_FLAGS: [&[u8]; 4] = [b"UF", b"URX", b"UH", b"UC"];
-
-fn flags_fail(flags: &[u8]) -> bool {
-    flags
-        .split(|&c| c == b',')
-        .any(|f| FAILURE_FLAGS.contains(&f))
-}
-
-fn envoy_kind(flags: &[u8], phrases: &Phrases) -> Kind {
-    for k in [Kind::Refused, Kind::NoRoute, Kind::Reset, Kind::Timeout] {
-        if phrases.has(k) {
-            return k;
-        }
+/// Sets the target (an IP and a port) and the host name (a name) of `hp`.
+pub(crate) fn host_port_into(hp: &HostPort, e: &mut Extracted) {
+    if let Some(sa) = hp.socket() {
+        e.target = Some(sa);
     }
-    if flags.split(|&c| c == b',').any(|f| f == b"UC") {
-        Kind::Reset
-    } else {
-        Kind::Unavailable
+    if hp.name.is_some() {
+        e.host = hp.name.clone();
     }
-}
-
-fn envoy_target(value: &[u8], e: &mut Extracted) {
-    match parse_socket(value) {
-        Some((sa, n)) if n == value.len() => e.target = Some(sa),
-        _ if value != b"-" && !value.is_empty() => e.host = to_string(value),
-        _ => {}
-    }
-}
-
-/// Envoy JSON access log line.
-fn envoy_json(line: &[u8], ex: &Extractors) -> Outcome {
-    let Some(flags) = json_value(line, lit!(b"\"response_flags\"")) else {
-        return Outcome::Dismissed;
-    };
-    if !flags_fail(flags) {
-        return Outcome::Dismissed;
-    }
-    // Refine the kind only from the detail fields: other keys (`connection_termination_details`)
-    // would match the phrases by their names.
-    let mut phrases = Phrases::default();
-    for key in [
-        lit!(b"\"response_code_details\""),
-        lit!(b"\"upstream_transport_failure_reason\""),
-    ] {
-        if let Some(v) = json_value(line, key) {
-            phrases = phrases.union(ex.phrases(v));
-        }
-    }
-    let mut e = Extracted::new(envoy_kind(flags, &phrases), Format::EnvoyJson);
-    e.response_flags = to_string(flags);
-    if let Some(up) = json_value(line, lit!(b"\"upstream_host\"")) {
-        envoy_target(up, &mut e);
-    }
-    Outcome::Failure(e)
-}
-
-/// Envoy default text access log: `"REQ" CODE FLAGS … "UPSTREAM_HOST" CLUSTER …`. `None` when
-/// the message does not have that shape.
-fn envoy_text(msg: &[u8], ex: &Extractors) -> Option<Outcome> {
-    let close = memchr::memchr(b'"', msg.get(1..)?)? + 1;
-    let mut i = skip_ws(msg, close + 1);
-    let code = msg[i.min(msg.len())..]
-        .iter()
-        .take(4)
-        .take_while(|c| c.is_ascii_digit())
-        .count();
-    if code == 0 || code > 3 || msg.get(i + code) != Some(&b' ') {
-        return None;
-    }
-    i = skip_ws(msg, i + code);
-    let flen = msg[i..].iter().take(64).take_while(|&&c| c != b' ').count();
-    let flags = &msg[i..i + flen];
-    if flen == 0
-        || !flags
-            .iter()
-            .all(|c| c.is_ascii_uppercase() || *c == b',' || *c == b'-')
-    {
-        return None;
-    }
-    if !flags_fail(flags) {
-        return Some(Outcome::Dismissed);
-    }
-    // Details (Istio >= 1.9), termination details and the quoted transport failure reason follow
-    // the flags; refine the kind from them only.
-    let rest = &msg[i + flen..];
-    let detail_end = memchr::memchr(b'"', rest)
-        .and_then(|o| memchr::memchr(b'"', &rest[o + 1..]).map(|c| o + 1 + c))
-        .unwrap_or(rest.len().min(256));
-    let phrases = ex.phrases(&rest[..detail_end]);
-    let mut e = Extracted::new(envoy_kind(flags, &phrases), Format::EnvoyText);
-    e.response_flags = to_string(flags);
-    // UPSTREAM_HOST is the last quoted field in every default format since Istio 1.5.
-    let mut last: Option<&[u8]> = None;
-    let mut j = i + flen;
-    while let Some(open) = memchr::memchr(b'"', &msg[j..]) {
-        let s = j + open + 1;
-        let Some(close) = memchr::memchr(b'"', &msg[s..]) else {
-            break;
-        };
-        last = Some(&msg[s..s + close]);
-        j = s + close + 1;
-    }
-    if let Some(up) = last {
-        envoy_target(up, &mut e);
-    }
-    Some(Outcome::Failure(e))
 }
 
 /// True when the message carries something that looks like Envoy failure flags.
@@ -485,255 +303,17 @@ fn envoy_flag_like(msg: &[u8]) -> bool {
     .any(|n| contains(msg, n))
 }
 
-fn detect_format(set: u32) -> Format {
-    const ORDER: [(u8, Format); 18] = [
-        (M_LINKERD, Format::Linkerd),
-        (M_COREDNS, Format::CoreDns),
-        (M_NGINX, Format::Nginx),
-        (M_ENVOY_BODY, Format::EnvoyText),
-        (M_GRPC_JAVA, Format::GrpcJava),
-        (M_GRPC_JS, Format::GrpcJs),
-        (M_GRPC_GO, Format::GrpcGo),
-        (M_REACTOR, Format::ReactorNetty),
-        (M_CURL, Format::Curl),
-        (M_OKHTTP, Format::OkHttp),
-        (M_APACHE, Format::ApacheHttpClient),
-        (M_URLLIB3, Format::PythonUrllib3),
-        (M_NODE, Format::NodeJs),
-        (M_PYTHON, Format::Python),
-        (M_JAVA, Format::Java),
-        (M_GO, Format::GoNet),
-        (M_GRPC_CREATING, Format::GrpcGo),
-        (M_GRPC_CREATE_FAILED, Format::GrpcGo),
-    ];
-    ORDER
-        .iter()
-        .find(|(m, _)| has(set, *m))
-        .map_or(Format::Unknown, |(_, f)| *f)
-}
-
-/// Go: `dial tcp IP:PORT`, `read tcp A->B`, grpc's `Addr: "IP:PORT"`.
-fn go_target(msg: &[u8]) -> Option<SocketAddr> {
-    for m in [
-        lit!(b"dial tcp "),
-        lit!(b"dial tcp4 "),
-        lit!(b"dial tcp6 "),
-        lit!(b"dial udp "),
-        lit!(b"->"),
-        lit!(b"Addr: \\\""),
-        lit!(b"Addr: \""),
-    ] {
-        if let Some(sa) = socket_after(msg, m) {
-            return Some(sa);
-        }
+/// The format of a line from its marker set: the first entry of [`FORMATS`] whose marker it
+/// holds, else grpc-go for a dial report, else none ([`Format::Unknown`]).
+fn detect(set: u32) -> Option<&'static FormatSpec> {
+    let formats = set & ((1 << DIAL_BITS) - 1);
+    if formats != 0 {
+        return FORMATS.get(formats.trailing_zeros() as usize);
+    }
+    if set != 0 {
+        return spec(Format::GrpcGo);
     }
     None
-}
-
-/// Go `lookup NAME on SERVER: …` or `lookup NAME: …`.
-fn go_lookup(msg: &[u8], e: &mut Extracted) -> bool {
-    for p in lit!(b"lookup ").find_iter(msg) {
-        let rest = &msg[p + 7..];
-        let Some(name) = name_at(rest) else { continue };
-        let after = &rest[name.len().min(rest.len())..];
-        let after = after.strip_prefix(b".").unwrap_or(after);
-        if let Some(srv) = after.strip_prefix(b" on ") {
-            e.dns_name = Some(name);
-            e.dns_server = parse_socket(srv).map(|x| x.0);
-            return true;
-        }
-        if after.starts_with(b":") {
-            e.dns_name = Some(name);
-            return true;
-        }
-    }
-    false
-}
-
-/// CoreDNS `plugin/errors: 2 NAME. TYPE: … read udp A->B:53: i/o timeout`.
-fn coredns(msg: &[u8], e: &mut Extracted) {
-    if let Some(p) = find(msg, lit!(b"plugin/errors: ")) {
-        let rest = &msg[p + 15..];
-        let n = rest.iter().take_while(|c| c.is_ascii_digit()).count();
-        if let Some(r) = rest.get(n..).and_then(|r| r.strip_prefix(b" ")) {
-            e.dns_name = name_at(r);
-        }
-    }
-    e.dns_server = socket_after(msg, lit!(b"->")).or_else(|| socket_after(msg, lit!(b"dial udp ")));
-    if e.dns_server.is_none() {
-        e.dns_server = socket_after(msg, lit!(b"dial tcp "));
-    }
-    if matches!(e.kind, Kind::Timeout | Kind::Refused | Kind::NoRoute) {
-        e.kind = Kind::DnsTimeout;
-    }
-}
-
-/// Java's `host/IP:port` (OkHttp, Netty, NIO) anywhere in the line; also sets the host name.
-fn java_slash_target(msg: &[u8], e: &mut Extracted) -> bool {
-    for p in memchr::memchr_iter(b'/', msg) {
-        let after = &msg[p + 1..];
-        if let Some((sa, _)) = parse_java_socket(after) {
-            e.target = Some(sa);
-            let hs = msg[..p]
-                .iter()
-                .rposition(|&c| !is_name_char(c))
-                .map_or(0, |i| i + 1);
-            let host = &msg[hs..p];
-            if !host.is_empty() && host.iter().any(u8::is_ascii_alphabetic) {
-                e.host = to_string(host);
-            }
-            return true;
-        }
-    }
-    false
-}
-
-/// Apache HttpClient: `Connect to HOST:PORT [HOST/IP, …] failed`.
-fn apache_target(msg: &[u8], e: &mut Extracted) -> bool {
-    let Some(p) = find(msg, lit!(b"Connect to ")) else {
-        return false;
-    };
-    let rest = &msg[p + 11..];
-    let Some((hp, n)) = parse_host_port(rest) else {
-        return false;
-    };
-    e.host = hp.name.clone();
-    if let Some(sa) = hp.socket() {
-        e.target = Some(sa);
-        return true;
-    }
-    let after = &rest[n..];
-    if let (Some(port), Some(open)) = (hp.port, after.strip_prefix(b" ["))
-        && let Some(slash) = memchr::memchr(b'/', &open[..open.len().min(300)])
-        && let Some((ip, _)) = crate::addr::parse_ip(&open[slash + 1..])
-    {
-        e.target = Some(SocketAddr::new(ip, port));
-        return true;
-    }
-    false
-}
-
-fn host_port_into(hp: &HostPort, e: &mut Extracted) {
-    if let Some(sa) = hp.socket() {
-        e.target = Some(sa);
-    }
-    if hp.name.is_some() {
-        e.host = hp.name.clone();
-    }
-}
-
-/// Python: `HTTPConnectionPool(host='X', port=N)`, redis-py `connecting to HOST:PORT.`.
-fn python_target(msg: &[u8], e: &mut Extracted) -> bool {
-    if let Some(p) = find(msg, lit!(b"host='")) {
-        let rest = &msg[p + 6..];
-        let end = memchr::memchr(b'\'', &rest[..rest.len().min(256)]).unwrap_or(0);
-        let host = &rest[..end];
-        let port = find(rest, lit!(b"port=")).and_then(|q| crate::addr::parse_port(&rest[q + 5..]));
-        let ip = crate::addr::parse_ip(host)
-            .filter(|(_, n)| *n == host.len())
-            .map(|x| x.0);
-        match (ip, port) {
-            (Some(ip), Some((port, _))) => e.target = Some(SocketAddr::new(ip, port)),
-            (None, _) if !host.is_empty() => e.host = to_string(host),
-            _ => {}
-        }
-        return e.target.is_some() || e.host.is_some();
-    }
-    if let Some(p) = find(msg, lit!(b" connecting to "))
-        && let Some((hp, _)) = parse_host_port(&msg[p + 15..])
-    {
-        host_port_into(&hp, e);
-        return true;
-    }
-    false
-}
-
-/// Node.js: `connect ECONNREFUSED IP:PORT`, `getaddrinfo ENOTFOUND name`.
-fn node_target(msg: &[u8], e: &mut Extracted) -> bool {
-    for m in [
-        lit!(b"ECONNREFUSED "),
-        lit!(b"ETIMEDOUT "),
-        lit!(b"EHOSTUNREACH "),
-        lit!(b"ENETUNREACH "),
-        lit!(b"ECONNRESET "),
-    ] {
-        if let Some(sa) = socket_after(msg, m) {
-            e.target = Some(sa);
-            return true;
-        }
-    }
-    for m in [lit!(b"ENOTFOUND "), lit!(b"EAI_AGAIN ")] {
-        if let Some(p) = find(msg, m) {
-            e.dns_name = name_at(&msg[p + m.needle().len()..]);
-            return e.dns_name.is_some();
-        }
-    }
-    false
-}
-
-/// linkerd2-proxy: `endpoint{addr=IP:PORT}`, `error=endpoint IP:PORT:`, `server.addr=`,
-/// `dst=`, or a plain `addr=` that is not the client's.
-fn linkerd_target(msg: &[u8]) -> Option<SocketAddr> {
-    for m in [
-        lit!(b"endpoint{addr="),
-        lit!(b"endpoint "),
-        lit!(b"server.addr="),
-        lit!(b"dst="),
-    ] {
-        if let Some(sa) = socket_after(msg, m) {
-            return Some(sa);
-        }
-    }
-    for p in lit!(b"addr=").find_iter(msg) {
-        let before = &msg[p.saturating_sub(7)..p];
-        if before.ends_with(b"client.") || before.ends_with(b"local.") {
-            continue;
-        }
-        if let Some((sa, _)) = parse_socket(&msg[p + 5..]) {
-            return Some(sa);
-        }
-    }
-    None
-}
-
-/// curl: `Failed to connect to HOST port PORT`, `Immediate connect fail for IP:`.
-fn curl_target(msg: &[u8], e: &mut Extracted) -> bool {
-    if let Some(p) = find(msg, lit!(b"connect to ")) {
-        let rest = &msg[p + 11..];
-        if let Some((hp, n)) = parse_host_port(rest) {
-            let port = rest[n..]
-                .strip_prefix(b" port ")
-                .and_then(crate::addr::parse_port)
-                .map(|x| x.0);
-            let hp = HostPort {
-                port: hp.port.or(port),
-                ..hp
-            };
-            host_port_into(&hp, e);
-            return e.target.is_some();
-        }
-    }
-    // `* Immediate connect fail for 10.15.1.8: Operation not permitted`: the IP, no port yet
-    // (the summary line that follows has it and is merged).
-    if let Some(p) = find(msg, lit!(b"connect fail for "))
-        && let Some((ip, _)) = crate::addr::parse_ip(&msg[p + 17..])
-    {
-        e.host = Some(ip.to_string());
-    }
-    false
-}
-
-/// nginx: `upstream: "http://IP:PORT/…"` or `upstream: "IP:PORT"`.
-fn nginx_target(msg: &[u8], e: &mut Extracted) {
-    if let Some(p) = find(msg, lit!(b"upstream: \"")) {
-        let rest = &msg[p + 11..];
-        let hp = first_url(&rest[..rest.len().min(300)])
-            .filter(|_| rest.starts_with(b"http") || rest.starts_with(b"grpc"))
-            .or_else(|| parse_host_port(rest).map(|x| x.0));
-        if let Some(hp) = hp {
-            host_port_into(&hp, e);
-        }
-    }
 }
 
 /// Java DNS names: `Failed to resolve 'NAME'`, `UnknownHostException: NAME`.
@@ -781,13 +361,10 @@ pub(crate) fn shape_key(kind: Option<Kind>, msg: &[u8]) -> String {
 /// time / syslog / klog prefixes.
 pub(crate) fn extract(line: &[u8], msg_start: usize, ex: &Extractors) -> Outcome {
     let msg = &line[msg_start.min(line.len())..];
-    if contains(line, lit!(b"\"response_flags\"")) {
-        return envoy_json(line, ex);
-    }
-    if msg.first() == Some(&b'"')
-        && let Some(o) = envoy_text(msg, ex)
-    {
-        return o;
+    for read in &ex.structured {
+        if let Some(o) = read(line, msg, ex) {
+            return o;
+        }
     }
     let (phrases, set) = ex.words(msg);
     let Some(kind) = phrases.kind() else {
@@ -800,56 +377,22 @@ pub(crate) fn extract(line: &[u8], msg_start: usize, ex: &Extractors) -> Outcome
             Outcome::Dismissed
         };
     };
-    let format = detect_format(set);
+    let spec = detect(set);
+    let format = spec.map_or(Format::Unknown, |s| s.format);
     let mut e = Extracted::new(kind, format);
     e.grpc_creating = has(set, M_GRPC_CREATING);
     e.grpc_create_failed = has(set, M_GRPC_CREATE_FAILED);
 
-    let mut found = false;
-    match format {
-        Format::GoNet | Format::GrpcGo => {
-            if phrases.lookup && go_lookup(msg, &mut e) {
-                if !e.kind.is_dns() {
-                    e.kind = if kind == Kind::DnsNotFound {
-                        Kind::DnsNotFound
-                    } else {
-                        Kind::DnsTimeout
-                    };
-                }
-                return Outcome::Failure(e);
+    match spec.map_or(Peer::Search, |s| (s.peer)(msg, &phrases, &mut e)) {
+        Peer::Final => return Outcome::Failure(e),
+        Peer::Done => {}
+        Peer::Search => {
+            if let Some(hp) = first_url(msg) {
+                host_port_into(&hp, &mut e);
             }
-            e.target = go_target(msg);
-            found = e.target.is_some();
-        }
-        Format::CoreDns => {
-            coredns(msg, &mut e);
-            return Outcome::Failure(e);
-        }
-        Format::Nginx => {
-            nginx_target(msg, &mut e);
-            return Outcome::Failure(e);
-        }
-        Format::Linkerd => {
-            e.target = linkerd_target(msg);
-            found = e.target.is_some();
-        }
-        Format::ApacheHttpClient => {
-            found = apache_target(msg, &mut e) || java_slash_target(msg, &mut e);
-        }
-        Format::GrpcJava | Format::OkHttp | Format::ReactorNetty | Format::Java => {
-            found = java_slash_target(msg, &mut e);
-        }
-        Format::NodeJs => found = node_target(msg, &mut e),
-        Format::PythonUrllib3 | Format::Python => found = python_target(msg, &mut e),
-        Format::Curl => found = curl_target(msg, &mut e),
-        Format::GrpcJs | Format::EnvoyText | Format::EnvoyJson | Format::Unknown => {}
-    }
-    if !found && !matches!(format, Format::Curl | Format::GrpcJs | Format::EnvoyText) {
-        if let Some(hp) = first_url(msg) {
-            host_port_into(&hp, &mut e);
-        }
-        if e.target.is_none() {
-            e.target = last_socket(msg);
+            if e.target.is_none() {
+                e.target = last_socket(msg);
+            }
         }
     }
     if e.kind.is_dns() {
@@ -932,6 +475,17 @@ pub(crate) fn continuation(msg: &[u8]) -> Continuation {
     }
 }
 
+/// Whether a line without a timestamp may be part of the log record a timestamped line above it
+/// began: a continuation shape ([`continuation`]), an indented or blank line, or Python's
+/// `Traceback (most recent call last):`. An undated line of any other shape is a record of its
+/// own, whose time the log does not give.
+pub(crate) fn may_continue_record(line: &[u8]) -> bool {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    line.first().is_none_or(|c| matches!(c, b' ' | b'\t'))
+        || line.starts_with(b"Traceback")
+        || continuation(line) != Continuation::No
+}
+
 fn is_continuation_part(msg: &[u8]) -> bool {
     let t = &msg[skip_ws(msg, 0)..];
     const STARTS: [&[u8]; 11] = [
@@ -977,6 +531,10 @@ mod tests {
         let p = crate::time::parse_prefix(line.as_bytes());
         extract(line.as_bytes(), p.msg_start, &ex)
     }
+
+    /// Every marker with its id.
+    static MARKERS: std::sync::LazyLock<Vec<(&str, u8)>> =
+        std::sync::LazyLock::new(|| markers().collect());
 
     /// The two searches `Extractors::words` replaces: leftmost-longest over the phrases (ASCII
     /// case-insensitive) and over the markers (case-sensitive).

@@ -48,9 +48,9 @@ mod addr;
 mod aggregate;
 mod classify;
 mod extract;
+mod formats;
 mod lines;
 mod lit;
-pub mod loggen;
 mod mmap;
 mod model;
 mod parallel;
@@ -60,7 +60,9 @@ mod scanner;
 mod time;
 
 pub use aggregate::{Aggregator, Group, Report};
-pub use classify::{Class, OwnerFacts, class_of_kind, classify, classify_with_owner};
+pub use classify::{
+    Class, OwnerFacts, class_of_kind, classify, classify_with_owner, is_local_address,
+};
 pub use mmap::{MappedLog, map_settled};
 pub use model::{
     ConnFailure, FOCUS_LINES, Format, Kind, RAW_EXCERPT_MAX, ScanOptions, ScanStats, Target,
@@ -68,5 +70,5 @@ pub use model::{
 };
 pub use parallel::{ParallelOptions, ReadAt};
 pub use prefilter::prefilter_needles;
-pub use reader::{is_gzip, open_reader};
+pub use reader::{is_gzip, open_reader, open_reader_gz};
 pub use scanner::{ScanError, Scanner, scan_bytes, scan_reader};

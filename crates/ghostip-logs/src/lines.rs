@@ -25,7 +25,8 @@ use std::sync::Arc;
 use memchr::memmem::Finder;
 
 use crate::extract::{
-    Continuation, Extracted, Extractors, Outcome, continuation, extract, is_frame, shape_key,
+    Continuation, Extracted, Extractors, Outcome, continuation, extract, is_frame,
+    may_continue_record, shape_key,
 };
 use crate::model::{ScanStats, excerpt};
 use crate::prefilter::Prefilter;
@@ -92,6 +93,9 @@ pub(crate) struct Found {
     /// How many lines back (at most [`MERGE_WINDOW`]) the closest line with a timestamp is, and
     /// that timestamp; only computed for lines without a timestamp of their own.
     pub stamp_back: Option<(u64, RawTime)>,
+    /// Whether every line between that line and this one may continue a log record
+    /// ([`may_continue_record`]): then this line may belong to the record it began.
+    pub in_record: bool,
     /// The line, bounded.
     pub raw: String,
 }
@@ -655,8 +659,13 @@ impl LineScan {
             } else {
                 None
             };
+            let mut in_record = true;
             let stamp_back = if prefix.time.is_none() {
-                nearest_back(before, |l| parse_prefix(l).time)
+                nearest_back(before, |l| {
+                    let t = parse_prefix(l).time;
+                    in_record &= t.is_some() || may_continue_record(l);
+                    t
+                })
             } else {
                 None
             };
@@ -666,6 +675,7 @@ impl LineScan {
                 continuation,
                 frame_back,
                 stamp_back,
+                in_record,
                 raw: excerpt(line),
             }
         });

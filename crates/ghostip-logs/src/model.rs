@@ -86,7 +86,8 @@ impl std::fmt::Display for Kind {
     }
 }
 
-/// Which client, proxy or library wrote the line.
+/// Which client, proxy or library wrote the line. Each format but [`Format::Unknown`] has its
+/// entry (name, markers, needles, peer reader) in the crate's table of formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Format {
@@ -129,36 +130,17 @@ pub enum Format {
 }
 
 impl Format {
-    /// Short name used in tables.
+    /// Short name used in tables (the format's entry in the table of formats).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Format::GrpcGo => "grpc-go",
-            Format::GrpcJava => "grpc-java",
-            Format::GrpcJs => "grpc-js",
-            Format::Java => "java",
-            Format::OkHttp => "okhttp",
-            Format::ApacheHttpClient => "apache-httpclient",
-            Format::ReactorNetty => "reactor-netty",
-            Format::GoNet => "go-net",
-            Format::EnvoyText => "envoy-text",
-            Format::EnvoyJson => "envoy-json",
-            Format::Nginx => "nginx",
-            Format::NodeJs => "nodejs",
-            Format::PythonUrllib3 => "python-urllib3",
-            Format::Python => "python",
-            Format::Linkerd => "linkerd",
-            Format::CoreDns => "coredns",
-            Format::Curl => "curl",
-            Format::Unknown => "unknown",
-        }
+        crate::formats::spec(self).map_or("unknown", |s| s.name)
     }
 
     /// How specific the format attribution is; merged lines keep the most specific one.
     pub(crate) fn specificity(self) -> u8 {
-        match self {
-            Format::Unknown => 0,
-            Format::Java | Format::Python | Format::GoNet | Format::NodeJs => 1,
-            _ => 2,
+        match crate::formats::spec(self) {
+            None => 0,
+            Some(s) if s.family => 1,
+            Some(_) => 2,
         }
     }
 }
@@ -354,6 +336,13 @@ impl ScanStats {
             out.push(format!(
                 "{} timestamp(s) have no zone: UTC was assumed (marked approximate); pass --tz",
                 self.assumed_zone
+            ));
+        }
+        if self.undated > 0 {
+            out.push(format!(
+                "{} failure(s) have no time (their line has none and continues no timestamped \
+                 log record): they are not joined with the history nor placed in a rollout window",
+                self.undated
             ));
         }
         if self.unknown_lines > 0 {

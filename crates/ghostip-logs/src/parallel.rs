@@ -322,8 +322,14 @@ impl Scanner {
     /// ([`MappedLog::release`]) once it is scanned, so that the resident set is bounded by the
     /// segments in flight, not by the file.
     ///
+    /// A segment that starts after the map stopped being [`intact`](MappedLog::intact) (a
+    /// process waits to write or truncate the file) is read with positional reads instead, as
+    /// [`Scanner::scan_parallel`] reads it: the map stays valid only until the kernel ends the
+    /// lease. The failures are the same unless the file then changes.
+    ///
     /// # Errors
-    /// Only a bug: a scanning thread stopped early ([`ScanError::Worker`]).
+    /// A positional read failed ([`ScanError::Io`]); a scanning thread stopped early
+    /// ([`ScanError::Worker`], a bug).
     pub fn scan_mapped(
         &mut self,
         map: &MappedLog,
@@ -331,12 +337,18 @@ impl Scanner {
         sink: &mut dyn FnMut(ConnFailure),
     ) -> Result<(), ScanError> {
         let data: &[u8] = map;
+        if !map.intact() {
+            return self.scan_parallel(map.file(), data.len() as u64, opts, sink);
+        }
         let Some(cuts) = in_memory_cuts(&ReleasingProbes(map), data.len(), opts) else {
             self.scan_slice(data, sink);
             map.release(0..data.len());
             return Ok(());
         };
-        self.run_segments(&cuts, opts.threads, sink, &|lines, start, end, _buf| {
+        self.run_segments(&cuts, opts.threads, sink, &|lines, start, end, buf| {
+            if !map.intact() {
+                return scan_segment(lines, map.file(), start, end, buf);
+            }
             let seg = slice_segment(lines, data, start, end);
             // The segment's look-back read the previous segment's last bytes again, after
             // (or while) the thread that scanned it released them; where the page cache holds

@@ -9,59 +9,88 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
 
 use crate::model::Kind;
 
-/// Needles of the prefilter. Every failure phrase and Envoy failure flag contains at least one,
-/// or (as `URX`, `upstream connect error … reset`) always comes with one that does.
+/// Needles of the failure phrases that lines of any format may hold. With the needles of the
+/// table of formats ([`crate::formats`]: Envoy's failure flags, Node.js error codes, …) they are
+/// the prefilter's: every failure phrase and Envoy failure flag contains at least one, or (as
+/// `URX`, `upstream connect error … reset`) always comes with one that does.
 ///
-/// They are chosen for speed. The packed (Teddy, SIMD) searcher matches nibble fingerprints of each
-/// needle's first four bytes, per bucket of needles, so: at most 32 needles of at least 4 bytes
-/// (slim variant, 32 bytes per step); needles start with the space before the word (" refused")
-/// or a capital ("ECONN" for ECONNREFUSED/ECONNRESET/ECONNABORTED) rather than lowercase text;
-/// case variants are spelled out (a case-insensitive search is markedly slower). And the ORDER
-/// MATTERS: needle `i` goes to bucket `7 - i % 8`, and a bucket fires on the cross product of its
-/// needles' nibbles, so each column of 8 below is one bucket of needles with similar
-/// fingerprints. This order came from a local search minimizing simulated bucket fires on the
-/// generated benchmark log; it cut the prefilter's instructions by 42 % (callgrind, 20 MB) over
-/// the same needles grouped by meaning. Envoy failure flags (UF, UH, UC, URX) follow the response
-/// code in the default text format (`" 503 UF,URX`, `"- - -" 0 UF,URX` for TCP) and the
-/// `response_flags` key in JSON.
-pub(crate) const NEEDLES: &[&str] = &[
-    "Timeout",
-    "t known",
-    " route to host",
-    "503 U",
-    " timed out",
-    "UNREACH",
-    "navailable",
-    " such host",
-    " refused",
-    " unreachable",
-    " misbehaving",
-    "ENOTFOUND",
-    "EAI_AGAIN",
-    " name resolution",
-    " deadline",
-    "y upstream",
-    " broken pipe",
-    "o connect to",
-    " live upstream",
-    "UnknownHost",
-    " timeout",
-    " prematurely",
-    "_flags\":\"U",
-    "IMEDOUT",
-    "UNAVAILABLE",
-    "n not permitted",
-    " reset",
-    "ECONN",
-    "\" 0 U",
-    " hang up",
-    "_flags\": \"U",
+/// They are chosen for speed. The packed (Teddy, SIMD) searcher matches nibble fingerprints of
+/// each needle's first four bytes, per bucket of needles, so: at most 32 needles of at least 4
+/// bytes (slim variant, 32 bytes per step); needles start with the space before the word
+/// (" refused") or a capital ("ECONN" for ECONNREFUSED/ECONNRESET/ECONNABORTED) rather than
+/// lowercase text; case variants are spelled out (a case-insensitive search is markedly
+/// slower); and each names its bucket ([`Needle`]).
+pub(crate) const PHRASE_NEEDLES: &[Needle] = &[
+    needle(" refused", 7),
+    needle(" reset", 5),
+    needle(" timeout", 3),
+    needle("Timeout", 7),
+    needle(" timed out", 3),
+    needle(" deadline", 1),
+    needle(" route to host", 5),
+    needle(" unreachable", 6),
+    needle("navailable", 1),
+    needle("y upstream", 0),
+    needle(" such host", 0),
+    needle("t known", 6),
+    needle(" name resolution", 2),
+    needle(" misbehaving", 5),
+    needle(" broken pipe", 7),
+    needle("o connect to", 6),
+    needle("n not permitted", 6),
 ];
+
+/// A prefilter needle and its bucket (0–7) of the packed searcher.
+///
+/// The searcher (slim Teddy) puts its needles into 8 buckets and, at each 32-byte step, checks
+/// the bytes against the cross product of each bucket's nibble fingerprints: a bucket of
+/// needles with similar fingerprints fires less often on text that holds none of them. The
+/// buckets below came from a local search minimizing simulated bucket fires on the generated
+/// benchmark log; against the same needles grouped by meaning they cut the prefilter's
+/// instructions by 42 % (callgrind), and against the table's order, the scan's by 22 %
+/// (docs/BENCHMARKS.md). A needle of a new format goes into the bucket of the needles it looks
+/// most like, keeping the buckets at 4 needles at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Needle {
+    /// The literal, matched case-sensitively.
+    pub text: &'static str,
+    /// Its bucket, 0–7.
+    pub bucket: u8,
+}
+
+/// The needle `text` in bucket `bucket`.
+pub(crate) const fn needle(text: &'static str, bucket: u8) -> Needle {
+    Needle { text, bucket }
+}
+
+/// The prefilter's needles ([`PHRASE_NEEDLES`] and the formats', each once) laid out for the
+/// packed searcher: it puts needle `i` into bucket `7 - i % 8` (aho-corasick 1.1's Teddy), so
+/// the layout takes, for each position, the next needle of that bucket, or the next needle of
+/// any bucket when that one is empty.
+pub(crate) fn needles() -> &'static [&'static str] {
+    static NEEDLES: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+        let mut left: Vec<Needle> = Vec::new();
+        let formats = crate::formats::FORMATS.iter().flat_map(|f| f.needles);
+        for n in PHRASE_NEEDLES.iter().chain(formats) {
+            if !left.iter().any(|m| m.text == n.text) {
+                left.push(*n);
+            }
+        }
+        let mut out = Vec::with_capacity(left.len());
+        while !left.is_empty() {
+            let bucket = 7 - (out.len() % 8) as u8;
+            let at = left.iter().position(|n| n.bucket == bucket).unwrap_or(0);
+            out.push(left.remove(at).text);
+        }
+        out
+    });
+    &NEEDLES
+}
 
 /// The prefilter's needles (for benchmarks and diagnostics: e.g. the same literals given to
 /// `rg -F -f`).
 pub fn prefilter_needles() -> &'static [&'static str] {
-    NEEDLES
+    needles()
 }
 
 /// The literal prefilter: a packed SIMD (Teddy) searcher where the CPU has one, else
@@ -90,13 +119,13 @@ impl Prefilter {
 pub(crate) fn build_prefilter() -> Option<Prefilter> {
     let mut cfg = aho_corasick::packed::Config::new();
     cfg.match_kind(aho_corasick::packed::MatchKind::LeftmostFirst);
-    if let Some(p) = cfg.builder().extend(NEEDLES.iter()).build() {
+    if let Some(p) = cfg.builder().extend(needles().iter()).build() {
         return Some(Prefilter::Packed(p));
     }
     AhoCorasickBuilder::new()
         .match_kind(MatchKind::LeftmostFirst)
         .kind(Some(AhoCorasickKind::DFA))
-        .build(NEEDLES)
+        .build(needles())
         .ok()
         .map(Prefilter::Automaton)
 }
@@ -270,9 +299,33 @@ mod tests {
     }
 
     #[test]
+    fn the_layout_puts_each_needle_into_its_bucket() {
+        let all: Vec<Needle> = PHRASE_NEEDLES
+            .iter()
+            .chain(crate::formats::FORMATS.iter().flat_map(|f| f.needles))
+            .copied()
+            .collect();
+        let laid = needles();
+        for n in &all {
+            let i = laid.iter().position(|t| *t == n.text).unwrap();
+            assert_eq!(7 - i % 8, usize::from(n.bucket), "{:?}", n.text);
+        }
+        // Each text once, and a needle listed by two formats in one bucket.
+        assert_eq!(laid.len(), {
+            let mut texts: Vec<&str> = all.iter().map(|n| n.text).collect();
+            texts.sort_unstable();
+            texts.dedup();
+            texts.len()
+        });
+        for a in &all {
+            assert!(all.iter().all(|b| a.text != b.text || a.bucket == b.bucket));
+        }
+    }
+
+    #[test]
     fn at_most_32_needles_of_4_bytes() {
-        assert!(NEEDLES.len() <= 32, "{}", NEEDLES.len());
-        assert!(NEEDLES.iter().all(|n| n.len() >= 4));
+        assert!(needles().len() <= 32, "{}", needles().len());
+        assert!(needles().iter().all(|n| n.len() >= 4));
     }
 
     #[test]
@@ -304,7 +357,7 @@ mod tests {
             if exempt.contains(phrase) {
                 continue;
             }
-            let found = NEEDLES.iter().any(|n| {
+            let found = needles().iter().any(|n| {
                 let n = n.to_ascii_lowercase();
                 phrase.contains(n.trim_start_matches(['"', ' '])) || phrase.contains(&n)
             });

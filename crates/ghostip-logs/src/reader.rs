@@ -12,7 +12,18 @@ const BUF: usize = 256 << 10;
 ///
 /// # Errors
 /// Reading the first two bytes failed.
-pub fn open_reader<R: Read + 'static>(mut reader: R) -> std::io::Result<Box<dyn BufRead>> {
+pub fn open_reader<R: Read + 'static>(reader: R) -> std::io::Result<Box<dyn BufRead>> {
+    open_reader_gz(reader).map(|(r, _)| r)
+}
+
+/// [`open_reader`], also saying whether the input is gzip (so that a caller can report where
+/// in the compressed input a read failed).
+///
+/// # Errors
+/// Reading the first two bytes failed.
+pub fn open_reader_gz<R: Read + 'static>(
+    mut reader: R,
+) -> std::io::Result<(Box<dyn BufRead>, bool)> {
     let mut magic = [0u8; 2];
     let mut n = 0;
     while n < magic.len() {
@@ -26,12 +37,12 @@ pub fn open_reader<R: Read + 'static>(mut reader: R) -> std::io::Result<Box<dyn 
     let head = Cursor::new(magic).take(n as u64);
     let joined = head.chain(reader);
     if n == 2 && magic == GZIP_MAGIC {
-        Ok(Box::new(BufReader::with_capacity(
-            BUF,
-            MultiGzDecoder::new(joined),
-        )))
+        Ok((
+            Box::new(BufReader::with_capacity(BUF, MultiGzDecoder::new(joined))),
+            true,
+        ))
     } else {
-        Ok(Box::new(BufReader::with_capacity(BUF, joined)))
+        Ok((Box::new(BufReader::with_capacity(BUF, joined)), false))
     }
 }
 

@@ -262,12 +262,13 @@ impl Merge {
             }
         }
         self.flush(stats, sink);
-        // Without its own time: the closest preceding line's, at most 32 lines back.
+        // Without its own time: the time of the record it continues, at most 32 lines back.
+        let continues_record = f.continuation != Continuation::No && f.in_record;
         let resolved = match f.time {
             Some(t) => self.resolve(t),
             None => f
                 .stamp_back
-                .filter(|(back, _)| *back <= LOOKBACK_LINES)
+                .filter(|(back, _)| *back <= LOOKBACK_LINES && continues_record)
                 .and_then(|(_, t)| self.resolve(t)),
         };
         if let Some(r) = resolved {

@@ -8,10 +8,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
-use ghostip_logs::loggen::{GenConfig, LogGenerator};
 use ghostip_logs::{
     ConnFailure, ParallelOptions, ScanOptions, ScanStats, Scanner, Target, open_reader,
 };
+use ghostip_testkit::logs::{GenConfig, LogGenerator};
 use proptest::prelude::*;
 
 /// With `--year`: a focused scan infers the year of yearless timestamps (klog, syslog) from the

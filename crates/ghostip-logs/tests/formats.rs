@@ -376,6 +376,49 @@ fn timestamps_need_year_and_zone_or_are_approximate() {
 }
 
 #[test]
+fn an_undated_line_takes_only_the_time_of_the_record_it_continues() {
+    let time = |f: &ConnFailure| f.timestamp.map(|t| t.to_string());
+    let log = |lines: &[&str]| lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+    // An unrelated line in between (another process's output): the failure is its own
+    // record, whose time the log does not give.
+    let text = log(&[
+        "2024-05-01T15:42:10Z INFO cache warmed",
+        "dial tcp 10.244.3.71:8080: connect: connection refused",
+        "2024-05-01T15:42:11Z INFO request ok",
+        "starting worker pool",
+        "java.net.ConnectException: Connection refused (Connection refused) to /10.244.3.72:8080",
+    ]);
+    let (v, s) = scan_with(&text, ScanOptions::default());
+    assert_eq!(v.len(), 2, "{v:#?}");
+    assert_eq!(time(&v[0]), None, "{v:#?}");
+    assert_eq!(time(&v[1]), None, "{v:#?}");
+    assert_eq!(s.undated, 2);
+    assert!(
+        s.warnings()
+            .iter()
+            .any(|w| w.contains("2 failure(s) have no time"))
+    );
+    // The exception, its frames and cause continue the record a timestamped header began.
+    let text = log(&[
+        "2024-05-01T15:42:10Z ERROR c.e.OrderClient - call failed",
+        "org.springframework.web.client.ResourceAccessException: I/O error on GET request",
+        "\tat org.springframework.web.client.RestTemplate.doExecute(RestTemplate.java:785)",
+        "\t... 12 more",
+        "Caused by: java.net.ConnectException: Connection refused to /10.244.3.72:8080",
+        "2024-05-01T15:42:20Z ERROR app - lookup failed",
+        "Traceback (most recent call last):",
+        "  File \"/app/x.py\", line 3, in <module>",
+        "",
+        "ConnectionRefusedError: [Errno 111] Connection refused",
+    ]);
+    let (v, s) = scan_with(&text, ScanOptions::default());
+    assert_eq!(v.len(), 2, "{v:#?}");
+    assert_eq!(time(&v[0]).as_deref(), Some("2024-05-01T15:42:10Z"));
+    assert_eq!(time(&v[1]).as_deref(), Some("2024-05-01T15:42:20Z"));
+    assert_eq!(s.undated, 0);
+}
+
+#[test]
 fn bad_input_is_counted_not_fatal() {
     let mut data = b"dial tcp 10.0.0.1:80: connect: connection refused\n".to_vec();
     data.extend_from_slice(b"\xff\xfe garbage refused \x00\x01\n");

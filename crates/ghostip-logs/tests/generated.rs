@@ -6,10 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use ghostip_logs::loggen::{GenConfig, GenSummary, LogGenerator};
 use ghostip_logs::{
     Aggregator, Class, ConnFailure, Kind, ScanOptions, Scanner, classify, scan_bytes,
 };
+use ghostip_testkit::logs::{GenConfig, GenSummary, LogGenerator};
 use proptest::prelude::*;
 
 #[test]

@@ -7,8 +7,8 @@
 
 use std::num::NonZeroUsize;
 
-use ghostip_logs::loggen::{GenConfig, LogGenerator};
 use ghostip_logs::{ConnFailure, ParallelOptions, ReadAt, ScanOptions, ScanStats, Scanner};
+use ghostip_testkit::logs::{GenConfig, LogGenerator};
 use proptest::prelude::*;
 
 fn opts() -> ScanOptions {

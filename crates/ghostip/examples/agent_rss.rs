@@ -30,10 +30,10 @@ use ghostip::kube::{Received, ResourceKind, SyncState, TruthEvent, TruthObject};
 use ghostip_core::truth::PodRecord;
 use ghostip_core::{PathInfo, PathKind, PodRef, Time};
 use ghostip_datapath::Format;
-use ghostip_datapath::generate::{GenModel, GenSpec, THIS_NODE};
 use ghostip_session::layers::dns::paths::PathConfig;
 use ghostip_session::layers::dns::{DnsConfig, DnsModel};
 use ghostip_session::{Session, SessionConfig};
+use ghostip_testkit::dumps::{GenModel, GenSpec, THIS_NODE};
 
 fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")

@@ -1,12 +1,18 @@
 //! Command-line interface definition: kubectl-style global flags and one subcommand per verb.
 
 use std::ffi::OsString;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::sync::LazyLock;
+
+use clap::builder::PossibleValue;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use ghostip_datapath::Format;
 use ghostip_logs::Target;
+
+use crate::agent::readers::Datapath;
 
 /// Measures how long DNS caches, node datapaths and clients keep routing to pod IPs
 /// that Kubernetes already removed.
@@ -78,8 +84,9 @@ pub struct GlobalArgs {
     /// The kubeconfig context to use (default: the current context).
     #[arg(long, global = true, value_name = "NAME")]
     pub context: Option<String>,
-    /// Output format.
-    #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = OutputFormat::Table)]
+    /// Output format: `table` or `json`; `sarif` is written by `audit` only. Each command's
+    /// `--help` lists the formats it writes.
+    #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = OutputFormat::Table, value_name = "FORMAT")]
     pub output: OutputFormat,
     /// Path of the history database (default: $GHOSTIP_DB, /var/lib/ghostip/ghostip.db as root,
     /// else ~/.local/state/ghostip/ghostip.db).
@@ -99,6 +106,69 @@ pub enum OutputFormat {
     Json,
     /// SARIF 2.1.0 (code-scanning tools); only `audit` writes it.
     Sarif,
+}
+
+impl OutputFormat {
+    /// The name `-o` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            OutputFormat::Table => "table",
+            OutputFormat::Json => "json",
+            OutputFormat::Sarif => "sarif",
+        }
+    }
+}
+
+/// What `-o` takes for the commands that write a table or JSON.
+pub const TABLE_OR_JSON: &[OutputFormat] = &[OutputFormat::Table, OutputFormat::Json];
+/// What `-o` takes for `audit`.
+pub const AUDIT_OUTPUTS: &[OutputFormat] =
+    &[OutputFormat::Table, OutputFormat::Json, OutputFormat::Sarif];
+/// What `-o` takes for `watch`, which writes no report (its logs go to stderr).
+pub const WATCH_OUTPUTS: &[OutputFormat] = &[OutputFormat::Table];
+
+/// A value parser of `-o` that takes only `formats`, so a command's `--help` and its usage
+/// errors name exactly what it writes.
+fn output_parser(
+    formats: &'static [OutputFormat],
+) -> impl clap::builder::TypedValueParser<Value = OutputFormat> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(formats.iter().filter_map(|f| f.to_possible_value()))
+        .try_map(|s| OutputFormat::from_str(&s, false))
+}
+
+/// `-o` of the commands that write a table or one JSON document.
+#[derive(Debug, Args, Clone)]
+pub struct TableOrJson {
+    /// Output format: `table`, or `json` (one JSON document).
+    #[arg(id = "output", short = 'o', long = "output", global = true, value_name = "FORMAT", default_value = "table", value_parser = output_parser(TABLE_OR_JSON))]
+    pub output: OutputFormat,
+}
+
+/// `-o` of `ghostip agent`.
+#[derive(Debug, Args, Clone)]
+pub struct AgentOutput {
+    /// Output format: `table` (logs only, on stderr), or `json` (also one JSON object per
+    /// event on stdout).
+    #[arg(id = "output", short = 'o', long = "output", global = true, value_name = "FORMAT", default_value = "table", value_parser = output_parser(TABLE_OR_JSON))]
+    pub output: OutputFormat,
+}
+
+/// `-o` of `ghostip audit`.
+#[derive(Debug, Args, Clone)]
+pub struct AuditOutput {
+    /// Output format: `table`, `json` (one JSON document), or `sarif` (SARIF 2.1.0, for
+    /// code-scanning tools).
+    #[arg(id = "output", short = 'o', long = "output", global = true, value_name = "FORMAT", default_value = "table", value_parser = output_parser(AUDIT_OUTPUTS))]
+    pub output: OutputFormat,
+}
+
+/// `-o` of `ghostip watch`: it writes no report, so the flag is hidden and takes `table` only.
+#[derive(Debug, Args, Clone)]
+pub struct WatchOutput {
+    /// Output format (watch writes no report; its logs go to stderr).
+    #[arg(id = "output", short = 'o', long = "output", global = true, hide = true, value_name = "FORMAT", default_value = "table", value_parser = output_parser(WATCH_OUTPUTS))]
+    pub output: OutputFormat,
 }
 
 /// Subcommands.
@@ -124,6 +194,57 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// A pod's preStop hook: block until every layer let go of the pod's IP (bounded), then exit 0.
     DrainWait(DrainWaitArgs),
+}
+
+impl Command {
+    /// The command's name on the command line.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Watch(_) => "watch",
+            Command::Rollout(_) => "rollout",
+            Command::Check(_) => "check",
+            Command::Whois(_) => "whois",
+            Command::Agent(_) => "agent",
+            Command::Datapath(_) => "datapath",
+            Command::Audit(_) => "audit",
+            Command::Explain(_) => "explain",
+            Command::Completions(_) => "completions",
+        }
+    }
+
+    /// What `-o` takes for this command (the same lists its `--help` shows).
+    pub fn outputs(&self) -> &'static [OutputFormat] {
+        match self {
+            Command::Watch(_) => WATCH_OUTPUTS,
+            Command::Audit(_) => AUDIT_OUTPUTS,
+            _ => TABLE_OR_JSON,
+        }
+    }
+
+    /// Refuses an `-o` the command does not write (given before the command name, where the
+    /// global flag takes every format), naming what it takes.
+    pub fn check_output(&self, output: OutputFormat) -> Result<(), String> {
+        let accepted = self.outputs();
+        if accepted.contains(&output) {
+            return Ok(());
+        }
+        let names: Vec<&str> = accepted.iter().map(|f| f.name()).collect();
+        let takes = match names.as_slice() {
+            [one] => format!("only {one}"),
+            [init @ .., last] => format!("{} or {last}", init.join(", ")),
+            [] => String::new(),
+        };
+        let why = match (self, output) {
+            (Command::Watch(_), _) => " (watch writes no report; its logs go to stderr)",
+            (_, OutputFormat::Sarif) => " (only audit writes sarif)",
+            _ => "",
+        };
+        Err(format!(
+            "-o {}: `ghostip {}` takes {takes}{why}",
+            output.name(),
+            self.name()
+        ))
+    }
 }
 
 /// Namespace selection shared by commands that read many Services.
@@ -160,14 +281,15 @@ pub struct DnsArgs {
     /// Do not probe the kube-dns ClusterIP.
     #[arg(long)]
     pub no_cluster_ip: bool,
-    /// Global DNS query budget in queries per second; never exceeded.
-    #[arg(long, default_value_t = 100, value_name = "QPS")]
+    /// DNS query budget of this process in queries per second (1 to 1000); never exceeded.
+    /// Every agent has its own: the cluster's DNS sees up to this times the number of nodes.
+    #[arg(long, default_value_t = 100, value_name = "QPS", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_QPS)))]
     pub qps: u32,
-    /// Probe interval while a change is converging.
-    #[arg(long, default_value = "250ms", value_parser = parse_duration, value_name = "DURATION")]
+    /// Probe interval while a change is converging (50ms to 1m).
+    #[arg(long, default_value = "250ms", value_parser = parse_probe_interval, value_name = "DURATION")]
     pub interval: Duration,
-    /// Timeout of one DNS query.
-    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    /// Timeout of one DNS query (10ms to 30s).
+    #[arg(long, default_value = "1s", value_parser = parse_query_timeout, value_name = "DURATION")]
     pub query_timeout: Duration,
     /// Cluster DNS zone.
     #[arg(long, default_value = "cluster.local", value_name = "ZONE")]
@@ -183,15 +305,62 @@ pub struct WatchArgs {
     /// DNS probing.
     #[command(flatten)]
     pub dns: DnsArgs,
-    /// Address of the HTTP endpoint (/metrics, /healthz, /readyz).
-    #[arg(long, default_value = "127.0.0.1:9753", value_name = "ADDR")]
+    /// Address of the HTTP endpoint (/metrics, /healthz, /readyz): `IP:PORT`, IPv6 as
+    /// `[IP]:PORT` (brackets around IPv4 work too), or `:PORT` for every address of both
+    /// families.
+    #[arg(long, default_value = "127.0.0.1:9753", value_name = "ADDR", value_parser = parse_listen)]
     pub listen: SocketAddr,
-    /// Period of the slow sweep over every headless Service name.
-    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    /// Who may read the HTTP endpoint.
+    #[command(flatten)]
+    pub auth: AuthArgs,
+    /// Period of the slow sweep over every headless Service name (1s to 24h).
+    #[arg(long, default_value = "30s", value_parser = parse_sweep, value_name = "DURATION")]
     pub sweep: Duration,
     /// How long the ledger keeps closed history.
     #[arg(long, default_value = "7d", value_parser = parse_duration, value_name = "DURATION")]
     pub retention: Duration,
+    /// Output format.
+    #[command(flatten)]
+    pub output: WatchOutput,
+}
+
+/// `--auth` of the HTTP endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuthMode {
+    /// `required` when listening on an address other than loopback, else `none`.
+    Auto,
+    /// Every request but /healthz and /readyz carries a bearer token that the API server
+    /// authenticates (TokenReview) and authorizes for the path (SubjectAccessReview).
+    Required,
+    /// No authentication.
+    None,
+}
+
+/// Authentication of the HTTP endpoints, as kube-rbac-proxy does it.
+#[derive(Debug, Args, Clone)]
+pub struct AuthArgs {
+    /// Authentication of requests other than /healthz and /readyz: a bearer token checked
+    /// with a TokenReview and a SubjectAccessReview (`get` on the path as a non-resource
+    /// URL: /metrics, /status, /v1/ips). `auto`: required unless listening on loopback.
+    #[arg(long = "auth", value_enum, default_value_t = AuthMode::Auto, value_name = "MODE")]
+    pub mode: AuthMode,
+    /// Audience the bearer tokens must be issued for (repeatable), e.g. `ghostip` for
+    /// tokens from `kubectl create token NAME --audience ghostip`: a token captured on the
+    /// way to this endpoint is then useless against the API server. Default: the API
+    /// server's own audiences.
+    #[arg(long = "auth-audience", value_name = "AUDIENCE")]
+    pub audiences: Vec<String>,
+}
+
+impl AuthArgs {
+    /// Whether requests to an endpoint on `listen` must be authenticated.
+    pub fn required(&self, listen: SocketAddr) -> bool {
+        match self.mode {
+            AuthMode::Required => true,
+            AuthMode::None => false,
+            AuthMode::Auto => !listen.ip().to_canonical().is_loopback(),
+        }
+    }
 }
 
 /// `ghostip rollout`.
@@ -218,6 +387,9 @@ pub struct RolloutArgs {
     /// DNS probing.
     #[command(flatten)]
     pub dns: DnsArgs,
+    /// Output format.
+    #[command(flatten)]
+    pub output: TableOrJson,
 }
 
 /// `ghostip check`.
@@ -232,22 +404,48 @@ pub struct CheckArgs {
     /// Give up on the API server after this long.
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub request_timeout: Duration,
+    /// Output format.
+    #[command(flatten)]
+    pub output: TableOrJson,
 }
 
-/// `--datapath` of `ghostip agent`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// `--datapath` of `ghostip agent`: `auto`, or a datapath the agent reads, named by its path
+/// kind (the formats of `ghostip_datapath::FORMATS` that have an agent reader).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DatapathChoice {
-    /// Detect: kube-proxy nftables, then iptables, then IPVS (Cilium is never guessed).
+    /// Detect: try the local datapaths in their `auto` order, keep the first with frontends.
     Auto,
-    /// kube-proxy iptables mode (`iptables-save -t nat`).
-    Iptables,
-    /// kube-proxy nftables mode (`nft -j list table ip kube-proxy`).
-    Nftables,
-    /// kube-proxy IPVS mode (`ipvsadm-save -n`).
-    Ipvs,
-    /// Cilium, read with `cilium-dbg service list -o json` in this node's Cilium agent pod
-    /// through the Kubernetes exec API (needs `pods/exec` on the Cilium pods).
-    Cilium,
+    /// This datapath.
+    Read(Datapath),
+}
+
+impl ValueEnum for DatapathChoice {
+    fn value_variants<'a>() -> &'a [Self] {
+        static CHOICES: LazyLock<Vec<DatapathChoice>> = LazyLock::new(|| {
+            std::iter::once(DatapathChoice::Auto)
+                .chain(Datapath::all().map(DatapathChoice::Read))
+                .collect()
+        });
+        &CHOICES
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            DatapathChoice::Auto => {
+                let tried: Vec<&str> = Datapath::auto_order().map(Datapath::as_str).collect();
+                let never: Vec<&str> = Datapath::all()
+                    .filter(|d| d.auto_rank().is_none())
+                    .map(Datapath::as_str)
+                    .collect();
+                PossibleValue::new("auto").help(format!(
+                    "Detect: {} (keeps the first with service frontends; never guessed: {})",
+                    tried.join(", then "),
+                    never.join(", ")
+                ))
+            }
+            DatapathChoice::Read(d) => PossibleValue::new(d.as_str()).help(d.help()),
+        })
+    }
 }
 
 /// `ghostip agent`.
@@ -259,9 +457,14 @@ pub struct AgentArgs {
     /// Which load-balancer datapath to read.
     #[arg(long, value_enum, default_value_t = DatapathChoice::Auto)]
     pub datapath: DatapathChoice,
-    /// Address of the HTTP endpoint (/metrics, /healthz, /readyz, /status).
-    #[arg(long, default_value = "127.0.0.1:9754", value_name = "ADDR")]
+    /// Address of the HTTP endpoint (/metrics, /healthz, /readyz, /status, /v1/ips/IP):
+    /// `IP:PORT`, IPv6 as `[IP]:PORT` (brackets around IPv4 work too, so
+    /// `[$(HOST_IP)]:9754` suits both families), or `:PORT` for every address.
+    #[arg(long, default_value = "127.0.0.1:9754", value_name = "ADDR", value_parser = parse_listen)]
     pub listen: SocketAddr,
+    /// Who may read the HTTP endpoint.
+    #[command(flatten)]
+    pub auth: AuthArgs,
     /// Average CPU the datapath reads may use, in percent of one core; the full-audit
     /// period adapts to the measured cost of a read to stay under it.
     #[arg(long, default_value_t = 2.0, value_name = "PERCENT")]
@@ -285,8 +488,8 @@ pub struct AgentArgs {
     /// (kube-proxy's minSyncPeriod plus one sync).
     #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
     pub datapath_lag: Duration,
-    /// Interval of the DNS health probes (one query per DNS path of this node).
-    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    /// Interval of the DNS health probes (one query per DNS path of this node; 100ms to 1h).
+    #[arg(long, default_value = "2s", value_parser = parse_dns_health_interval, value_name = "DURATION")]
     pub dns_health_interval: Duration,
     /// Namespace of the Cilium agent pods (with --datapath cilium).
     #[arg(long, default_value = "kube-system", value_name = "NS")]
@@ -303,6 +506,9 @@ pub struct AgentArgs {
     /// DNS probing of this node's DNS paths.
     #[command(flatten)]
     pub dns: DnsArgs,
+    /// Output format.
+    #[command(flatten)]
+    pub output: AgentOutput,
 }
 
 /// `ghostip drain-wait`: run as the pod's `preStop` exec hook. It always exits 0 (a failing
@@ -383,6 +589,9 @@ pub struct WhoisArgs {
         allow_hyphen_values = true
     )]
     pub at: String,
+    /// Output format.
+    #[command(flatten)]
+    pub output: TableOrJson,
 }
 
 /// `ghostip audit`.
@@ -412,6 +621,9 @@ pub struct AuditArgs {
     /// Give up on the API server after this long (--cluster).
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub request_timeout: Duration,
+    /// Output format.
+    #[command(flatten)]
+    pub output: AuditOutput,
 }
 
 /// `ghostip explain`.
@@ -461,6 +673,9 @@ pub struct ExplainArgs {
     /// line naming the address may be joined differently than in the full scan.
     #[arg(long, value_name = "IP[:PORT]", value_parser = parse_target)]
     pub target: Option<Target>,
+    /// Output format.
+    #[command(flatten)]
+    pub output: TableOrJson,
 }
 
 /// Parses `explain --target`: `IP` or `IP:PORT`, IPv6 as `[::1]:8080` or bare.
@@ -493,6 +708,92 @@ pub fn parse_dns_server(s: &str) -> Result<SocketAddr, String> {
     s.parse::<std::net::IpAddr>()
         .map(|ip| SocketAddr::new(ip, 53))
         .map_err(|_| format!("`{s}` is not an IP or IP:PORT"))
+}
+
+/// The highest `--qps`: one process's DNS query budget.
+pub const MAX_QPS: u32 = 1000;
+
+/// Parses a listen address: `IP:PORT`, `[IP]:PORT` (required for IPv6, accepted for IPv4, as
+/// Go's `net.SplitHostPort` does, so `[$(HOST_IP)]:PORT` works for both families), or
+/// `:PORT`, every address of both families (`[::]:PORT`).
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    let port = |p: &str| {
+        p.parse::<u16>()
+            .map_err(|_| format!("`{s}`: `{p}` is not a port (0 to 65535)"))
+    };
+    if let Some(p) = s.strip_prefix(':') {
+        return Ok(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port(p)?));
+    }
+    if let Some(rest) = s.strip_prefix('[') {
+        let Some((host, p)) = rest.split_once("]:") else {
+            return Err(format!("`{s}` is not [IP]:PORT"));
+        };
+        let ip: IpAddr = host
+            .parse()
+            .map_err(|_| format!("`{s}`: `{host}` is not an IP address"))?;
+        return Ok(SocketAddr::new(ip, port(p)?));
+    }
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if s.matches(':').count() > 1 {
+        return Err(format!(
+            "`{s}`: an IPv6 address needs brackets around it: [IP]:PORT, e.g. `[fd00::1]:9754` \
+             (`[$(HOST_IP)]:9754` works for IPv4 and IPv6)"
+        ));
+    }
+    if s.parse::<IpAddr>().is_ok() {
+        return Err(format!("`{s}` has no port: use {s}:PORT"));
+    }
+    Err(format!("`{s}` is not IP:PORT, [IP]:PORT or :PORT"))
+}
+
+/// A duration flag between `min` and `max`; the error names the accepted range.
+fn parse_duration_in(s: &str, min: Duration, max: Duration) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < min || d > max {
+        return Err(format!(
+            "`{s}` is out of range: expected {} to {}",
+            show_duration(min),
+            show_duration(max)
+        ));
+    }
+    Ok(d)
+}
+
+/// A duration as the flags spell it (`50ms`, `30s`, `24h`).
+fn show_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    let s = d.as_secs();
+    if !ms.is_multiple_of(1000) {
+        format!("{ms}ms")
+    } else if s >= 3600 && s.is_multiple_of(3600) {
+        format!("{}h", s / 3600)
+    } else if s >= 60 && s.is_multiple_of(60) {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// `--interval`: 50ms to 1m (a burst round every interval).
+pub fn parse_probe_interval(s: &str) -> Result<Duration, String> {
+    parse_duration_in(s, Duration::from_millis(50), Duration::from_secs(60))
+}
+
+/// `--sweep`: 1s to 24h.
+pub fn parse_sweep(s: &str) -> Result<Duration, String> {
+    parse_duration_in(s, Duration::from_secs(1), Duration::from_secs(86_400))
+}
+
+/// `--query-timeout`: 10ms to 30s.
+pub fn parse_query_timeout(s: &str) -> Result<Duration, String> {
+    parse_duration_in(s, Duration::from_millis(10), Duration::from_secs(30))
+}
+
+/// `--dns-health-interval`: 100ms to 1h.
+pub fn parse_dns_health_interval(s: &str) -> Result<Duration, String> {
+    parse_duration_in(s, Duration::from_millis(100), Duration::from_secs(3600))
 }
 
 /// Parses durations like `250ms`, `1s`, `5m`, `2h`, `7d`, or a plain number of seconds.
@@ -553,6 +854,109 @@ mod tests {
         );
         assert!(parse_dns_server("nope").is_err());
     }
+
+    #[test]
+    fn listen_addresses_of_both_families() {
+        let ok = |s: &str| parse_listen(s).unwrap().to_string();
+        assert_eq!(ok("127.0.0.1:9754"), "127.0.0.1:9754");
+        assert_eq!(ok("0.0.0.0:9753"), "0.0.0.0:9753");
+        assert_eq!(ok("[fd00::1]:9754"), "[fd00::1]:9754");
+        assert_eq!(ok("[::1]:9754"), "[::1]:9754");
+        // `[$(HOST_IP)]:9754` as the kubelet expands it on an IPv4 node.
+        assert_eq!(ok("[192.0.2.10]:9754"), "192.0.2.10:9754");
+        assert_eq!(ok(":9753"), "[::]:9753");
+        // `$(HOST_IP):9754` on an IPv6 node: an address that could be fd00::1 port 9754 or
+        // fd00::1:9754 without a port.
+        let e = parse_listen("fd00::1:9754").unwrap_err();
+        assert!(e.contains("needs brackets"), "{e}");
+        let e = parse_listen("fd00::1").unwrap_err();
+        assert!(e.contains("needs brackets"), "{e}");
+        for bad in [
+            "10.0.0.1",
+            "[fd00::1]",
+            "[fd00::1]9754",
+            "[web]:80",
+            "localhost:9754",
+            "10.0.0.1:99999",
+            ":",
+            "",
+        ] {
+            assert!(parse_listen(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn auth_auto_is_required_off_loopback() {
+        let args = |mode| AuthArgs {
+            mode,
+            audiences: Vec::new(),
+        };
+        let at = |s: &str| parse_listen(s).unwrap();
+        for loopback in [
+            "127.0.0.1:9754",
+            "127.0.0.2:9754",
+            "[::1]:9754",
+            "[::ffff:127.0.0.1]:1",
+        ] {
+            assert!(!args(AuthMode::Auto).required(at(loopback)), "{loopback}");
+            assert!(
+                args(AuthMode::Required).required(at(loopback)),
+                "{loopback}"
+            );
+        }
+        for other in [
+            "10.200.0.11:9754",
+            "0.0.0.0:9753",
+            ":9753",
+            "[fd00::1]:9754",
+        ] {
+            assert!(args(AuthMode::Auto).required(at(other)), "{other}");
+            assert!(!args(AuthMode::None).required(at(other)), "{other}");
+        }
+    }
+
+    #[test]
+    fn durations_in_range() {
+        assert_eq!(
+            parse_probe_interval("250ms").unwrap(),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            parse_probe_interval("0s").unwrap_err(),
+            "`0s` is out of range: expected 50ms to 1m"
+        );
+        assert_eq!(
+            parse_sweep("25h").unwrap_err(),
+            "`25h` is out of range: expected 1s to 24h"
+        );
+        assert!(parse_sweep("24h").is_ok() && parse_sweep("1s").is_ok());
+        assert!(parse_query_timeout("5ms").is_err() && parse_query_timeout("10ms").is_ok());
+        assert!(parse_dns_health_interval("50ms").is_err());
+    }
+
+    #[test]
+    fn output_formats_per_command() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
+        // After the command: what the command writes, nothing else.
+        assert!(parse(&["ghostip", "check", "-o", "sarif"]).is_err());
+        let c = parse(&["ghostip", "audit", "-f", "x", "-o", "sarif"]).unwrap();
+        assert_eq!(c.global.output, OutputFormat::Sarif);
+        let c = parse(&["ghostip", "check", "-o", "json"]).unwrap();
+        assert_eq!(c.global.output, OutputFormat::Json);
+        let c = parse(&["ghostip", "datapath", "show", "-f", "x", "-o", "json"]).unwrap();
+        assert_eq!(c.global.output, OutputFormat::Json);
+        // Before the command: checked against the command when it runs.
+        let c = parse(&["ghostip", "-o", "json", "whois", "10.0.0.1"]).unwrap();
+        assert_eq!(c.global.output, OutputFormat::Json);
+        assert!(c.command.check_output(c.global.output).is_ok());
+        let c = parse(&["ghostip", "-o", "sarif", "check"]).unwrap();
+        assert_eq!(
+            c.command.check_output(c.global.output).unwrap_err(),
+            "-o sarif: `ghostip check` takes table or json (only audit writes sarif)"
+        );
+        let c = parse(&["ghostip", "-o", "sarif", "audit", "-f", "x"]).unwrap();
+        assert!(c.command.check_output(c.global.output).is_ok());
+    }
 }
 
 /// `ghostip datapath show|diff`.
@@ -561,6 +965,9 @@ pub struct DatapathArgs {
     /// What to do with the dump.
     #[command(subcommand)]
     pub command: DatapathCommand,
+    /// Output format.
+    #[command(flatten)]
+    pub output: TableOrJson,
 }
 
 /// Datapath subcommands.
@@ -574,29 +981,49 @@ pub enum DatapathCommand {
     Diff(DatapathDiffArgs),
 }
 
-/// Format of a datapath dump (`auto` detects it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// Format of a datapath dump: `auto` (detected) or one of `ghostip_datapath::FORMATS`, by
+/// name or alias.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DumpFormat {
     /// Detect the format from the first 64 KiB.
     Auto,
-    /// `iptables-save` / `ip6tables-save` of kube-proxy in iptables mode.
-    Iptables,
-    /// `nft -j list table ip kube-proxy` (or `ip6`, or `nft -j list ruleset`).
-    NftJson,
-    /// `ipvsadm -Ln` or `ipvsadm-save -n`.
-    Ipvsadm,
-    /// `cilium-dbg service list`.
-    CiliumServiceList,
-    /// `cilium-dbg service list -o json`.
-    CiliumServiceJson,
-    /// `cilium-dbg bpf lb list` (text or `-o json`).
-    CiliumBpfLbList,
-    /// `cilium-dbg shell -- db/show frontends`.
-    CiliumDbFrontends,
-    /// Cilium `lb/maps-dump`.
-    CiliumLbMaps,
-    /// `conntrack -L` (or `-E`, `-o extended`).
-    Conntrack,
+    /// This format.
+    Is(Format),
+}
+
+impl DumpFormat {
+    /// The format given, `None` for `auto`.
+    pub fn format(self) -> Option<Format> {
+        match self {
+            DumpFormat::Auto => None,
+            DumpFormat::Is(f) => Some(f),
+        }
+    }
+}
+
+impl ValueEnum for DumpFormat {
+    fn value_variants<'a>() -> &'a [Self] {
+        static CHOICES: LazyLock<Vec<DumpFormat>> = LazyLock::new(|| {
+            std::iter::once(DumpFormat::Auto)
+                .chain(Format::all().map(DumpFormat::Is))
+                .collect()
+        });
+        &CHOICES
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            DumpFormat::Auto => {
+                PossibleValue::new("auto").help("Detect the format from the first 64 KiB")
+            }
+            DumpFormat::Is(f) => {
+                let info = f.info();
+                PossibleValue::new(info.name)
+                    .aliases(info.aliases.iter().copied())
+                    .help(info.help)
+            }
+        })
+    }
 }
 
 /// The dump to read.

@@ -198,9 +198,12 @@ fn other_commands_refuse_sarif() {
         .args(["whois", "10.0.0.1", "-o", "sarif"])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains(
-            "only `ghostip audit` writes SARIF",
-        ));
+        .stderr(predicate::str::contains("[possible values: table, json]"));
+    ghostip()
+        .args(["-o", "sarif", "whois", "10.0.0.1"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("only audit writes sarif"));
 }
 
 #[test]

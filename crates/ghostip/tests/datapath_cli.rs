@@ -10,7 +10,7 @@ use ghostip::ledger::Ledger;
 use ghostip_core::truth::{PodRecord, ServiceRecord, SliceRecord, TrafficPolicy};
 use ghostip_core::{PodRef, Time};
 use ghostip_datapath::Format;
-use ghostip_datapath::generate::{GenModel, GenSpec};
+use ghostip_testkit::dumps::{GenModel, GenSpec};
 use predicates::prelude::*;
 use serde_json::{Value, json};
 
@@ -100,6 +100,25 @@ fn spec_12_40() -> GenSpec {
     s
 }
 
+/// `--format` takes every format's name and aliases from the format table.
+#[test]
+fn format_aliases_from_the_format_table_are_accepted() {
+    let dump = datapath_data("iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt");
+    for name in ["iptables", "iptables-save", "ip6tables-save"] {
+        ghostip()
+            .args(["datapath", "show", "--format", name, "--from-file"])
+            .arg(&dump)
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("10.96.0.1:80/TCP ClusterIP"));
+    }
+    ghostip()
+        .args(["datapath", "show", "--format", "nft", "--from-file"])
+        .arg(datapath_data("nft-j_gen-12svc-40ep_nft-1.0.6.json"))
+        .assert()
+        .success();
+}
+
 #[test]
 fn show_prints_the_table_of_a_real_capture_and_json_with_format() {
     let dump = datapath_data("iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt");
@@ -148,6 +167,148 @@ fn show_reads_standard_input_and_conntrack() {
         .stdout(predicate::str::contains("10.96.5.5:80"))
         .stdout(predicate::str::contains("10.244.3.71:8080"))
         .stdout(predicate::str::contains("6 entries"));
+}
+
+/// A transcript of two `iptables-save` runs: the last is read, and both the table and the
+/// JSON say so.
+#[test]
+fn several_snapshots_in_one_dump_are_reported_and_the_last_is_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = GenModel::generate(&spec_12_40());
+    let one = std::fs::read_to_string(datapath_data(
+        "iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt",
+    ))
+    .unwrap();
+    let dump = dir.path().join("two-runs.txt");
+    std::fs::write(&dump, format!("{one}$ iptables-save\n{one}")).unwrap();
+    let table_line =
+        one.lines().count() + 2 + one.lines().position(|l| l.starts_with('*')).unwrap();
+    let warning = format!(
+        "warning: the input holds 2 snapshots of this datapath (its header repeats): only the last, from line {table_line}, was read"
+    );
+    ghostip()
+        .args(["datapath", "show", "--from-file"])
+        .arg(&dump)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(warning.as_str()));
+    let truth = dir.path().join("truth.json");
+    std::fs::write(&truth, truth_list(&model, |_| {}).to_string()).unwrap();
+    let out = ghostip()
+        .args([
+            "datapath",
+            "diff",
+            "-o",
+            "json",
+            "--node",
+            "node-1",
+            "--from-file",
+        ])
+        .arg(&dump)
+        .arg("--truth")
+        .arg(&truth)
+        .assert()
+        .code(0)
+        .get_output()
+        .stdout
+        .clone();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        v["warnings"][0],
+        json!(warning.trim_start_matches("warning: "))
+    );
+    ghostip()
+        .args(["datapath", "diff", "--node", "node-1", "--from-file"])
+        .arg(&dump)
+        .arg("--truth")
+        .arg(&truth)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains(warning.as_str()));
+}
+
+/// Peak resident memory of a running process (`VmHWM`), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// A 256 MiB line on standard input is dropped after its first MiB: the process stays
+/// small while it reads it, the line is reported with its number, and the dump around it
+/// is read as without it.
+#[test]
+fn a_huge_line_on_standard_input_is_skipped_without_holding_it() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let dump = std::fs::read(datapath_data(
+        "iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt",
+    ))
+    .unwrap();
+    let cut = dump.iter().position(|b| *b == b'\n').unwrap() + 1;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ghostip"))
+        .args([
+            "datapath",
+            "show",
+            "-o",
+            "json",
+            "--format",
+            "iptables",
+            "--from-file",
+            "-",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&dump[..cut]).unwrap();
+    let chunk = vec![b'x'; 1 << 20];
+    for _ in 0..256 {
+        stdin.write_all(&chunk).unwrap();
+    }
+    stdin.write_all(b"\n").unwrap();
+    // All but a pipe's worth of the line has been read: the peak so far is the line's.
+    let peak = peak_rss_kib(child.id());
+    stdin.write_all(&dump[cut..]).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        peak < 64 * 1024,
+        "peak RSS {peak} KiB while reading a 256 MiB line"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reason = ghostip_datapath::OVERLONG_LINE;
+    assert_eq!(
+        v["skipped"]["unknown_by_reason"][reason], 1,
+        "{}",
+        v["skipped"]
+    );
+    let sample = &v["skipped"]["samples"][0];
+    assert_eq!(sample["location"], json!({"line": 2}));
+    assert!(sample["excerpt"].as_str().unwrap().starts_with("xxxx"));
+    let plain: Value = serde_json::from_slice(
+        &ghostip()
+            .args(["datapath", "show", "-o", "json", "--from-file"])
+            .arg(datapath_data(
+                "iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt",
+            ))
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(v["frontends"], plain["frontends"]);
 }
 
 #[test]
@@ -317,12 +478,14 @@ fn diff_of_real_conntrack_attributes_flows_through_the_ledger() {
         .assert()
         .code(1)
         .stdout(predicate::str::contains(
-            "client pod prod/order-7c9 (10.244.1.10) still sends tcp to 10.244.3.71:8080 via 10.96.5.5:80 (was prod/stock-5d8-x, removed 47 s ago)",
+            "client pod prod/order-7c9 (10.244.1.10) still sends tcp to 10.244.3.71:8080 via 10.96.5.5:80 (was prod/stock-5d8-x, removed 47 s ago, no longer an endpoint of prod/stock)",
         ))
         .stdout(predicate::str::contains(
             "still sends udp to 10.244.3.53:53 via 10.96.0.10:53",
         ));
-    // Without the ledger only the DNS entry through the ClusterIP can be judged.
+    // Without the ledger the truth still shows the flows through a ClusterIP to an IP no
+    // longer among the Service's endpoints, without the pod that had it; the flow sent
+    // straight to 10.244.3.71:7000 needs the ledger.
     ghostip()
         .args(["datapath", "diff", "--from-file"])
         .arg(&dump)
@@ -330,8 +493,52 @@ fn diff_of_real_conntrack_attributes_flows_through_the_ledger() {
         .arg(&truth_path)
         .assert()
         .code(1)
-        .stdout(predicate::str::contains("1 stale flows"))
+        .stdout(predicate::str::contains("2 stale flows"))
+        .stdout(predicate::str::contains(
+            "client 10.244.1.10 still sends tcp to 10.244.3.71:8080 via 10.96.5.5:80 (no longer an endpoint of prod/stock): 1 entry",
+        ))
         .stdout(predicate::str::contains("--db"));
+}
+
+/// A dump and a truth that share nothing (a truth file without the dump's Services): not
+/// clean, as nothing was compared.
+#[test]
+fn a_dump_that_shares_nothing_with_the_truth_is_a_finding() {
+    let dir = tempfile::tempdir().unwrap();
+    let truth = dir.path().join("truth.json");
+    // A truth of one headless Service (a namespace's `kubectl get`): nothing it has is a
+    // frontend.
+    std::fs::write(
+        &truth,
+        r#"{"kind": "List", "items": [{"kind": "Service", "metadata": {"namespace": "db", "name": "pg"},
+            "spec": {"clusterIP": "None", "ports": [{"port": 5432, "protocol": "TCP"}]}}]}"#,
+    )
+    .unwrap();
+    let dump = datapath_data("ipvsadm-Ln_weight0.txt");
+    ghostip()
+        .args(["datapath", "diff", "--from-file"])
+        .arg(&dump)
+        .arg("--truth")
+        .arg(&truth)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("0 frontends checked"))
+        .stdout(predicate::str::contains(
+            "nothing compared: none of the dump's 7 frontends belongs to one of the truth's 1 Services",
+        ));
+    let out = ghostip()
+        .args(["datapath", "diff", "-o", "json", "--from-file"])
+        .arg(&dump)
+        .arg("--truth")
+        .arg(&truth)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["compared_nothing"], json!(true));
+    assert_eq!(v["frontends_checked"], json!(0));
 }
 
 #[test]

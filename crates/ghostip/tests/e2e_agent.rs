@@ -16,11 +16,11 @@
 use std::fs::File;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod lab_support;
-use lab_support::{lab, lab_ready, run};
+use lab_support::{KillOnDrop, lab, lab_ready, run};
 
 use ghostip::ledger::Ledger;
 use serde_json::Value;
@@ -35,7 +35,7 @@ fn unix_ms() -> u128 {
 /// One agent in a node's namespace, its JSON lines going to a file.
 struct Agent {
     node: String,
-    child: Option<Child>,
+    child: KillOnDrop,
     out: PathBuf,
     db: PathBuf,
     port: u16,
@@ -76,7 +76,7 @@ impl Agent {
             .expect("spawn the agent");
         Agent {
             node: node.to_string(),
-            child: Some(child),
+            child: KillOnDrop(Some(child)),
             out,
             db,
             port,
@@ -123,6 +123,11 @@ impl Agent {
         serde_json::from_str(&self.http("/status")).unwrap()
     }
 
+    /// `GET /v1/ips/{ip}`: what the node's datapath holds of one IP.
+    fn ip(&self, ip: IpAddr) -> Value {
+        serde_json::from_str(&self.http(&format!("/v1/ips/{ip}"))).unwrap()
+    }
+
     fn metric(&self, prefix: &str) -> Option<f64> {
         self.http("/metrics")
             .lines()
@@ -154,31 +159,7 @@ impl Agent {
 
     /// SIGTERM; returns the exit code and how long the exit took.
     fn terminate(&mut self) -> (Option<i32>, Duration) {
-        let mut child = self.child.take().expect("running");
-        let start = Instant::now();
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                return (st.code(), start.elapsed());
-            }
-            if start.elapsed() > Duration::from_secs(15) {
-                let _ = child.kill();
-                let _ = child.wait();
-                return (None, start.elapsed());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.child.terminate()
     }
 }
 
@@ -282,6 +263,25 @@ fn agent_reports_the_stale_node_datapath_and_clears_after_kube_proxy_restarts() 
     let read_after_ms = last_seen.as_millisecond() - deleted_ms as i64;
     eprintln!("node-2's rules read holding {stale_target} {read_after_ms} ms after the deletion");
     assert!((0..=60_000).contains(&read_after_ms), "{read_after_ms} ms");
+    // The per-IP answer drain-wait reads: node-2's datapath holds the dead IP for kube-dns,
+    // seen by a read that started after the deletion.
+    let held2 = n2.ip(dead);
+    eprintln!("node-2 /v1/ips/{dead}: {held2}");
+    assert_eq!(held2["node"], "node-2");
+    assert_eq!(held2["synced"], true);
+    assert_eq!(held2["datapath"], started.as_str());
+    assert!(held2["error"].is_null(), "{held2}");
+    assert!(
+        held2["holding"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from(format!(
+                "kube-system/kube-dns -> {stale_target}"
+            ))),
+        "{held2}"
+    );
+    let read_at: jiff::Timestamp = held2["read_at"].as_str().unwrap().parse().unwrap();
+    assert!(read_at.as_millisecond() >= deleted_ms as i64, "{held2}");
     let stale_gauge = n2
         .metric(&format!(
             "ghostip_stale_endpoints{{layer=\"datapath\",path_kind=\"{started}\",node=\"node-2\"}}"
@@ -314,6 +314,13 @@ fn agent_reports_the_stale_node_datapath_and_clears_after_kube_proxy_restarts() 
         "node-1 /status: {st1}"
     );
     assert_eq!(st1["dns"]["state"], "healthy", "node-1 /status: {st1}");
+    let ip1 = n1.ip(dead);
+    assert_eq!(ip1["holding"], serde_json::json!([]), "node-1: {ip1}");
+    let read_at: jiff::Timestamp = ip1["read_at"].as_str().unwrap().parse().unwrap();
+    assert!(
+        read_at.as_millisecond() >= deleted_ms as i64,
+        "node-1: {ip1}"
+    );
     assert_eq!(
         n1.metric("ghostip_dns_cluster_ip_failing{node=\"node-1\"}"),
         Some(0.0)
@@ -338,6 +345,12 @@ fn agent_reports_the_stale_node_datapath_and_clears_after_kube_proxy_restarts() 
     );
     assert_eq!(closed2["verdict"], "over expected lag", "{closed2}");
     assert!(open_datapath_stale(&n2.status()).is_empty());
+    let ip2 = n2.ip(dead);
+    assert_eq!(
+        ip2["holding"],
+        serde_json::json!([]),
+        "node-2 healed: {ip2}"
+    );
     let start = Instant::now();
     loop {
         let lines = n2.lines();

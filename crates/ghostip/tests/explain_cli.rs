@@ -476,7 +476,7 @@ fn shared_corpus_through_the_cli() {
 /// A generated log of about 10 MiB (three 4 MiB segments for the parallel scan) with a
 /// multi-line Java event across the first segment cut and yearless lines after it.
 fn generated_log() -> Vec<u8> {
-    use ghostip_logs::loggen::{GenConfig, LogGenerator};
+    use ghostip_testkit::logs::{GenConfig, LogGenerator};
     let mut g = LogGenerator::new(GenConfig {
         seed: 77,
         error_ratio: 0.02,
@@ -661,4 +661,437 @@ fn target_keeps_the_full_reports_groups_for_that_address_in_every_path() {
         .assert()
         .code(2)
         .stderr(predicates::str::contains("is not an IP or IP:PORT"));
+}
+
+/// A log of `size` bytes of ordinary lines with a refused connection every 64 KiB, written to
+/// `path` and not modified for an hour (so that `--mmap auto` maps it); returns the number of
+/// failures in it.
+fn write_settled(path: &Path, size: usize) -> u64 {
+    let ok = format!(
+        "{} level=INFO msg=\"request ok\" addr=10.244.1.12:8080 took=3ms\n",
+        lt(1.0)
+    );
+    let failed = format!(
+        "{} level=ERROR msg=\"request failed\" err=\"dial tcp 10.244.1.10:8080: connect: connection refused\"\n",
+        lt(2.0)
+    );
+    let mut data = String::with_capacity(size + 4096);
+    let mut failures = 0;
+    let mut next = 0;
+    while data.len() < size {
+        if data.len() >= next {
+            data.push_str(&failed);
+            failures += 1;
+            next += 64 << 10;
+        }
+        data.push_str(&ok);
+    }
+    std::fs::write(path, data).unwrap();
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600))
+        .unwrap();
+    failures
+}
+
+/// logrotate's `copytruncate` cuts a log while `explain` scans it in place: the scan must not
+/// die (a truncated mapping raises SIGBUS). The truncation waits for the scan's read lease, so
+/// the report holds the whole file. Several rounds, the truncation at different moments of the
+/// scan; each bounded by the scan of 48 MiB and the kernel's lease-break time.
+#[test]
+fn a_log_truncated_while_it_is_scanned_in_place_does_not_crash_explain() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.log");
+    for round in 0..5u64 {
+        let failures = write_settled(&path, 48 << 20);
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_ghostip"))
+            .env_remove("GHOSTIP_DB")
+            .env("HOME", "/nonexistent-home")
+            .args(["explain", "--db", "/nonexistent/x.db", "--threads", "2"])
+            .args(["--mmap", "auto", "-o", "json"])
+            .arg(&path)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(40 + 70 * round));
+        // copytruncate: open for writing, cut to nothing.
+        let f = std::fs::File::options().write(true).open(&path).unwrap();
+        f.set_len(0).unwrap();
+        drop(f);
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.signal().is_none(),
+            "round {round}: killed by signal {:?}; stderr: {stderr}",
+            out.status.signal()
+        );
+        // Exit 1 with the failures read (all of them when the scan's lease held the
+        // truncation off), 0 and nothing when the truncation came before the scan.
+        let x = json(&out.stdout);
+        let total = x["report"]["total"].as_u64().unwrap();
+        match out.status.code() {
+            Some(1) => assert!(total > 0 && total <= failures, "round {round}: {stderr}"),
+            Some(0) => assert_eq!(total, 0, "round {round}: {stderr}"),
+            other => panic!("round {round}: exit {other:?}: {stderr}"),
+        }
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+    }
+}
+
+#[test]
+fn a_truncated_gzip_reports_what_was_read_then_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::new();
+    for i in 0..20_000 {
+        text.push_str(&format!(
+            "{} level=ERROR msg=\"request failed\" err=\"dial tcp 10.244.1.{}:8080: connect: connection refused\"\n",
+            lt(f64::from(i)),
+            i % 200
+        ));
+    }
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    enc.write_all(text.as_bytes()).unwrap();
+    let gz = enc.finish().unwrap();
+    let cut = gz.len() / 2;
+    let broken = dir.path().join("app.log.1.gz");
+    std::fs::write(&broken, &gz[..cut]).unwrap();
+    let whole = dir.path().join("app.log");
+    std::fs::write(&whole, client_log()).unwrap();
+
+    let out = ghostip()
+        .args(["explain", "--db", "/nonexistent/x.db", "-o", "json"])
+        .arg(&broken)
+        .arg(&whole)
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let x = json(&out.stdout);
+    let total = x["report"]["total"].as_u64().unwrap();
+    // Part of the gzip, and all of the next input.
+    assert!(total > 9 + 1000 && total < 9 + 20_000, "{total}");
+    let e = &x["read_errors"][0];
+    assert_eq!(e["input"], broken.display().to_string());
+    let offset = e["offset"].as_u64().unwrap();
+    assert!(offset > 0 && offset < text.len() as u64, "{e}");
+    assert_eq!(e["compressed_offset"].as_u64(), Some(cut as u64), "{e}");
+    assert_eq!(x["read_errors"].as_array().unwrap().len(), 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "ghostip: reading {} at byte {offset} of the decompressed text (byte {cut} of the gzip file): ",
+            broken.display()
+        )),
+        "{err}"
+    );
+    // The table too: the report, then what is missing.
+    let out = ghostip()
+        .args(["explain", "--db", "/nonexistent/x.db"])
+        .arg(&broken)
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.contains(" errors (refused), between "), "{table}");
+    assert!(
+        table.contains(&format!(
+            "Incomplete: reading {} at byte {offset}",
+            broken.display()
+        )),
+        "{table}"
+    );
+}
+
+#[test]
+fn loopback_and_link_local_targets_are_not_staleness() {
+    let log = [
+        "2024-05-01T15:42:10Z dial tcp 127.0.0.1:15000: connect: connection refused",
+        "2024-05-01T15:42:11Z Get \"http://169.254.169.254/latest/meta-data/\": dial tcp 169.254.169.254:80: i/o timeout",
+        "2024-05-01T15:42:12Z dial tcp [::1]:9090: connect: connection refused",
+        "2024-05-01T15:42:13Z dial tcp [fe80::1]:80: connect: no route to host",
+    ]
+    .join("\n");
+    for db in [None, Some("ledger")] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = ghostip();
+        c.args(["explain", "-o", "json", "--db"]);
+        match db {
+            // With a ledger: never looked up.
+            Some(_) => {
+                let path = dir.path().join("ghostip.db");
+                write_ledger(&path);
+                c.arg(path);
+            }
+            None => {
+                c.arg("/nonexistent/x.db");
+            }
+        }
+        let out = c.arg("-").write_stdin(log.clone()).assert().code(0);
+        let x = json(&out.get_output().stdout);
+        let got = classes(&x);
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert!(got.keys().all(|(_, c)| c == "local_target"), "{got:?}");
+        if db.is_some() {
+            assert_eq!(x["history"]["distinct_ips"], 0);
+        }
+    }
+    let out = ghostip()
+        .args(["explain", "--db", "/nonexistent/x.db", "-"])
+        .write_stdin(log)
+        .assert()
+        .code(0)
+        .get_output()
+        .clone();
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        table.contains("local-target") && table.contains("never a pod IP"),
+        "{table}"
+    );
+}
+
+#[test]
+fn dns_lookup_failures_name_the_host_and_the_dns_server() {
+    let log = [
+        "2024-05-01T15:42:10Z dial tcp: lookup argocd-redis: i/o timeout",
+        "2024-05-01T15:42:11Z dial tcp: lookup argocd-redis on 10.96.0.10:53: read udp 10.244.0.5:40000->10.96.0.10:53: i/o timeout",
+        "2024-05-01T15:42:12Z lookup foo.bar.svc.cluster.local on 169.254.20.10:53: server misbehaving",
+    ]
+    .join("\n");
+    let out = ghostip()
+        .args(["explain", "--db", "/nonexistent/x.db", "-o", "json", "-"])
+        .write_stdin(log.clone())
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let x = json(&out.stdout);
+    let groups = x["report"]["groups"].as_array().unwrap();
+    let redis = groups
+        .iter()
+        .find(|g| g["peer"] == "dns:argocd-redis")
+        .unwrap();
+    assert_eq!(redis["dns_name"], "argocd-redis");
+    assert_eq!(redis["errors"], 2);
+    assert_eq!(redis["dns_servers"], serde_json::json!(["10.96.0.10:53"]));
+    let foo = groups
+        .iter()
+        .find(|g| g["dns_name"] == "foo.bar.svc.cluster.local")
+        .unwrap();
+    assert_eq!(foo["dns_servers"], serde_json::json!(["169.254.20.10:53"]));
+    let out = ghostip()
+        .args(["explain", "--db", "/nonexistent/x.db", "-"])
+        .write_stdin(log)
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let table = String::from_utf8(out.stdout).unwrap();
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no row {name}: {table}"))
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(table.contains("DNS SERVER"), "{table}");
+    assert_eq!(row("dns:argocd-redis"), "dns:argocd-redis - 10.96.0.10:53");
+    assert_eq!(
+        row("dns:foo.bar"),
+        "dns:foo.bar.svc.cluster.local - 169.254.20.10:53"
+    );
+}
+
+/// An undated failure after an unrelated line used to take that line's time, and so a class
+/// from the ledger and a place in the rollout window.
+#[test]
+fn an_undated_failure_is_not_placed_in_a_rollout_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ghostip.db");
+    write_ledger(&db);
+    let mut log = client_log();
+    log.push_str(&format!(
+        "{} level=INFO msg=\"request ok\" addr=10.244.1.12:8080\n",
+        lt(105.2)
+    ));
+    log.push_str("dial tcp 10.244.1.10:8080: connect: connection refused\n");
+    let out = ghostip()
+        .args(["explain", "-o", "json", "--db"])
+        .arg(&db)
+        .arg("-")
+        .write_stdin(log)
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let x = json(&out.stdout);
+    let undated: Vec<&Value> = x["report"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["first"].is_null())
+        .collect();
+    assert_eq!(undated.len(), 1, "{}", x["report"]);
+    assert_eq!(undated[0]["peer"], "10.244.1.10");
+    assert_eq!(undated[0]["class"], "stale_target");
+    assert!(undated[0]["window"].is_null());
+    assert_eq!(x["windows"][0]["errors"], 6);
+    assert_eq!(x["stats"]["undated"], 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1 failure(s) have no time"), "{err}");
+}
+
+/// Java's `SocketException: Connection reset` names no peer: such resets are attributed to the
+/// rollout under way at their time whose pods the same client's other errors aimed at.
+#[test]
+fn resets_without_a_peer_address_go_to_the_rollout_under_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ghostip.db");
+    write_ledger(&db);
+    let reset = |at: f64| {
+        format!(
+            "{} ERROR [pool-1-thread-3] c.e.shop.WebClient - GET /cart failed\njava.net.SocketException: Connection reset\n\tat java.base/sun.nio.ch.NioSocketImpl.implRead(NioSocketImpl.java:323)\n",
+            lt(at)
+        )
+    };
+    let client = dir.path().join("client.log");
+    // Two during the rollout (its first removal at 100 s, its last error aimed at its pods at
+    // 110 s), one long after it.
+    std::fs::write(
+        &client,
+        client_log() + &reset(103.0) + &reset(108.5) + &reset(400.0),
+    )
+    .unwrap();
+    // Another client, none of whose errors aimed at the rollout's pods.
+    let other = dir.path().join("other.log");
+    std::fs::write(&other, reset(104.0)).unwrap();
+
+    let run = |table: bool| {
+        let mut c = ghostip();
+        c.args(["explain", "--db"])
+            .arg(&db)
+            .arg(&client)
+            .arg(&other);
+        if !table {
+            c.args(["-o", "json"]);
+        }
+        c.assert().code(1).get_output().clone()
+    };
+    let x = json(&run(false).stdout);
+    let w = &x["windows"][0];
+    assert_eq!(x["windows"].as_array().unwrap().len(), 1);
+    assert_eq!(w["aimed_errors"], 6);
+    assert_eq!(w["peerless_resets"], 2);
+    assert_eq!(w["errors"], 8);
+    let mut peerless: Vec<(String, u64)> = x["report"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["peer"] == "-")
+        .map(|g| {
+            (
+                g["window"].as_str().unwrap_or("-").to_owned(),
+                g["errors"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    peerless.sort();
+    assert_eq!(
+        peerless,
+        [
+            ("-".to_owned(), 2),
+            ("22:15 rollout of shop/deploy/web".to_owned(), 2)
+        ],
+        "{}",
+        x["report"]
+    );
+    let attributed = x["report"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["peer"] == "-" && !g["window"].is_null())
+        .unwrap();
+    assert_eq!(attributed["service"], "shop/web");
+    assert_eq!(attributed["class"], "pooled_connection");
+    assert_eq!(
+        w["sentence"],
+        "8 errors = 4 refused + 3 reset + 1 timeout, between 2023-11-14 22:15:00 and 22:15:10 UTC \
+         (10 s): 6 aimed at IPs of the 2 pods removed by the 22:15 rollout of shop/deploy/web, \
+         2 resets with no peer address during that rollout's window (8 of 13 errors)"
+    );
+    let table = String::from_utf8(run(true).stdout).unwrap();
+    assert!(
+        table.starts_with(w["sentence"].as_str().unwrap()),
+        "{table}"
+    );
+}
+
+#[test]
+fn control_sequences_from_a_log_never_reach_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = [
+        "2024-05-01T15:42:10Z requests.exceptions.ConnectionError: HTTPConnectionPool(host='web\u{1b}[2J\u{1b}]0;pwned\u{7}', port=80): Max retries exceeded (Caused by NewConnectionError('<urllib3.connection.HTTPConnection object>: Failed to establish a new connection: [Errno 111] Connection refused'))",
+        "2024-05-01T15:42:11Z odd\u{1b}[31m\u{9b}2J shape: connection refused",
+    ]
+    .join("\n");
+    let file = dir.path().join("app\u{1b}[2J.log");
+    std::fs::write(&file, &log).unwrap();
+    let visible = |b: &[u8]| {
+        let s = String::from_utf8(b.to_vec()).unwrap();
+        assert!(
+            !s.chars().any(|c| c.is_control() && c != '\n'),
+            "a control character reached the terminal: {s:?}"
+        );
+        s
+    };
+    let out = ghostip()
+        .args(["explain", "--db", "/nonexistent/x.db"])
+        .arg(&file)
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let table = visible(&out.stdout);
+    let err = visible(&out.stderr);
+    assert!(
+        table.contains("host:web\\x1b[2J\\x1b]0;pwned\\x07"),
+        "{table}"
+    );
+    // The unknown shape's example, in a warning.
+    assert!(err.contains("odd\\x1b[31m\\u{9b}2J shape"), "{err}");
+    // The JSON keeps the text as it was (serde escapes the C0 controls).
+    let out = ghostip()
+        .args(["explain", "--db", "/nonexistent/x.db", "-o", "json"])
+        .arg(&file)
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let raw = String::from_utf8(out.stdout.clone()).unwrap();
+    assert!(raw.contains("host:web\\u001b[2J"), "{raw}");
+    let x = json(&out.stdout);
+    assert!(
+        x["report"]["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["peer"] == "host:web\u{1b}[2J\u{1b}]0;pwned\u{7}"),
+        "{}",
+        x["report"]
+    );
+    // File names in errors.
+    let missing = dir.path().join("gone\u{1b}[2J.log");
+    let out = ghostip()
+        .args(["explain", "--db", "/nonexistent/x.db"])
+        .arg(&missing)
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let err = visible(&out.stderr);
+    assert!(err.contains("gone\\x1b[2J.log"), "{err}");
 }

@@ -132,7 +132,10 @@ fn cilium_exec_and_monitoring_render_their_files() {
     let Command::Agent(a) = cli.command else {
         panic!("the DaemonSet does not run the agent")
     };
-    assert_eq!(a.datapath, DatapathChoice::Cilium);
+    let DatapathChoice::Read(d) = a.datapath else {
+        panic!("the DaemonSet does not pick a datapath")
+    };
+    assert_eq!(d.runs_in(), ghostip_datapath::RunsIn::CiliumAgentPod);
     assert_eq!(a.cilium_namespace, "kube-system");
     assert_eq!(a.cilium_container, "cilium-agent");
     // Off by default: no exec grant, no Prometheus Operator objects.

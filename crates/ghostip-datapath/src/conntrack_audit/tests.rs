@@ -193,7 +193,7 @@ fn real_pod_flows_are_attributed_to_client_and_former_owner() {
                 sock("10.244.3.53", 53)
             ),
             (
-                StaleFlowKind::RemovedPeer,
+                StaleFlowKind::RemovedBackend,
                 Some(sock("10.96.5.5", 80)),
                 sock("10.244.3.71", 8080)
             ),
@@ -201,6 +201,7 @@ fn real_pod_flows_are_attributed_to_client_and_former_owner() {
         ]
     );
     let web = &r.stale[2];
+    assert_eq!(web.service, Some(ServiceKey::new("prod", "stock")));
     assert_eq!(web.client_pod, Some(pod("prod", "order-7c9")));
     assert_eq!(web.former_owner, Some(pod("prod", "stock-5d8-x")));
     assert_eq!(web.removed_ago, Some(Duration::from_secs(47)));
@@ -231,8 +232,10 @@ fn nothing_is_stale_while_the_pods_are_endpoints() {
     assert!(r.is_clean(), "{r:#?}");
 }
 
+/// A flow sent straight to an IP a new pod has now may be the new owner's; one through a
+/// Service's ClusterIP to that IP is the Service's flow, and the IP is not its endpoint.
 #[test]
-fn an_ip_reused_by_a_new_pod_is_not_stale() {
+fn an_ip_reused_by_a_new_pod_is_stale_only_through_the_service() {
     let table = data("conntrack-L_netns-pods_conntrack-1.4.7.txt");
     let (truth, mut facts) = pods_cluster();
     facts.insert(
@@ -247,21 +250,61 @@ fn an_ip_reused_by_a_new_pod_is_not_stale() {
         },
     );
     let r = audit(&table, &truth, &facts, AuditConfig::default());
-    assert!(
-        r.stale.iter().all(|f| f.target.ip != ip("10.244.3.71")),
+    let to_71: Vec<(StaleFlowKind, Option<Target>)> = r
+        .stale
+        .iter()
+        .filter(|f| f.target.ip == ip("10.244.3.71"))
+        .map(|f| (f.kind, f.via))
+        .collect();
+    assert_eq!(
+        to_71,
+        [(
+            StaleFlowKind::RemovedBackend,
+            Some(Target::socket(ip("10.96.5.5"), 80))
+        )],
         "{r:#?}"
     );
-    // Without any fact about an IP (an address outside the cluster), nothing is claimed.
+}
+
+/// Without the ledger, the truth alone shows the flows through a ClusterIP to an IP that is
+/// no longer among the Service's endpoints; who had the IP stays unknown, and a flow sent
+/// straight to an IP (an address outside the cluster, for all the audit knows) is not
+/// claimed.
+#[test]
+fn flows_through_a_cluster_ip_to_a_removed_backend_need_no_ledger() {
+    let table = data("conntrack-L_netns-pods_conntrack-1.4.7.txt");
+    let (truth, _) = pods_cluster();
     let r = audit(
         &table,
         &truth,
         &OwnershipFacts::new(),
         AuditConfig::default(),
     );
-    assert_eq!(r.stale.len(), 1, "{r:#?}");
-    assert_eq!(r.stale[0].kind, StaleFlowKind::DnsBackend);
-    assert_eq!(r.stale[0].via, Some(Target::socket(ip("10.96.0.10"), 53)));
-    assert_eq!(r.stale[0].client_pod, None);
+    let kinds: Vec<(StaleFlowKind, Option<Target>, Target)> =
+        r.stale.iter().map(|f| (f.kind, f.via, f.target)).collect();
+    let sock = |a: &str, p| Target::socket(ip(a), p);
+    assert_eq!(
+        kinds,
+        [
+            (
+                StaleFlowKind::DnsBackend,
+                Some(sock("10.96.0.10", 53)),
+                sock("10.244.3.53", 53)
+            ),
+            (
+                StaleFlowKind::RemovedBackend,
+                Some(sock("10.96.5.5", 80)),
+                sock("10.244.3.71", 8080)
+            ),
+        ],
+        "{r:#?}"
+    );
+    let web = &r.stale[1];
+    assert_eq!((&web.former_owner, web.client_pod.as_ref()), (&None, None));
+    assert_eq!(
+        web.to_string(),
+        "client 10.244.1.10 still sends tcp to 10.244.3.71:8080 via 10.96.5.5:80 (no longer an endpoint of prod/stock): 1 entry"
+    );
 }
 
 #[test]

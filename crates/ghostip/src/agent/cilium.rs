@@ -1,8 +1,8 @@
 //! Reads Cilium's load-balancer table from the Cilium agent pod on this node, through the Kubernetes exec API (opt-in with `--datapath cilium`).
 //!
-//! Runs `cilium-dbg service list -o json` (falling back to `cilium service list -o json`
-//! for Cilium before 1.15) in the agent container and parses it with
-//! `ghostip_datapath::cilium`. Needs `get`/`list` on pods and `create` on `pods/exec`,
+//! Runs the commands of the datapath's format (`cilium-dbg service list -o json`, falling back
+//! to `cilium service list -o json` for Cilium before 1.15) in the agent container and parses
+//! the output as that format. Needs `get`/`list` on pods and `create` on `pods/exec`,
 //! which deploy/ grants only on the Cilium agent pods and only when Cilium is enabled.
 //! The CPU the command costs runs in the Cilium pod; the wall time stands in for it in
 //! the cost cap.
@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, AttachParams, ListParams};
 use tokio::io::AsyncReadExt as _;
 
-use super::readers::{ReadOutcome, ReaderError};
+use super::readers::{Datapath, ReadOutcome, ReaderError};
 
 /// Largest output read from the pod (a Cilium service list is far smaller).
 const MAX_OUTPUT: u64 = 256 * 1024 * 1024;
@@ -31,8 +31,10 @@ pub struct CiliumTarget {
     pub node: String,
 }
 
-/// Finds the Cilium agent pod on this node and reads its service list.
+/// Finds the Cilium agent pod on this node and reads `dp` there: its commands (in order,
+/// until one runs), parsed as its format.
 pub async fn read_cilium(
+    dp: Datapath,
     client: kube::Client,
     target: &CiliumTarget,
     timeout: Duration,
@@ -60,25 +62,42 @@ pub async fn read_cilium(
                 ))
             })?;
         let mut last_err = None;
-        for program in ["cilium-dbg", "cilium"] {
-            match exec(&pods, &name, &target.container, program).await {
-                Ok(bytes) => return Ok(bytes),
+        for argv in dp.argv() {
+            match exec(&pods, &name, &target.container, argv).await {
+                Ok(bytes) => return Ok((argv, bytes)),
                 Err(e) => last_err = Some(e),
             }
         }
         Err(last_err.unwrap_or_else(|| ReaderError::Other("no Cilium CLI in the pod".into())))
     };
-    let bytes = tokio::time::timeout(timeout, fut)
-        .await
-        .map_err(|_| ReaderError::Timeout {
-            program: "cilium-dbg (exec)".into(),
-            after: timeout,
-        })??;
-    let table =
-        ghostip_datapath::cilium::parse_service_json(&bytes).map_err(|e| ReaderError::Parse {
-            program: "cilium-dbg service list -o json".into(),
-            source: e,
-        })?;
+    let program = dp
+        .argv()
+        .first()
+        .and_then(|a| a.first())
+        .copied()
+        .unwrap_or("cilium-dbg");
+    let (argv, bytes) =
+        tokio::time::timeout(timeout, fut)
+            .await
+            .map_err(|_| ReaderError::Timeout {
+                program: format!("{program} (exec)"),
+                after: timeout,
+            })??;
+    let table = match ghostip_datapath::parse(dp.format(), &bytes) {
+        Ok(ghostip_datapath::Parsed::Lb(t)) => t,
+        Ok(ghostip_datapath::Parsed::Conntrack(_)) => {
+            return Err(ReaderError::Other(format!(
+                "{} gave no load-balancer table",
+                argv.join(" ")
+            )));
+        }
+        Err(e) => {
+            return Err(ReaderError::Parse {
+                program: argv.join(" "),
+                source: e,
+            });
+        }
+    };
     let wall = started.elapsed();
     Ok(ReadOutcome {
         table: table.into(),
@@ -93,15 +112,16 @@ async fn exec(
     pods: &Api<Pod>,
     pod: &str,
     container: &str,
-    program: &str,
+    argv: &[&str],
 ) -> Result<Vec<u8>, ReaderError> {
+    let program = argv.first().copied().unwrap_or_default();
     let params = AttachParams::default()
         .container(container)
         .stdin(false)
         .stdout(true)
         .stderr(true);
     let mut attached = pods
-        .exec(pod, [program, "service", "list", "-o", "json"], &params)
+        .exec(pod, argv.iter().copied(), &params)
         .await
         .map_err(|e| ReaderError::Other(format!("exec {program} in {pod}: {e}")))?;
     let mut out = Vec::new();

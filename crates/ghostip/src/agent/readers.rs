@@ -19,54 +19,93 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ghostip_core::PathKind;
-use ghostip_datapath::{Format, PackedTable, ParseError};
+use ghostip_datapath::against_truth::Family;
+use ghostip_datapath::{AgentRead, Format, PackedTable, ParseError, RunsIn};
 
 use super::cost::CpuTimes;
 
-/// Which load-balancer datapath the node runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
-pub enum Datapath {
-    /// kube-proxy in iptables mode (`iptables-save -t nat`).
-    Iptables,
-    /// kube-proxy in nftables mode (`nft -j list table ip kube-proxy`).
-    Nftables,
-    /// kube-proxy in IPVS mode (`ipvsadm-save -n`).
-    Ipvs,
-    /// Cilium, through `cilium-dbg service list -o json` in the Cilium agent pod.
-    Cilium,
-}
+/// A load-balancer datapath the agent reads: a format of `ghostip_datapath::FORMATS` that has
+/// an agent reader ([`ghostip_datapath::AgentRead`]), named by its path kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Datapath(Format);
 
 impl Datapath {
-    /// The engine's path kind.
-    pub fn path_kind(self) -> PathKind {
-        match self {
-            Datapath::Iptables => PathKind::Iptables,
-            Datapath::Nftables => PathKind::Nftables,
-            Datapath::Ipvs => PathKind::Ipvs,
-            Datapath::Cilium => PathKind::Cilium,
-        }
+    /// The datapath read as `format`, if the agent reads that format.
+    pub fn of(format: Format) -> Option<Datapath> {
+        format
+            .info()
+            .dump
+            .agent
+            .is_some()
+            .then_some(Datapath(format))
     }
 
-    /// Lower-case name.
+    /// Every datapath the agent reads, in the table's order.
+    pub fn all() -> impl Iterator<Item = Datapath> {
+        Format::all().filter_map(Datapath::of)
+    }
+
+    /// The datapaths `--datapath auto` tries, in order.
+    pub fn auto_order() -> impl Iterator<Item = Datapath> {
+        let mut v: Vec<(u8, Datapath)> = Datapath::all()
+            .filter_map(|d| d.auto_rank().map(|r| (r, d)))
+            .collect();
+        v.sort_unstable();
+        v.into_iter().map(|(_, d)| d)
+    }
+
+    fn agent(self) -> Option<&'static AgentRead> {
+        self.0.info().dump.agent.as_ref()
+    }
+
+    /// The dump format its command prints.
+    pub fn format(self) -> Format {
+        self.0
+    }
+
+    /// The engine's path kind.
+    pub fn path_kind(self) -> PathKind {
+        self.0.info().dump.path_kind
+    }
+
+    /// Lower-case name (the path kind's).
     pub fn as_str(self) -> &'static str {
         self.path_kind().as_str()
     }
 
-    /// The local program and arguments that dump this datapath (`None` for Cilium,
-    /// which is read through the Kubernetes exec API).
+    /// The address families its command's output holds.
+    pub fn family(self) -> Family {
+        self.0.info().dump.family
+    }
+
+    /// Where its command runs.
+    pub fn runs_in(self) -> RunsIn {
+        self.agent().map_or(RunsIn::Node, |a| a.runs_in)
+    }
+
+    /// Its position in `--datapath auto`'s tries; `None` when never guessed.
+    pub fn auto_rank(self) -> Option<u8> {
+        self.agent().and_then(|a| a.auto_rank)
+    }
+
+    /// One line for `--help`.
+    pub fn help(self) -> &'static str {
+        self.agent().map_or("", |a| a.help)
+    }
+
+    /// The commands that dump it, program then arguments, alternatives in order.
+    pub fn argv(self) -> &'static [&'static [&'static str]] {
+        self.0.info().dump.argv
+    }
+
+    /// The local program and arguments that dump this datapath (`None` for one read
+    /// elsewhere, as Cilium through the Kubernetes exec API).
     pub fn command(self) -> Option<(&'static str, &'static [&'static str], Format)> {
-        match self {
-            // The nat table holds every service → endpoint DNAT; the filter table only
-            // adds `has no endpoints` REJECTs, which are not backends.
-            Datapath::Iptables => Some(("iptables-save", &["-t", "nat"], Format::Iptables)),
-            Datapath::Nftables => Some((
-                "nft",
-                &["-j", "list", "table", "ip", "kube-proxy"],
-                Format::NftJson,
-            )),
-            Datapath::Ipvs => Some(("ipvsadm-save", &["-n"], Format::Ipvsadm)),
-            Datapath::Cilium => None,
+        if self.runs_in() != RunsIn::Node {
+            return None;
         }
+        let (program, args) = self.argv().first()?.split_first()?;
+        Some((program, args, self.0))
     }
 }
 
@@ -288,17 +327,15 @@ const PIPE_SIZE: usize = 1 << 20;
 const COALESCE_PAUSE: Duration = Duration::from_millis(10);
 
 /// Reads a pipe in large gulps. `iptables-save` writes its dump 4 KiB at a time, and a
-/// parser faster than the writer would otherwise wake up and read after every write
-/// (17,874 reads for a 74.7 MB dump, which cost the parsing thread 0.16–0.19 s of CPU
-/// against 0.10–0.11 s when the same bytes arrived in 1 MiB blocks). After a read that
-/// did not fill the buffer (the pipe is drained), this waits [`COALESCE_PAUSE`] so the
-/// writer fills the enlarged pipe meanwhile. It pauses only when the pipe holds
-/// [`PIPE_SIZE`] (`pause` is `None` otherwise): at iptables-save's ~35 MB/s a pause fills
-/// about a third of it (350 KB, more than the parser's 256 KiB buffer, so the next read
-/// fills the buffer), the writer does not block on a full pipe and the read ends no later
-/// than without it. Measured with the kernel's own rules at 150 000 endpoints
-/// (docs/BENCHMARKS.md, "Agent"): 3 ms left the parse 0.08–0.10 s of CPU, 10 ms 0.08–0.09 s,
-/// and 25 ms filled the pipe (the audit took 0.5 s longer).
+/// parser faster than the writer would otherwise wake up and read after every write, which
+/// costs the parsing thread more CPU than reading the same bytes in large blocks. After a
+/// read that did not fill the buffer (the pipe is drained), this waits [`COALESCE_PAUSE`]
+/// so the writer fills the enlarged pipe meanwhile. It pauses only when the pipe holds
+/// [`PIPE_SIZE`] (`pause` is `None` otherwise): at iptables-save's writing speed a pause
+/// fills less than the pipe but more than the parser's 256 KiB buffer, so the next read
+/// fills the buffer, the writer does not block on a full pipe and the read ends no later
+/// than without it. The figures (reads, CPU per pause length) are in docs/BENCHMARKS.md,
+/// "Agent".
 struct Coalescing<R> {
     inner: R,
     pause: Option<Duration>,
@@ -350,6 +387,7 @@ pub fn run_and_parse(
         })?;
     let stdout = child.stdout.take();
     let mut stderr_pipe = child.stderr.take();
+    let pid = rustix::process::Pid::from_child(&child);
     let child = Arc::new(Mutex::new(child));
     // Watchdog: kills the child after the timeout, which ends the parse with EOF.
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
@@ -399,7 +437,11 @@ pub fn run_and_parse(
         None => (None, 0),
     };
     let parse_cpu = thread_cpu_since(thread_before);
-    // The parse ended at EOF: the child closed stdout, so it is exiting (or was killed).
+    // The parse ended at EOF: the child closed stdout, but it may go on running (a program
+    // that closes stdout and hangs). Its exit is awaited without the lock, which the
+    // watchdog needs to kill it, and without reaping it, so its pid stays its own until the
+    // lock is taken to reap it.
+    wait_exited_unreaped(pid);
     let status = lock(&child).wait();
     let _ = done_tx.send(());
     let killed = watchdog.join().unwrap_or(false);
@@ -445,6 +487,22 @@ pub fn run_and_parse(
     })
 }
 
+/// Blocks until the child `pid` has exited, leaving it to be reaped (`waitid` with
+/// `WNOWAIT`). Returns at once on an error other than an interruption; the caller's `wait`
+/// then reports it.
+fn wait_exited_unreaped(pid: rustix::process::Pid) {
+    use rustix::process::{WaitId, WaitIdOptions, waitid};
+    loop {
+        match waitid(
+            WaitId::Pid(pid),
+            WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+        ) {
+            Err(rustix::io::Errno::INTR) => {}
+            _ => return,
+        }
+    }
+}
+
 fn lock(child: &Mutex<Child>) -> std::sync::MutexGuard<'_, Child> {
     child.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -456,9 +514,9 @@ pub async fn read_datapath(
     cancel: Arc<AtomicBool>,
 ) -> Result<ReadOutcome, ReaderError> {
     let Some((program, args, format)) = dp.command() else {
-        return Err(ReaderError::Other(
-            "the Cilium datapath is read through the Kubernetes exec API".into(),
-        ));
+        return Err(ReaderError::Other(format!(
+            "the {dp} datapath is read through the Kubernetes exec API"
+        )));
     };
     tokio::task::spawn_blocking(move || run_and_parse(program, args, format, timeout, &cancel))
         .await
@@ -492,11 +550,12 @@ pub fn choose(results: Vec<(Datapath, Result<ReadOutcome, ReaderError>)>) -> Det
     Detection { chosen, rejected }
 }
 
-/// `--datapath auto`: tries nftables, iptables, then IPVS (kube-proxy in IPVS mode also
-/// writes a few iptables rules, but no `KUBE-SVC` chains), keeping the first with frontends.
+/// `--datapath auto`: tries the local datapaths in their `auto` order (nftables, iptables,
+/// then IPVS: kube-proxy in IPVS mode also writes a few iptables rules, but no `KUBE-SVC`
+/// chains), keeping the first with frontends.
 pub async fn detect(timeout: Duration, cancel: Arc<AtomicBool>) -> Detection {
     let mut results = Vec::new();
-    for dp in [Datapath::Nftables, Datapath::Iptables, Datapath::Ipvs] {
+    for dp in Datapath::auto_order() {
         let r = read_datapath(dp, timeout, Arc::clone(&cancel)).await;
         let found = r.as_ref().is_ok_and(|o| !o.table.frontends.is_empty());
         results.push((dp, r));
@@ -511,6 +570,28 @@ pub async fn detect(timeout: Duration, cancel: Arc<AtomicBool>) -> Detection {
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_agent_datapaths_come_from_the_format_table() {
+        let names: Vec<&str> = Datapath::all().map(Datapath::as_str).collect();
+        assert_eq!(names, ["iptables", "nftables", "ipvs", "cilium"]);
+        let auto: Vec<&str> = Datapath::auto_order().map(Datapath::as_str).collect();
+        assert_eq!(auto, ["nftables", "iptables", "ipvs"]);
+        let ipt = Datapath::of(Format::Iptables).unwrap();
+        assert_eq!(
+            ipt.command(),
+            Some(("iptables-save", &["-t", "nat"][..], Format::Iptables))
+        );
+        assert_eq!(ipt.family(), Family::V4);
+        assert!(Datapath::of(Format::Conntrack).is_none());
+        let cilium = Datapath::of(Format::CiliumServiceJson).unwrap();
+        assert_eq!(cilium.command(), None);
+        assert_eq!(cilium.runs_in(), RunsIn::CiliumAgentPod);
+        assert_eq!(
+            cilium.argv()[0],
+            ["cilium-dbg", "service", "list", "-o", "json"]
+        );
+    }
 
     #[test]
     fn privilege_errors_name_the_capability() {
@@ -639,6 +720,28 @@ mod tests {
         assert!(matches!(e, ReaderError::Failed { .. }), "{e}");
     }
 
+    /// A program that closes its stdout and goes on running: the parse ends at EOF at once,
+    /// and the watchdog must still kill it at the timeout (the child sleeps 3 s at most, so
+    /// the test ends either way).
+    #[test]
+    fn a_child_that_closes_stdout_and_hangs_is_killed_at_the_timeout() {
+        let started = Instant::now();
+        let e = run_and_parse(
+            "sh",
+            &["-c", "exec >&-; exec sleep 3"],
+            Format::Iptables,
+            Duration::from_millis(300),
+            &no(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, ReaderError::Timeout { .. }), "{e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "killed after {:?}",
+            started.elapsed()
+        );
+    }
+
     fn can_run_as_root_with(programs: &[&str]) -> bool {
         let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
             s.lines()
@@ -732,17 +835,18 @@ mod tests {
         )
         .unwrap()
         .into();
+        let dp = |f| Datapath::of(f).unwrap();
         let Detection { chosen, rejected } = choose(vec![
-            (Datapath::Nftables, Ok(empty)),
-            (Datapath::Iptables, Ok(full)),
+            (dp(Format::NftJson), Ok(empty)),
+            (dp(Format::Iptables), Ok(full)),
             (
-                Datapath::Ipvs,
+                dp(Format::Ipvsadm),
                 Err(ReaderError::NotInstalled {
                     program: "ipvsadm-save".into(),
                 }),
             ),
         ]);
-        assert_eq!(chosen.map(|c| c.0), Some(Datapath::Iptables));
+        assert_eq!(chosen.map(|c| c.0), Some(dp(Format::Iptables)));
         assert_eq!(rejected.len(), 2);
     }
 }

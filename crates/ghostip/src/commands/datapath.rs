@@ -17,13 +17,14 @@ use ghostip_datapath::against_truth::{self, NodeDiff};
 use ghostip_datapath::conntrack_audit::{
     AuditConfig, ConntrackAudit, ConntrackReport, FormerOwner, IpFacts, OwnershipFacts,
 };
-use ghostip_datapath::{ConntrackTable, Format, LbTable, Parsed, detect_format, parse_reader};
+use ghostip_datapath::{
+    ConntrackTable, Format, LbTable, Parsed, SkipStats, detect_format, parse_reader,
+};
 use serde::Serialize;
 
 use super::{Outcome, print_json};
 use crate::cli::{
-    DatapathArgs, DatapathCommand, DatapathDiffArgs, DumpFormat, DumpSource, GlobalArgs,
-    OutputFormat,
+    DatapathArgs, DatapathCommand, DatapathDiffArgs, DumpSource, GlobalArgs, OutputFormat,
 };
 use crate::kube::truth_file::read_truth;
 use crate::ledger::{Ledger, parse_at};
@@ -36,21 +37,6 @@ pub(super) fn run(g: &GlobalArgs, args: DatapathArgs) -> anyhow::Result<Outcome>
         DatapathCommand::Show(a) => show(g, &a.source),
         DatapathCommand::Diff(a) => diff(g, a),
     }
-}
-
-fn format_of(f: DumpFormat) -> Option<Format> {
-    Some(match f {
-        DumpFormat::Auto => return None,
-        DumpFormat::Iptables => Format::Iptables,
-        DumpFormat::NftJson => Format::NftJson,
-        DumpFormat::Ipvsadm => Format::Ipvsadm,
-        DumpFormat::CiliumServiceList => Format::CiliumServiceList,
-        DumpFormat::CiliumServiceJson => Format::CiliumServiceJson,
-        DumpFormat::CiliumBpfLbList => Format::CiliumBpfLbList,
-        DumpFormat::CiliumDbFrontends => Format::CiliumDbFrontends,
-        DumpFormat::CiliumLbMaps => Format::CiliumLbMaps,
-        DumpFormat::Conntrack => Format::Conntrack,
-    })
 }
 
 fn source_name(p: &Path) -> String {
@@ -75,13 +61,13 @@ fn read_dump(src: &DumpSource) -> anyhow::Result<(Format, Parsed)> {
         .take(PEEK as u64)
         .read_to_end(&mut head)
         .with_context(|| format!("reading {name}"))?;
-    let format = match format_of(src.format) {
+    let format = match src.format.format() {
         Some(f) => f,
         None => match detect_format(&head) {
             Some(f) => f,
             None => bail!(
                 "reading {name}: cannot tell which datapath dump this is; pass --format (one of: {})",
-                Format::ALL.map(Format::name).join(", ")
+                Format::names()
             ),
         },
     };
@@ -99,11 +85,71 @@ fn show(g: &GlobalArgs, src: &DumpSource) -> anyhow::Result<Outcome> {
         OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
         OutputFormat::Json => print_json(&parsed)?,
         OutputFormat::Table => match &parsed {
-            Parsed::Lb(t) => println!("{t}"),
+            Parsed::Lb(t) => print!("{}", render_lb_table(t)),
             Parsed::Conntrack(t) => print!("{}", render_conntrack(t)),
         },
     }
     Ok(Outcome::Clean)
+}
+
+/// `ip:port`, IPv6 in brackets.
+fn socket(ip: IpAddr, port: u16) -> String {
+    ghostip_core::Target::socket(ip, port).to_string()
+}
+
+/// A load-balancer table: one line per frontend, one indented line per backend, what was
+/// skipped, and a warning when the input held earlier snapshots.
+fn render_lb_table(t: &LbTable) -> String {
+    let mut out = String::new();
+    for fe in &t.frontends {
+        out.push_str(&format!(
+            "{}/{} {}",
+            socket(fe.ip, fe.port),
+            fe.protocol,
+            fe.kind
+        ));
+        if let Some(svc) = &fe.service {
+            out.push_str(&format!(" {svc}"));
+        }
+        if !fe.flags.is_empty() {
+            out.push_str(&format!(" [{}]", fe.flags.join(",")));
+        }
+        if fe.backends.is_empty() {
+            out.push_str(" (no backends)");
+        }
+        out.push('\n');
+        for be in &fe.backends {
+            out.push_str(&format!("  -> {} {}", socket(be.ip, be.port), be.state));
+            if let Some(w) = be.weight {
+                out.push_str(&format!(" weight={w}"));
+            }
+            out.push('\n');
+        }
+    }
+    out.push_str(&format!(
+        "skipped: {} ignored, {} unknown\n",
+        t.skipped.ignored, t.skipped.unknown
+    ));
+    for (reason, n) in &t.skipped.unknown_by_reason {
+        out.push_str(&format!("  unknown {n}: {reason}\n"));
+    }
+    for w in warnings(&t.skipped) {
+        out.push_str(&format!("warning: {w}\n"));
+    }
+    out
+}
+
+/// What a user must know about how a dump was read.
+fn warnings(skipped: &SkipStats) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(e) = &skipped.earlier_snapshots {
+        out.push(format!(
+            "the input holds {} snapshots of this datapath (its header repeats): only the last, from {}, was read",
+            e.count + 1,
+            e.last_from
+        ));
+    }
+    out
 }
 
 fn render_conntrack(t: &ConntrackTable) -> String {
@@ -161,6 +207,12 @@ fn render_conntrack(t: &ConntrackTable) -> String {
 struct DiffJson<'a, T: Serialize> {
     format: Format,
     truth: TruthStats,
+    /// How the dump was read, when a user must know (see [`warnings`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+    /// The dump and the truth share nothing (a finding: see `NodeDiff::compared_nothing`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    compared_nothing: bool,
     #[serde(flatten)]
     result: &'a T,
 }
@@ -201,11 +253,18 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
                 OutputFormat::Json => print_json(&DiffJson {
                     format,
                     truth: stats,
+                    warnings: warnings(&table.skipped),
+                    compared_nothing: d.compared_nothing(),
                     result: &d,
                 })?,
-                OutputFormat::Table => print!("{}", render_node_diff(&d, &table)),
+                OutputFormat::Table => {
+                    print!("{}", render_node_diff(&d, &table, tf.services));
+                    for w in warnings(&table.skipped) {
+                        println!("warning: {w}");
+                    }
+                }
             }
-            Ok(if d.is_clean() {
+            Ok(if d.is_clean() && !d.compared_nothing() {
                 Outcome::Clean
             } else {
                 Outcome::Finding
@@ -237,6 +296,8 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
                 OutputFormat::Json => print_json(&DiffJson {
                     format,
                     truth: stats,
+                    warnings: warnings(&table.skipped),
+                    compared_nothing: false,
                     result: &r,
                 })?,
                 OutputFormat::Table => print!("{}", render_conntrack_report(&r, attributed)),
@@ -297,7 +358,7 @@ fn since(d: Option<std::time::Duration>) -> String {
     d.map(|d| format!("{} s", d.as_secs())).unwrap_or_default()
 }
 
-fn render_node_diff(d: &NodeDiff, table: &LbTable) -> String {
+fn render_node_diff(d: &NodeDiff, table: &LbTable, truth_services: usize) -> String {
     let mut t = Table::new();
     t.load_style(presets::NOTHING).force_no_tty();
     t.set_header(vec![
@@ -365,6 +426,13 @@ fn render_node_diff(d: &NodeDiff, table: &LbTable) -> String {
         table.frontends.len(),
         table.skipped.unknown,
     );
+    if d.compared_nothing() {
+        out.push_str(&format!(
+            "nothing compared: none of the dump's {} frontends belongs to one of the truth's {} Services, and the truth expects none on this node: the dump does not describe this truth (another cluster or node, a truth file without these Services, or rules that outlived every Service)\n",
+            table.frontends.len(),
+            truth_services,
+        ));
+    }
     if !d.is_clean() {
         for line in t.lines() {
             out.push_str(line.trim_end());
@@ -397,7 +465,7 @@ fn render_conntrack_report(r: &ConntrackReport, attributed: bool) -> String {
     }
     if !attributed {
         out.push_str(
-            "no history database given (--db): flows to removed pods other than DNS backends cannot be attributed\n",
+            "no history database given (--db): the pods that had the stale IPs are not named, and flows sent straight to removed pods (not through a Service) are not found\n",
         );
     }
     out

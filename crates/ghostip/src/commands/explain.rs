@@ -1,23 +1,27 @@
 //! `ghostip explain FILES…`: reads client logs, joins every connection failure with who owned its
 //! target IP at that instant (ledger or truth-history file) and explains them per rollout.
 
+use std::cell::Cell;
 use std::fs::File;
+use std::io::Read;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, bail};
 use ghostip_core::Time;
 use ghostip_logs::{
-    ConnFailure, ParallelOptions, ReadAt, ScanOptions, ScanStats, Scanner, is_gzip, map_settled,
-    open_reader,
+    ConnFailure, ParallelOptions, ReadAt, ScanError, ScanOptions, ScanStats, Scanner, is_gzip,
+    map_settled, open_reader_gz,
 };
 use jiff::tz::{Offset, TimeZone};
 
 use super::{Outcome, print_json};
 use crate::cli::{ExplainArgs, GlobalArgs, MmapMode, OutputFormat};
-use crate::explain::{Explainer, HistorySource, TimeFilter, TruthHistory};
+use crate::explain::{Explainer, HistorySource, ReadError, TimeFilter, TruthHistory};
 use crate::ledger::{Ledger, default_db_path, parse_at};
+use crate::report::sanitize::escape_controls;
 
 pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> {
     let now = Time::now();
@@ -46,12 +50,15 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
     let threads = scan_threads(args.threads);
     let mut stats = ScanStats::default();
     let mut names = Vec::new();
-    for path in &inputs {
+    let mut read_errors = Vec::new();
+    for (index, path) in inputs.iter().enumerate() {
         let name = if path == Path::new("-") {
             "<stdin>".to_owned()
         } else {
             path.display().to_string()
         };
+        let shown = escape_controls(&name).into_owned();
+        explainer.start_input(index);
         // One scanner per input: line numbers and the inferred year are per file.
         let mut scanner = Scanner::new(ScanOptions {
             year: args.year,
@@ -62,16 +69,21 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
         })
         .context("starting the log scanner")?;
         let sink = &mut |f: ConnFailure| explainer.add(&f);
-        if path == Path::new("-") {
-            let reader =
-                open_reader(std::io::stdin()).with_context(|| format!("reading {name}"))?;
-            scanner
-                .scan(reader, sink)
-                .with_context(|| format!("reading {name}"))?;
+        let read = if path == Path::new("-") {
+            scan_stream(&mut scanner, std::io::stdin(), sink)
         } else {
-            let file = File::open(path).with_context(|| format!("opening {name}"))?;
+            let file = File::open(path).with_context(|| format!("opening {shown}"))?;
             scan_file(&mut scanner, file, threads, args.mmap, sink)
-                .with_context(|| format!("reading {name}"))?;
+        };
+        // A read that fails part way keeps what was read before it: the report is printed,
+        // then the error, and the command exits 2.
+        if let Err(e) = read {
+            read_errors.push(ReadError {
+                input: name.clone(),
+                offset: scanner.stats().bytes,
+                compressed_offset: e.compressed_offset,
+                error: e.cause,
+            });
         }
         stats.merge(scanner.stats());
         names.push(name);
@@ -80,13 +92,21 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
         .finish(names, stats)
         .context("joining failures with the history")?;
     explanation.only_target = args.target.map(|t| t.to_string());
+    explanation.read_errors = read_errors;
     for w in &explanation.warnings {
-        eprintln!("warning: {w}");
+        eprintln!("warning: {}", escape_controls(w));
     }
     match g.output {
         OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
         OutputFormat::Json => print_json(&explanation)?,
         OutputFormat::Table => print!("{}", explanation.render_table()),
+    }
+    if let Some(e) = explanation.read_errors.first() {
+        let more = match explanation.read_errors.len() {
+            1 => String::new(),
+            n => format!(" (and {} more input(s), see the report)", n - 1),
+        };
+        bail!("reading {}{more}", escape_controls(&e.to_string()));
     }
     Ok(if explanation.is_finding() {
         Outcome::Finding
@@ -95,30 +115,98 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
     })
 }
 
+/// A read that failed part way.
+struct ReadFailure {
+    /// What failed (the innermost cause).
+    cause: String,
+    /// For gzip: the bytes of the compressed input read before it.
+    compressed_offset: Option<u64>,
+}
+
+impl From<ScanError> for ReadFailure {
+    fn from(e: ScanError) -> ReadFailure {
+        let cause = match e {
+            ScanError::Io(io) => io.to_string(),
+            other => other.to_string(),
+        };
+        ReadFailure {
+            cause,
+            compressed_offset: None,
+        }
+    }
+}
+
+impl From<std::io::Error> for ReadFailure {
+    fn from(e: std::io::Error) -> ReadFailure {
+        ReadFailure {
+            cause: e.to_string(),
+            compressed_offset: None,
+        }
+    }
+}
+
+/// A reader that counts the bytes read through it (the compressed offset of a gzip input).
+struct Counting<R> {
+    inner: R,
+    read: Rc<Cell<u64>>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.set(self.read.get() + n as u64);
+        Ok(n)
+    }
+}
+
+/// Scans a stream (stdin, a pipe, a gzip file) to its end or its first read error.
+fn scan_stream<R: Read + 'static>(
+    scanner: &mut Scanner,
+    input: R,
+    sink: &mut dyn FnMut(ConnFailure),
+) -> Result<(), ReadFailure> {
+    let read = Rc::new(Cell::new(0));
+    let counting = Counting {
+        inner: input,
+        read: Rc::clone(&read),
+    };
+    let mut gzip = false;
+    let result = open_reader_gz(counting)
+        .map_err(ReadFailure::from)
+        .and_then(|(reader, is_gz)| {
+            gzip = is_gz;
+            scanner.scan(reader, sink).map_err(ReadFailure::from)
+        });
+    result.map_err(|e| ReadFailure {
+        compressed_offset: gzip.then(|| read.get()),
+        ..e
+    })
+}
+
 /// A file is memory-mapped only when it was not modified for this long (see `--mmap`).
 const MMAP_SETTLE: Duration = Duration::from_secs(5);
 
-/// Scans one opened file: in place when `--mmap auto` maps it (settled, regular, not gzip),
-/// else with positional reads on `threads` threads (regular, not gzip, also for one thread),
-/// else as a stream.
+/// Scans one opened file: in place when `--mmap auto` maps it (regular, not gzip, settled,
+/// and no process has it open for writing: see `map_settled`), else with positional reads on
+/// `threads` threads (regular, not gzip, also for one thread), else as a stream (counting the
+/// compressed bytes of gzip).
 fn scan_file(
     scanner: &mut Scanner,
     file: File,
     threads: NonZeroUsize,
     mmap: MmapMode,
     sink: &mut dyn FnMut(ConnFailure),
-) -> anyhow::Result<()> {
-    if mmap == MmapMode::Auto {
-        let map = map_settled(&file, SystemTime::now(), MMAP_SETTLE).context("mapping the file")?;
-        if let Some(map) = map.filter(|m| !is_gzip(m)) {
-            scanner.scan_mapped(&map, ParallelOptions::new(threads), sink)?;
-            return Ok(());
-        }
+) -> Result<(), ReadFailure> {
+    let Some(len) = positional_len(&file)? else {
+        return scan_stream(scanner, file, sink);
+    };
+    if mmap == MmapMode::Auto
+        && let Some(map) = map_settled(&file, SystemTime::now(), MMAP_SETTLE)?
+    {
+        scanner.scan_mapped(&map, ParallelOptions::new(threads), sink)?;
+        return Ok(());
     }
-    match positional_len(&file)? {
-        Some(len) => scanner.scan_parallel(&file, len, ParallelOptions::new(threads), sink)?,
-        None => scanner.scan(open_reader(file)?, sink)?,
-    }
+    scanner.scan_parallel(&file, len, ParallelOptions::new(threads), sink)?;
     Ok(())
 }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use ghostip_core::engine::EngineConfig;
 
-use crate::cli::{Cli, Command, DnsArgs, GlobalArgs, OutputFormat};
+use crate::cli::{Cli, Command, DnsArgs, GlobalArgs};
 use crate::dns::{NameConfig, PathConfig};
 use crate::kube::{ConnectOptions, Connection, KubeError};
 use crate::ledger::{Ledger, LedgerError};
@@ -36,9 +36,9 @@ pub enum Outcome {
 
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
-    if cli.global.output == OutputFormat::Sarif && !matches!(cli.command, Command::Audit(_)) {
-        anyhow::bail!("-o sarif: only `ghostip audit` writes SARIF; use -o table or -o json");
-    }
+    cli.command
+        .check_output(cli.global.output)
+        .map_err(anyhow::Error::msg)?;
     match cli.command {
         Command::Watch(args) => watch::run(&cli.global, args).await,
         Command::Rollout(args) => rollout::run(&cli.global, args).await,

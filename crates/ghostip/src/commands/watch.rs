@@ -1,7 +1,8 @@
 //! `ghostip watch`: the long-running observer with `/metrics`, `/healthz` and `/readyz`.
 //!
 //! Truth, ledger and DNS probes run until SIGTERM or Ctrl-C; shutdown finishes within 5 s
-//! (the ledger is flushed with a deadline, background tasks are cancelled).
+//! (the ledger is flushed with a deadline, background tasks are cancelled). The endpoint is
+//! bounded and, off loopback, authenticated as the agent's is ([`crate::http`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,16 +32,13 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
     let ready = Arc::new(AtomicBool::new(false));
     let cancel = CancellationToken::new();
 
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("listening on {}", args.listen))?;
-    let app = crate::http::router(Arc::clone(&metrics), Arc::clone(&ready));
-    let http_cancel = cancel.clone();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { http_cancel.cancelled().await })
-            .await
-    });
+    let server = crate::http::start(
+        args.listen,
+        &args.auth,
+        &conn.client,
+        crate::http::router(Arc::clone(&metrics), Arc::clone(&ready)),
+        &cancel,
+    )?;
     tracing::info!(listen = %args.listen, db = %db_path.display(), api = %conn.origin, "ghostip watch started");
 
     let scope = WatchScope {

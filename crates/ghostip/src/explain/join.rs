@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
 use ghostip_core::{PodRef, ServiceKey, Time};
-use ghostip_logs::{Class, ConnFailure, OwnerFacts, classify, classify_with_owner};
+use ghostip_logs::{
+    Class, ConnFailure, OwnerFacts, classify, classify_with_owner, is_local_address,
+};
 use jiff::SignedDuration;
 use serde::Serialize;
 
@@ -61,6 +63,8 @@ pub struct Removal {
     pub workload: Workload,
     /// When its removal started: the deletion request, else the end of its ownership.
     pub at: Time,
+    /// When the pod stopped holding the IP, if it did.
+    pub until: Option<Time>,
 }
 
 /// The result of joining one failure.
@@ -213,6 +217,7 @@ fn removal_of(o: &Ownership, memberships: &[Membership]) -> Removal {
         at: terminating_since(o, memberships)
             .or(o.closed)
             .unwrap_or(o.start),
+        until: o.closed,
     }
 }
 
@@ -255,7 +260,8 @@ impl<S: HistorySource> Joiner<S> {
     }
 
     /// Joins one failure. DNS failures, failures without a target IP or a time, and target IPs
-    /// the history never saw keep the class of their error kind.
+    /// the history never saw keep the class of their error kind; loopback and link-local
+    /// targets (never a pod IP) are not looked up.
     ///
     /// # Errors
     /// [`HistoryError`] when the source fails (the first time the IP is looked up).
@@ -271,7 +277,7 @@ impl<S: HistorySource> Joiner<S> {
         let (Some(target), Some(t)) = (f.target, f.timestamp) else {
             return Ok(unjoined);
         };
-        if f.kind.is_dns() {
+        if f.kind.is_dns() || is_local_address(target.ip()) {
             return Ok(unjoined);
         }
         let ip = target.ip().to_canonical();
@@ -516,6 +522,17 @@ mod tests {
         assert_eq!(j.join(&undated).unwrap().class, Class::StaleTarget);
         let dns = failure(Kind::DnsTimeout, "10.96.0.10:53", "2024-05-01T15:43:00Z");
         assert_eq!(j.join(&dns).unwrap().class, Class::DnsPath);
+        assert_eq!(j.source().calls.get(), 1);
+        // A local address is never a pod IP: not staleness, and not looked up.
+        let local = j
+            .join(&failure(
+                Kind::Refused,
+                "127.0.0.1:8080",
+                "2024-05-01T15:43:00Z",
+            ))
+            .unwrap();
+        assert_eq!(local.class, Class::LocalTarget);
+        assert!(!local.known_ip);
         assert_eq!(j.source().calls.get(), 1);
     }
 

@@ -1,7 +1,7 @@
 //! The explanation of a set of logs: failures classified (joined when a history is given),
 //! aggregated per target, class, Service and rollout window, with one sentence per window.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
@@ -10,8 +10,9 @@ use ghostip_logs::{Aggregator, Class, ConnFailure, Kind, Report, ScanStats, clas
 use serde::Serialize;
 
 use super::history::{HistoryError, HistorySource};
-use super::join::{Joiner, TargetFacts};
+use super::join::{Joiner, Removal, TargetFacts};
 use super::windows::{RolloutWindow, rollout_windows};
+use crate::report::sanitize::{escape_controls, escape_controls_keep_newlines};
 
 /// Keeps failures inside `[since, until)`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -37,14 +38,21 @@ impl TimeFilter {
     }
 }
 
-/// A rollout window with the errors aimed at its removed pods.
+/// A rollout window with the errors aimed at its removed pods, and the resets without a peer
+/// address its clients logged while it was under way.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct WindowSummary {
     /// The window.
     #[serde(flatten)]
     pub window: RolloutWindow,
-    /// Errors aimed at IPs of its pods.
+    /// Errors attributed to it: `aimed_errors + peerless_resets`.
     pub errors: u64,
+    /// Errors aimed at IPs of its pods.
+    pub aimed_errors: u64,
+    /// Resets that name no peer address (Java's `SocketException: Connection reset`), logged
+    /// while the rollout was under way by a client (an input) whose other errors aimed at its
+    /// pods.
+    pub peerless_resets: u64,
     /// Per kind.
     pub by_kind: BTreeMap<Kind, u64>,
     /// Per class.
@@ -54,8 +62,33 @@ pub struct WindowSummary {
     /// Last error.
     pub last_error: Option<Time>,
     /// "47 errors = 31 refused + 16 reset, between … and … UTC (72 s), all aimed at IPs of
-    /// the 3 pods removed by the 15:42 rollout of prod/deploy/x".
+    /// the 3 pods removed by the 15:42 rollout of prod/deploy/x"; with resets that name no
+    /// peer: "…: 31 aimed at IPs of the 3 pods removed by the 15:42 rollout of prod/deploy/x,
+    /// 16 resets with no peer address during that rollout's window".
     pub sentence: String,
+}
+
+/// An input that could not be read to its end: the report holds what was read before.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReadError {
+    /// The input.
+    pub input: String,
+    /// Bytes of log text read before the error (for gzip, decompressed bytes).
+    pub offset: u64,
+    /// For gzip: bytes of the compressed file read before the error.
+    pub compressed_offset: Option<u64>,
+    /// What failed.
+    pub error: String,
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at byte {}", self.input, self.offset)?;
+        if let Some(c) = self.compressed_offset {
+            write!(f, " of the decompressed text (byte {c} of the gzip file)")?;
+        }
+        write!(f, ": {}", self.error)
+    }
 }
 
 /// What the join learned about one target IP (at its first failure).
@@ -116,13 +149,39 @@ pub struct Explanation {
     /// `--target`: only failures aimed at this address were kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub only_target: Option<String>,
+    /// Inputs that could not be read to their end (the command then exits 2).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub read_errors: Vec<ReadError>,
+}
+
+/// A reset without a peer address, kept until the rollout windows are known.
+struct Peerless {
+    input: usize,
+    at: Time,
+    failure: ConnFailure,
+    class: Class,
+}
+
+/// Whether a failure is a reset that names no peer address (nothing to join it by).
+fn is_peerless_reset(f: &ConnFailure) -> bool {
+    f.kind == Kind::Reset && f.target.is_none()
 }
 
 /// Collects failures, joins them, and builds the [`Explanation`].
+///
+/// Resets that name no peer address cannot be joined; with a history they are kept aside until
+/// the rollout windows are known, then attributed to the window under way at their time whose
+/// pods the same input's other failures aimed at (when exactly one is).
 pub struct Explainer<'a> {
     joiner: Option<Joiner<&'a dyn HistorySource>>,
     filter: TimeFilter,
     agg: Aggregator,
+    /// The input the failures come from (see [`Explainer::start_input`]).
+    input: usize,
+    peerless: Vec<Peerless>,
+    /// Per removal key: the inputs whose failures aimed at the pod, and the Services.
+    removal_inputs: HashMap<String, BTreeSet<usize>>,
+    removal_services: HashMap<String, BTreeSet<String>>,
     targets: BTreeMap<IpAddr, TargetSummary>,
     error: Option<HistoryError>,
     filtered_out: u64,
@@ -146,12 +205,23 @@ impl<'a> Explainer<'a> {
             joiner: history.map(Joiner::new),
             filter,
             agg: Aggregator::new(),
+            input: 0,
+            peerless: Vec::new(),
+            removal_inputs: HashMap::new(),
+            removal_services: HashMap::new(),
             targets: BTreeMap::new(),
             error: None,
             filtered_out: 0,
             undated_filtered_out: 0,
             staleness: false,
         }
+    }
+
+    /// The failures added from now on come from the next input (the first input needs no
+    /// call). Resets without a peer address are attributed to a rollout through the other
+    /// failures of their own input.
+    pub fn start_input(&mut self, index: usize) {
+        self.input = index;
     }
 
     /// Adds one failure (in input order). A history error stops the join; it is returned by
@@ -167,6 +237,24 @@ impl<'a> Explainer<'a> {
                 return;
             }
             Some(true) => {}
+        }
+        // Nothing to join a reset without a peer address by: it waits for the windows.
+        if self.joiner.is_some()
+            && self.error.is_none()
+            && is_peerless_reset(f)
+            && let Some(at) = f.timestamp
+        {
+            let class = classify(f);
+            self.staleness |= class.is_staleness();
+            let mut failure = f.clone();
+            failure.raw = String::new();
+            self.peerless.push(Peerless {
+                input: self.input,
+                at,
+                failure,
+                class,
+            });
+            return;
         }
         let joined = match (&mut self.joiner, &self.error) {
             (Some(j), None) => match j.join(f) {
@@ -187,6 +275,18 @@ impl<'a> Explainer<'a> {
         self.staleness |= joined.class.is_staleness();
         let service = joined.service.as_ref().map(ToString::to_string);
         let key = joined.removal.as_ref().map(|r| r.key.as_str());
+        if let Some(key) = key {
+            self.removal_inputs
+                .entry(key.to_owned())
+                .or_default()
+                .insert(self.input);
+            if let Some(s) = &service {
+                self.removal_services
+                    .entry(key.to_owned())
+                    .or_default()
+                    .insert(s.clone());
+            }
+        }
         self.agg.add_in(f, joined.class, service.as_deref(), key);
         if let Some(target) = f.target {
             let ip = target.ip().to_canonical();
@@ -222,9 +322,41 @@ impl<'a> Explainer<'a> {
                     .iter()
                     .flat_map(|w| w.keys.iter().map(|k| (k.as_str(), w.label.as_str())))
                     .collect();
-                let agg = self
+                let mut agg = self
                     .agg
                     .relabel_windows(|k| label.get(k).map(|l| (*l).to_owned()));
+                let spans = if self.peerless.is_empty() {
+                    Vec::new()
+                } else {
+                    window_spans(&windows, j.removals(), &agg.clone().report(true))
+                };
+                for p in &self.peerless {
+                    let mut under_way = windows.iter().zip(&spans).filter(|(w, (from, to))| {
+                        (*from..=*to).contains(&p.at)
+                            && w.keys.iter().any(|k| {
+                                self.removal_inputs
+                                    .get(k)
+                                    .is_some_and(|i| i.contains(&p.input))
+                            })
+                    });
+                    match (under_way.next(), under_way.next()) {
+                        (Some((w, _)), None) => {
+                            let services: BTreeSet<&String> = w
+                                .keys
+                                .iter()
+                                .filter_map(|k| self.removal_services.get(k))
+                                .flatten()
+                                .collect();
+                            let service = match services.len() {
+                                1 => services.into_iter().next().map(String::as_str),
+                                _ => None,
+                            };
+                            agg.add_in(&p.failure, p.class, service, Some(&w.label));
+                        }
+                        // No window, or several: nothing tells which rollout it belongs to.
+                        _ => agg.add(&p.failure, p.class),
+                    }
+                }
                 let info = HistoryInfo {
                     source: j.source().describe(),
                     services: j.source().has_services(),
@@ -264,8 +396,34 @@ impl<'a> Explainer<'a> {
             undated_filtered_out: self.undated_filtered_out,
             warnings,
             only_target: None,
+            read_errors: Vec::new(),
         })
     }
+}
+
+/// When each window was under way: from its first removal to the last of its last removal,
+/// the end of its pods' hold on their IPs and its last error aimed at them.
+fn window_spans(
+    windows: &[RolloutWindow],
+    removals: &BTreeMap<String, Removal>,
+    report: &Report,
+) -> Vec<(Time, Time)> {
+    windows
+        .iter()
+        .map(|w| {
+            let held = w
+                .keys
+                .iter()
+                .filter_map(|k| removals.get(k).and_then(|r| r.until));
+            let errors = report
+                .groups
+                .iter()
+                .filter(|g| g.window.as_deref() == Some(w.label.as_str()))
+                .filter_map(|g| g.last);
+            let end = held.chain(errors).fold(w.last_removal, Time::max);
+            (w.first_removal, end)
+        })
+        .collect()
 }
 
 fn summarize_windows(report: &Report, windows: Vec<RolloutWindow>) -> Vec<WindowSummary> {
@@ -281,12 +439,16 @@ fn summarize_windows(report: &Report, windows: Vec<RolloutWindow>) -> Vec<Window
                 last: None,
                 with_ledger: true,
             };
+            let mut peerless = 0;
             for g in report
                 .groups
                 .iter()
                 .filter(|g| g.window.as_deref() == Some(window.label.as_str()))
             {
                 part.total += g.errors;
+                if g.target_ip.is_none() {
+                    peerless += g.errors;
+                }
                 for (k, n) in &g.by_kind {
                     *part.by_kind.entry(*k).or_default() += n;
                 }
@@ -299,24 +461,42 @@ fn summarize_windows(report: &Report, windows: Vec<RolloutWindow>) -> Vec<Window
             if part.total == 0 {
                 return None;
             }
-            let share = if part.total == report.total {
-                "all".to_owned()
-            } else {
-                format!("{} of {}", part.total, report.total)
-            };
+            let aimed = part.total - peerless;
             let pods = window.pods.len();
-            let sentence = format!(
-                "{}, {share} aimed at IPs of {} removed by the {}",
-                part.headline(),
-                if pods == 1 {
-                    "the pod".to_owned()
+            let pods = if pods == 1 {
+                "the pod".to_owned()
+            } else {
+                format!("the {pods} pods")
+            };
+            let sentence = if peerless == 0 {
+                let share = if part.total == report.total {
+                    "all".to_owned()
                 } else {
-                    format!("the {pods} pods")
-                },
-                window.label
-            );
+                    format!("{} of {}", part.total, report.total)
+                };
+                format!(
+                    "{}, {share} aimed at IPs of {pods} removed by the {}",
+                    part.headline(),
+                    window.label
+                )
+            } else {
+                let of_all = if part.total == report.total {
+                    String::new()
+                } else {
+                    format!(" ({} of {} errors)", part.total, report.total)
+                };
+                format!(
+                    "{}: {aimed} aimed at IPs of {pods} removed by the {}, {peerless} reset{} with \
+                     no peer address during that rollout's window{of_all}",
+                    part.headline(),
+                    window.label,
+                    if peerless == 1 { "" } else { "s" },
+                )
+            };
             Some(WindowSummary {
                 errors: part.total,
+                aimed_errors: aimed,
+                peerless_resets: peerless,
                 by_kind: part.by_kind,
                 by_class: part.by_class,
                 first_error: part.first,
@@ -358,8 +538,15 @@ impl Explanation {
         self.staleness
     }
 
-    /// The table output.
+    /// The table output. Everything in it that came from a log or the cluster (targets, hosts,
+    /// Services, windows, pods, file names) has its control characters escaped: a log line
+    /// cannot drive the reader's terminal.
     pub fn render_table(&self) -> String {
+        let out = self.table_text();
+        escape_controls_keep_newlines(&out).into_owned()
+    }
+
+    fn table_text(&self) -> String {
         let mut out = String::new();
         let aimed = self
             .only_target
@@ -382,7 +569,19 @@ impl Explanation {
             if !self.windows.is_empty() {
                 out.push('\n');
             }
-            out.push_str(&self.report.render_table());
+            // The cells escaped before the columns are laid out.
+            let mut report = self.report.clone();
+            let esc = |s: &mut String| {
+                if let std::borrow::Cow::Owned(e) = escape_controls(s) {
+                    *s = e;
+                }
+            };
+            for g in &mut report.groups {
+                esc(&mut g.peer);
+                g.service.iter_mut().for_each(esc);
+                g.window.iter_mut().for_each(esc);
+            }
+            out.push_str(&report.render_table());
         }
         let known: Vec<&TargetSummary> = self.targets.iter().filter(|t| t.known).collect();
         if !known.is_empty() {
@@ -414,6 +613,13 @@ impl Explanation {
                 out,
                 "{} failure(s) outside --since/--until left out.",
                 self.filtered_out
+            );
+        }
+        for e in &self.read_errors {
+            let _ = writeln!(
+                out,
+                "\nIncomplete: reading {} failed; the report holds what was read before.",
+                escape_controls(&e.to_string())
             );
         }
         out

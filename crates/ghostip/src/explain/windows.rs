@@ -159,6 +159,7 @@ mod tests {
             workload: Workload::of(&p, Some("ReplicaSet"), Some(rs)),
             pod: p,
             at: at.parse().unwrap(),
+            until: None,
         }
     }
 

@@ -97,3 +97,45 @@ pub fn start_watch(ghostip: &str, db: &Path, namespace: &str, port: u16, log: &P
     }
     watch
 }
+
+/// SIGTERM, then waits at most 15 s (killed after that): the exit code (`None` when it had to
+/// be killed or died of a signal) and how long the exit took.
+pub fn terminate(mut child: Child) -> (Option<i32>, Duration) {
+    let start = Instant::now();
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return (st.code(), start.elapsed());
+        }
+        if start.elapsed() > Duration::from_secs(15) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return (None, start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Kills a child process when dropped (a test that failed half-way leaves nothing running).
+pub struct KillOnDrop(pub Option<Child>);
+
+impl KillOnDrop {
+    /// [`terminate`]s the child, if still there.
+    pub fn terminate(&mut self) -> (Option<i32>, Duration) {
+        match self.0.take() {
+            Some(c) => terminate(c),
+            None => (None, Duration::ZERO),
+        }
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -160,8 +160,8 @@ mod tests {
 
     use ghostip_core::engine::{EngineEvent, Tracking};
     use ghostip_core::{PathInfo, PathKind, Target};
-    use ghostip_datapath::generate::{GenModel, GenSpec, THIS_NODE};
     use ghostip_datapath::{Format, PackedTable};
+    use ghostip_testkit::dumps::{GenModel, GenSpec, THIS_NODE};
 
     use super::*;
     use crate::session::{Actions, Session, SessionConfig};

@@ -17,6 +17,8 @@ use super::super::pipeline::Pipeline;
 use super::metrics::{AgentMetrics, ReadErrorLabels, ReadLabels};
 use super::status::{Line, Printer, ReadView, SharedStatus, emit_events, lock};
 use crate::agent::DatapathModel;
+use ghostip_datapath::RunsIn;
+
 use crate::agent::cilium::{CiliumTarget, read_cilium};
 use crate::agent::cost::{CostCap, CostConfig, ReadReason, ReadSchedule};
 use crate::agent::readers::{self, Datapath, ReadOutcome, ReaderError};
@@ -27,14 +29,13 @@ use crate::ledger::{LedgerOp, LedgerSender};
 #[derive(Clone)]
 pub(super) enum Source {
     Local(Datapath),
-    Cilium(kube::Client, CiliumTarget),
+    Cilium(Datapath, kube::Client, CiliumTarget),
 }
 
 impl Source {
     pub fn datapath(&self) -> Datapath {
         match self {
-            Source::Local(d) => *d,
-            Source::Cilium(..) => Datapath::Cilium,
+            Source::Local(d) | Source::Cilium(d, ..) => *d,
         }
     }
 
@@ -45,7 +46,7 @@ impl Source {
     ) -> Result<ReadOutcome, ReaderError> {
         match self {
             Source::Local(d) => readers::read_datapath(d, timeout, cancel).await,
-            Source::Cilium(client, target) => read_cilium(client, &target, timeout).await,
+            Source::Cilium(d, client, target) => read_cilium(d, client, &target, timeout).await,
         }
     }
 }
@@ -61,10 +62,9 @@ pub(super) async fn choose_source(
     status: &SharedStatus,
 ) -> (Option<Source>, Option<ReadOutcome>) {
     let source = match args.datapath {
-        DatapathChoice::Iptables => Source::Local(Datapath::Iptables),
-        DatapathChoice::Nftables => Source::Local(Datapath::Nftables),
-        DatapathChoice::Ipvs => Source::Local(Datapath::Ipvs),
-        DatapathChoice::Cilium => Source::Cilium(
+        DatapathChoice::Read(dp) if dp.runs_in() == RunsIn::Node => Source::Local(dp),
+        DatapathChoice::Read(dp) => Source::Cilium(
+            dp,
             client.clone(),
             CiliumTarget {
                 namespace: args.cilium_namespace.clone(),
@@ -141,7 +141,9 @@ impl DatapathReads {
             node: Some(node.to_string()),
         };
         let idx = p.session.engine.add_path(info.clone(), args.datapath_lag);
-        p.session.register(DatapathModel::new(node, idx));
+        let mut model = DatapathModel::new(node, idx);
+        model.set_family(source.datapath().family());
+        p.session.register(model);
         let (read_tx, read_rx) = mpsc::channel(4);
         Self {
             source,

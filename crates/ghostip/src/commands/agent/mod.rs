@@ -27,8 +27,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use axum::Router;
-use axum::routing::get;
 use futures::StreamExt;
 use ghostip_core::engine::{Discrepancy, EngineEvent};
 use ghostip_core::{PathIdx, ServiceKey, Target, Time};
@@ -49,7 +47,7 @@ use crate::metrics::Metrics;
 use datapath::{DatapathReads, Outputs, choose_source};
 use dns_health::DnsHealthCheck;
 use metrics::AgentMetrics;
-use status::{AgentStatus, Line, Printer, SharedStatus, emit_events, lock, status_handler, view};
+use status::{AgentStatus, Line, Printer, SharedStatus, emit_events, lock, view};
 
 /// Open trackings by identity, with whether each was stuck, to report what the engine
 /// changed on its own tick.
@@ -77,7 +75,7 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     }));
     let cancel = CancellationToken::new();
     let kill_readers = Arc::new(AtomicBool::new(false));
-    let server = serve(&args, &metrics, &ready, &status, &cancel).await?;
+    let server = serve(&args, &conn.client, &metrics, &ready, &status, &cancel)?;
     stop_on_signal(&cancel, &kill_readers);
 
     let (source, first_read) =
@@ -220,28 +218,19 @@ fn validate(args: &AgentArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Serves `/metrics`, `/healthz`, `/readyz` and `/status` on `--listen`.
-async fn serve(
+/// Serves `/metrics`, `/healthz`, `/readyz`, `/status` and `/v1/ips/{ip}` on `--listen`,
+/// bounded, and authenticated where `--auth` asks for it.
+fn serve(
     args: &AgentArgs,
+    client: &kube::Client,
     metrics: &Arc<Metrics>,
     ready: &Arc<AtomicBool>,
     status: &SharedStatus,
     cancel: &CancellationToken,
 ) -> anyhow::Result<JoinHandle<std::io::Result<()>>> {
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("listening on {}", args.listen))?;
-    let app = crate::http::router(Arc::clone(metrics), Arc::clone(ready)).merge(
-        Router::new()
-            .route("/status", get(status_handler))
-            .with_state(Arc::clone(status)),
-    );
-    let http_cancel = cancel.clone();
-    Ok(tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { http_cancel.cancelled().await })
-            .await
-    }))
+    let app = crate::http::router(Arc::clone(metrics), Arc::clone(ready))
+        .merge(status::routes(Arc::clone(status)));
+    crate::http::start(args.listen, &args.auth, client, app, cancel)
 }
 
 /// SIGTERM or Ctrl-C: kill datapath readers and stop the loop.

@@ -1,10 +1,16 @@
-//! What the agent shows: the `/status` document, its JSON lines (`-o json`) and the log lines of tracking changes.
+//! What the agent shows: the `/status` document, the per-IP answer of `/v1/ips/{ip}`, its JSON lines (`-o json`) and the log lines of tracking changes.
+//!
+//! Both endpoints read a snapshot that the agent's loop publishes under one mutex after
+//! each step; a handler holds the lock only to copy what it serves.
 
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
 use ghostip_core::engine::{EngineEvent, Tracking};
 use ghostip_core::{Layer, Time};
 use serde::Serialize;
@@ -20,6 +26,9 @@ pub(super) struct TrackingView {
     pub layer: Layer,
     pub service: String,
     pub target: String,
+    /// The target's address, to answer `/v1/ips/{ip}`.
+    #[serde(skip)]
+    pub ip: IpAddr,
     pub kind: String,
     pub verdict: String,
     /// When the truth changed (or the tracking was opened).
@@ -38,6 +47,7 @@ pub(super) struct TrackingView {
 #[derive(Clone, Debug, Default, Serialize)]
 pub(super) struct ReadView {
     pub reason: Option<ReadReason>,
+    /// When the read started: what it saw is the datapath at that time or later.
     pub at: Option<Time>,
     pub cpu_s: f64,
     pub child_cpu_s: f64,
@@ -81,6 +91,14 @@ pub(super) fn lock(s: &Mutex<AgentStatus>) -> MutexGuard<'_, AgentStatus> {
     s.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The routes that read the status: `/status` and `/v1/ips/{ip}`.
+pub(super) fn routes(status: SharedStatus) -> Router {
+    Router::new()
+        .route("/status", get(status_handler))
+        .route("/v1/ips/{ip}", get(ip_handler))
+        .with_state(status)
+}
+
 /// `GET /status`.
 pub(super) async fn status_handler(State(status): State<SharedStatus>) -> impl IntoResponse {
     let body = {
@@ -88,6 +106,63 @@ pub(super) async fn status_handler(State(status): State<SharedStatus>) -> impl I
         serde_json::to_string_pretty(&*st).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     };
     ([(header::CONTENT_TYPE, "application/json")], body)
+}
+
+/// What `GET /v1/ips/{ip}` answers: whether this node's datapath still holds one IP.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(super) struct IpView {
+    pub node: String,
+    /// The truth is synced (no truth gap): trackings are being opened and judged.
+    pub synced: bool,
+    /// When the last successful datapath read started; `null` before the first.
+    pub read_at: Option<Time>,
+    /// The datapath read (`iptables`, `nftables`, `ipvs`, `cilium`), `null` when none was
+    /// found.
+    pub datapath: Option<String>,
+    /// Why the datapath cannot be read now (the last read failed, or none was found).
+    pub error: Option<String>,
+    /// The open, unconverged stale trackings of this node's datapath with this target IP,
+    /// as `service -> target`.
+    pub holding: Vec<String>,
+}
+
+/// The answer for `ip` from the status document.
+pub(super) fn ip_view(st: &AgentStatus, ip: IpAddr) -> IpView {
+    let ip = ip.to_canonical();
+    IpView {
+        node: st.node.clone(),
+        synced: st.truth_synced,
+        read_at: st.last_read.at,
+        datapath: st.datapath.clone(),
+        error: st.datapath_error.clone(),
+        holding: st
+            .open
+            .iter()
+            .filter(|t| {
+                t.layer == Layer::Datapath
+                    && t.kind == "stale"
+                    && t.converged_by.is_none()
+                    && t.ip.to_canonical() == ip
+            })
+            .map(|t| format!("{} -> {}", t.service, t.target))
+            .collect(),
+    }
+}
+
+/// `GET /v1/ips/{ip}`: 400 when `{ip}` is not an IP address.
+pub(super) async fn ip_handler(
+    State(status): State<SharedStatus>,
+    Path(ip): Path<String>,
+) -> Response {
+    let Ok(addr) = ip.parse::<IpAddr>() else {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(serde_json::json!({ "error": format!("`{ip}` is not an IP address") })),
+        )
+            .into_response();
+    };
+    let view = ip_view(&lock(&status), addr);
+    Json(view).into_response()
 }
 
 /// One JSON line of `-o json`.
@@ -153,6 +228,7 @@ pub(super) fn view(p: &Pipeline, t: &Tracking) -> Option<TrackingView> {
         layer: info.layer(),
         service: t.service.to_string(),
         target: t.target.to_string(),
+        ip: t.target.ip,
         kind: format!("{:?}", t.kind).to_lowercase(),
         verdict: t.verdict.label().to_string(),
         since: start,
@@ -195,5 +271,167 @@ pub(super) fn emit_events(printer: &Printer, p: &Pipeline, events: &[EngineEvent
             change,
             tracking: &v,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use axum::body::Body;
+    use axum::extract::Request;
+    use tower::ServiceExt as _;
+
+    fn t(s: &str) -> Time {
+        s.parse().unwrap()
+    }
+
+    fn tracking(layer: Layer, path: &str, service: &str, target: &str, kind: &str) -> TrackingView {
+        let ip = target
+            .parse::<std::net::SocketAddr>()
+            .map(|a| a.ip())
+            .or_else(|_| target.parse::<IpAddr>())
+            .unwrap();
+        TrackingView {
+            path: path.to_string(),
+            layer,
+            service: service.to_string(),
+            target: target.to_string(),
+            ip,
+            kind: kind.to_string(),
+            verdict: "open".to_string(),
+            since: t("2026-03-19T08:00:00Z"),
+            last_seen: Some(t("2026-03-19T08:00:05Z")),
+            converged_by: None,
+            window_s: None,
+            former_pod: None,
+        }
+    }
+
+    /// node-2 with iptables: 10.244.1.7 held stale by two Services, converging in a third,
+    /// missing in a fourth and still answered by DNS; other IPs held too.
+    fn status() -> AgentStatus {
+        let dp = "iptables/node-2";
+        let dns = "dns-pod/10.244.1.5:53@node-2";
+        let mut converging = tracking(Layer::Datapath, dp, "demo/db", "10.244.1.7:5432", "stale");
+        converging.converged_by = Some(t("2026-03-19T08:00:06Z"));
+        AgentStatus {
+            node: "node-2".to_string(),
+            datapath: Some("iptables".to_string()),
+            truth_synced: true,
+            last_read: ReadView {
+                at: Some(t("2026-03-19T08:00:05.250Z")),
+                ..ReadView::default()
+            },
+            open: vec![
+                tracking(Layer::Datapath, dp, "demo/web", "10.244.1.7:8080", "stale"),
+                tracking(Layer::Datapath, dp, "demo/web", "10.244.1.8:8080", "stale"),
+                tracking(Layer::Datapath, dp, "demo/api", "10.244.1.7:9090", "stale"),
+                converging,
+                tracking(Layer::Datapath, dp, "demo/new", "10.244.1.7:80", "missing"),
+                tracking(Layer::Dns, dns, "demo/web-headless", "10.244.1.7", "stale"),
+                tracking(Layer::Datapath, dp, "demo/v6", "[fd00::7]:8080", "stale"),
+                tracking(Layer::Datapath, dp, "demo/web", "10.244.1.70:8080", "stale"),
+            ],
+            ..AgentStatus::default()
+        }
+    }
+
+    async fn get_json(status: AgentStatus, path: &str) -> (StatusCode, serde_json::Value) {
+        let app = routes(Arc::new(Mutex::new(status)));
+        let resp = app
+            .oneshot(Request::builder().uri(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let code = resp.status();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (code, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn an_ip_is_held_by_the_open_unconverged_stale_datapath_trackings_of_that_ip() {
+        let (code, v) = get_json(status(), "/v1/ips/10.244.1.7").await;
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "node": "node-2",
+                "synced": true,
+                "read_at": "2026-03-19T08:00:05.25Z",
+                "datapath": "iptables",
+                "error": null,
+                "holding": [
+                    "demo/web -> 10.244.1.7:8080",
+                    "demo/api -> 10.244.1.7:9090",
+                ],
+            })
+        );
+        let (_, v) = get_json(status(), "/v1/ips/10.244.1.8").await;
+        assert_eq!(
+            v["holding"],
+            serde_json::json!(["demo/web -> 10.244.1.8:8080"])
+        );
+        // IPv6, in any spelling.
+        for path in [
+            "/v1/ips/fd00::7",
+            "/v1/ips/fd00:0:0:0:0:0:0:7",
+            "/v1/ips/fd00%3A%3A7",
+        ] {
+            let (_, v) = get_json(status(), path).await;
+            assert_eq!(
+                v["holding"],
+                serde_json::json!(["demo/v6 -> [fd00::7]:8080"]),
+                "{path}"
+            );
+        }
+        // An IP nothing holds.
+        let (code, v) = get_json(status(), "/v1/ips/10.244.1.9").await;
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(v["holding"], serde_json::json!([]));
+    }
+
+    #[tokio::test]
+    async fn before_the_first_read_and_without_a_datapath_the_answer_says_so() {
+        let st = AgentStatus {
+            node: "node-3".to_string(),
+            datapath_error: Some("no datapath detected (iptables: not found)".to_string()),
+            ..AgentStatus::default()
+        };
+        let (code, v) = get_json(st, "/v1/ips/10.244.1.7").await;
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "node": "node-3",
+                "synced": false,
+                "read_at": null,
+                "datapath": null,
+                "error": "no datapath detected (iptables: not found)",
+                "holding": [],
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_malformed_ip_is_400() {
+        for path in ["/v1/ips/10.244.1", "/v1/ips/web", "/v1/ips/10.244.1.7:8080"] {
+            let (code, v) = get_json(status(), path).await;
+            assert_eq!(code, StatusCode::BAD_REQUEST, "{path}");
+            assert!(
+                v["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("is not an IP address"),
+                "{v}"
+            );
+        }
+    }
+
+    #[test]
+    fn ipv4_mapped_addresses_match_their_ipv4_trackings() {
+        let v = ip_view(&status(), "::ffff:10.244.1.8".parse().unwrap());
+        assert_eq!(v.holding, vec!["demo/web -> 10.244.1.8:8080".to_string()]);
     }
 }

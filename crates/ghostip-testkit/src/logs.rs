@@ -16,7 +16,7 @@ use jiff::Timestamp;
 use jiff::tz::Offset;
 use serde::Serialize;
 
-use crate::model::{Format, Kind};
+use ghostip_logs::{Format, Kind};
 
 /// Generator settings.
 #[derive(Debug, Clone, Copy)]

@@ -1,14 +1,24 @@
 //! Tests of the datapath-vs-truth comparison over generated clusters and real captures.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::*;
-use crate::generate::{GenModel, GenSpec, OTHER_NODE, THIS_NODE};
-use crate::{Format, iptables, ipvs, nft};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
 use ghostip_core::engine::{Discrepancy, Engine, EngineConfig, EngineEvent, Verdict};
-use ghostip_core::truth::{EndpointPort, EndpointRecord, ServicePort, SliceRecord};
-use ghostip_core::{ChangeTime, Layer, PathInfo, PathKind};
+use ghostip_core::truth::{
+    EndpointPort, EndpointRecord, ServicePort, ServiceRecord, SliceRecord, TrafficPolicy, Truth,
+};
+use ghostip_core::{
+    ChangeTime, Layer, ObservationResult, PathIdx, PathInfo, PathKind, ServiceKey, Target, Time,
+};
+use ghostip_datapath::against_truth::*;
+use ghostip_datapath::{
+    Backend, BackendState, Format, Frontend, FrontendKind, LbTable, PackedTable, Protocol,
+    iptables, ipvs, nft,
+};
+use ghostip_testkit::dumps::{GenModel, GenSpec, OTHER_NODE, THIS_NODE};
 use proptest::prelude::*;
-use std::net::Ipv4Addr;
 
 fn t(s: i64) -> Time {
     Time::from_second(1_800_000_000 + s).unwrap()
@@ -612,7 +622,7 @@ fn packed_observations_are_the_observations_of_the_full_table() {
     let want = observations(&odd, &truth, PathIdx(3), Family::V4, t(20));
     assert_eq!((want.unknown_frontends, want.draining), (1, 1));
     // The streaming parse straight into a packed table observes the same.
-    let streamed = crate::parse_reader_packed(Format::Iptables, dump.as_bytes())
+    let streamed = ghostip_datapath::parse_reader_packed(Format::Iptables, dump.as_bytes())
         .unwrap()
         .unwrap();
     assert_eq!(streamed.backend_count(), table.backend_count());

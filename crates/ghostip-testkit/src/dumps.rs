@@ -22,8 +22,7 @@ use ghostip_core::truth::{
 };
 use ghostip_core::{Protocol as CoreProtocol, ServiceKey};
 
-use crate::format::Format;
-use crate::model::{Backend, Frontend, FrontendKind, LbTable, Protocol, ServiceRef};
+use ghostip_datapath::{Backend, Format, Frontend, FrontendKind, LbTable, Protocol, ServiceRef};
 
 /// Pod CIDR of generated clusters (kube-proxy's `--cluster-cidr`).
 pub const POD_CIDR: &str = "100.64.0.0/10";
