@@ -209,6 +209,7 @@ impl Command {
             Command::Audit(_) => "audit",
             Command::Explain(_) => "explain",
             Command::Completions(_) => "completions",
+            Command::DrainWait(_) => "drain-wait",
         }
     }
 
@@ -555,8 +556,11 @@ pub struct DrainWaitArgs {
     /// Port of the agents' HTTP endpoint (on their node's IP).
     #[arg(long, default_value_t = 9754, value_name = "PORT")]
     pub agent_port: u16,
+    /// An agent to ask, as NODE=IP:PORT (repeatable), instead of finding the agent pods.
+    #[arg(long = "agent", value_name = "NODE=IP:PORT", value_parser = parse_agent)]
+    pub agents: Vec<(String, SocketAddr)>,
     /// Do not ask the agents (node datapaths are then judged by the fallback).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "agents")]
     pub no_agents: bool,
     /// Global DNS query budget of this drain in queries per second; never exceeded.
     #[arg(long, default_value_t = 20, value_name = "QPS")]
@@ -573,6 +577,19 @@ pub struct DrainWaitArgs {
     /// Do not record the result as an Event on the pod.
     #[arg(long)]
     pub no_event: bool,
+}
+
+fn parse_agent(s: &str) -> Result<(String, SocketAddr), String> {
+    let (node, addr) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected NODE=IP:PORT"))?;
+    if node.is_empty() {
+        return Err(format!("`{s}`: the node name is empty"));
+    }
+    let addr: SocketAddr = addr
+        .parse()
+        .map_err(|e| format!("`{s}`: {addr} is not IP:PORT ({e})"))?;
+    Ok((node.to_string(), addr))
 }
 
 /// `ghostip whois`.

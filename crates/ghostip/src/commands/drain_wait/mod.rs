@@ -22,6 +22,7 @@
 mod agents;
 mod dns;
 mod endpoint;
+pub mod events;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -276,6 +277,15 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
     let mut agents: Vec<Agent> = Vec::new();
     if args.no_agents {
         model.nodes_unknown("--no-agents: node datapaths are not asked");
+    } else if !args.agents.is_empty() {
+        agents = args
+            .agents
+            .iter()
+            .map(|(node, addr)| Agent {
+                node: node.clone(),
+                addr: *addr,
+            })
+            .collect();
     } else if let Some(c) = &conn {
         match agents::find(
             &c.client,
