@@ -269,7 +269,8 @@ fn rbac_is_read_only_and_least_privilege() {
             }
             for r in &resources {
                 assert!(
-                    ["endpointslices", "services", "pods", "configmaps"].contains(&r.as_str()),
+                    ["endpointslices", "services", "pods", "configmaps", "events"]
+                        .contains(&r.as_str()),
                     "{file}: unexpected resource {r}"
                 );
             }
@@ -743,4 +744,91 @@ fn krew_manifest_installs_the_binary_as_the_kubectl_plugin() {
         );
         assert!(arches.insert(arch), "two platforms for one arch");
     }
+}
+
+/// The drain-wait component: its one write is the Event on the pod; everything else it reads
+/// is named (kube-system by resource name where RBAC allows); the agents' per-IP answer is a
+/// non-resource URL; the preStop hook parses as `ghostip drain-wait` with the downward API's
+/// env, and the grace period leaves drain-wait room beyond its margin.
+#[test]
+fn drain_wait_component_reads_what_it_needs_and_writes_only_its_event() {
+    let dir = deploy_dir().join("drain-wait");
+    let mut docs = Vec::new();
+    for f in ["rbac.yaml", "drain-wait-patch.yaml"] {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
+        for d in deploy_support::yaml_documents(f, &text) {
+            docs.push((f.to_string(), d));
+        }
+    }
+    let mut writes = Vec::new();
+    for (file, doc) in &docs {
+        for rule in rules_of(doc) {
+            let resources = rule.resources.clone().unwrap_or_default();
+            assert!(
+                !resources
+                    .iter()
+                    .any(|r| r == "*" || r.starts_with("secrets") || r.contains('/')),
+                "{file}: {rule:?}"
+            );
+            for v in &rule.verbs {
+                if !["get", "list", "watch"].contains(&v.as_str()) {
+                    writes.push((resources.clone(), v.clone()));
+                }
+            }
+            if let Some(urls) = &rule.non_resource_urls {
+                assert_eq!(urls, &vec!["/v1/ips".to_string(), "/v1/ips/*".to_string()]);
+                assert_eq!(rule.verbs, vec!["get".to_string()]);
+            }
+            if doc["metadata"]["namespace"] == "kube-system"
+                && resources.iter().any(|r| r == "configmaps")
+            {
+                assert_eq!(
+                    rule.resource_names.clone().unwrap_or_default(),
+                    vec!["coredns".to_string(), "node-local-dns".to_string()]
+                );
+            }
+        }
+    }
+    assert_eq!(
+        writes,
+        vec![(vec!["events".to_string()], "create".to_string())]
+    );
+    let (_, patch) = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "Deployment")
+        .unwrap();
+    let spec = &patch["spec"]["template"]["spec"];
+    let web = &spec["containers"][0];
+    let cmd: Vec<String> = web["lifecycle"]["preStop"]["exec"]["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(cmd[0], "/ghostip-bin/ghostip");
+    let cli = parse_cli(&cmd[1..].to_vec(), &[]);
+    let Command::DrainWait(args) = cli.command else {
+        panic!("not drain-wait: {cmd:?}");
+    };
+    let env: Vec<(&str, &str)> = web["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap(),
+                e["valueFrom"]["fieldRef"]["fieldPath"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        env,
+        vec![
+            ("POD_IP", "status.podIP"),
+            ("POD_NAME", "metadata.name"),
+            ("POD_NAMESPACE", "metadata.namespace")
+        ]
+    );
+    let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap();
+    assert!(grace > args.margin.as_secs() + 30, "grace {grace} s");
 }
