@@ -121,6 +121,8 @@ struct MonitorEndpoint {
     interval: String,
     scrape_timeout: String,
     honor_labels: bool,
+    /// The endpoints require a token: Prometheus presents its ServiceAccount's.
+    bearer_token_file: String,
 }
 
 #[derive(Deserialize)]
@@ -474,6 +476,9 @@ fn each_component_runs_in_a_namespace_of_its_pod_security_level() {
             );
         }
         for subj in d["subjects"].as_array().into_iter().flatten() {
+            if d["metadata"]["name"] == "ghostip-metrics-reader" {
+                continue; // Prometheus's own account, wherever it runs
+            }
             let want = if subj["name"] == "ghostip-agent" {
                 &agent_ns
             } else {
@@ -831,4 +836,68 @@ fn drain_wait_component_reads_what_it_needs_and_writes_only_its_event() {
     );
     let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap();
     assert!(grace > args.margin.as_secs() + 30, "grace {grace} s");
+}
+
+#[test]
+fn http_callers_are_reviewed_by_the_api_server() {
+    let docs = documents();
+    // The agent and the watch may review tokens (system:auth-delegator), nothing else built in.
+    let bindings: Vec<&Value> = docs
+        .iter()
+        .map(|(_, d)| d)
+        .filter(|d| d["kind"] == "ClusterRoleBinding")
+        .collect();
+    let mut builtin: Vec<(&str, Vec<&str>)> = bindings
+        .iter()
+        .filter(|b| {
+            b["roleRef"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("system:")
+        })
+        .map(|b| {
+            let subjects = b["subjects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["name"].as_str().unwrap())
+                .collect();
+            (b["roleRef"]["name"].as_str().unwrap(), subjects)
+        })
+        .collect();
+    builtin.sort();
+    assert_eq!(
+        builtin,
+        vec![(
+            "system:auth-delegator",
+            vec!["ghostip-agent", "ghostip-watch"]
+        )]
+    );
+    // Both listen beyond loopback, so `--auth auto` requires tokens; the agent on the node's
+    // address in either family.
+    let agent = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "DaemonSet")
+        .map(|(f, d)| typed::<DaemonSet>(f, d))
+        .unwrap();
+    let args = container_args(&agent.spec.unwrap().template.spec.unwrap());
+    assert!(
+        args.contains(&"--listen=[$(HOST_IP)]:9754".to_string()),
+        "{args:?}"
+    );
+    // Prometheus may read /metrics and nothing else.
+    let reader = docs
+        .iter()
+        .find(|(_, d)| {
+            d["kind"] == "ClusterRole" && d["metadata"]["name"] == "ghostip-metrics-reader"
+        })
+        .map(|(f, d)| typed::<ClusterRole>(f, d))
+        .expect("a ClusterRole for Prometheus");
+    let rules = reader.rules.unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        rules[0].non_resource_urls,
+        Some(vec!["/metrics".to_string()])
+    );
+    assert_eq!(rules[0].verbs, vec!["get".to_string()]);
 }

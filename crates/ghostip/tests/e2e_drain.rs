@@ -43,7 +43,9 @@ struct DrainSetup {
 
 impl Drop for DrainSetup {
     fn drop(&mut self) {
-        let _ = run(lab("kubectl").args(["delete", "--ignore-not-found", "-f"]).arg(&self.rbac));
+        let _ = run(lab("kubectl")
+            .args(["delete", "--ignore-not-found", "-f"])
+            .arg(&self.rbac));
     }
 }
 
@@ -56,7 +58,15 @@ fn drain_setup(dir: &Path) -> DrainSetup {
     std::fs::write(&rbac_path, rbac).unwrap();
     let _ = run(lab("kubectl").args(["create", "namespace", "ghostip-agent"]));
     kubectl(&["apply", "-f", rbac_path.to_str().unwrap()]);
-    let token = kubectl(&["create", "token", "default", "-n", "demo", "--duration", "1h"]);
+    let token = kubectl(&[
+        "create",
+        "token",
+        "default",
+        "-n",
+        "demo",
+        "--duration",
+        "1h",
+    ]);
     let admin = std::fs::read_to_string("/var/lib/ghostip-lab/admin.kubeconfig").unwrap();
     let kc: String = admin
         .lines()
