@@ -295,6 +295,10 @@ pub struct DnsArgs {
     /// Cluster DNS zone.
     #[arg(long, default_value = "cluster.local", value_name = "ZONE")]
     pub zone: String,
+    /// Do not ask SRV names (`_port._proto.service`) of named ports: their answers are then
+    /// not judged (one query less per named port, path and probe round).
+    #[arg(long)]
+    pub no_srv: bool,
 }
 
 /// `ghostip watch`.

@@ -66,12 +66,32 @@ fn f(v: &Value) -> Option<f64> {
     v.as_f64()
 }
 
+/// The rows of A answers (bare IPs) on CoreDNS pod paths.
 fn pod_path_rows(report: &Value) -> Vec<&Value> {
     report["stale"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|r| r["path"].as_str().unwrap().starts_with("dns-pod/"))
+        .filter(|r| !r["target"].as_str().unwrap().contains(':'))
+        .collect()
+}
+
+/// The rows of SRV answers (`ip:port`) on CoreDNS pod paths, by (path, target).
+fn srv_rows(report: &Value) -> BTreeMap<(String, String), &Value> {
+    report["stale"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["path"].as_str().unwrap().starts_with("dns-pod/"))
+        .filter(|r| r["target"].as_str().unwrap().contains(':'))
+        .map(|r| {
+            let key = (
+                r["path"].as_str().unwrap().to_string(),
+                r["target"].as_str().unwrap().to_string(),
+            );
+            (key, r)
+        })
         .collect()
 }
 
@@ -176,6 +196,25 @@ fn classic_kubeadm_corefile_keeps_removed_ips_for_the_ttl() {
                 .as_str()
                 .is_some_and(|p| p.starts_with("demo/web-")),
             "former pod named: {r}"
+        );
+    }
+    // The SRV name of the named port (`_http._tcp.web.demo...`) is judged with the endpoints'
+    // port: each removed IP's ip:8080 stays in the SRV answers of a path as long as the IP
+    // stays in its A answers (one cache, one TTL), within a probe interval.
+    let srv = srv_rows(&report);
+    for r in &rows {
+        let path = r["path"].as_str().unwrap().to_string();
+        let target = format!("{}:8080", r["target"].as_str().unwrap());
+        let s = srv
+            .get(&(path.clone(), target.clone()))
+            .unwrap_or_else(|| panic!("no SRV window for {target} on {path}"));
+        let (a_win, srv_win) = (
+            f(&r["window_upper_s"]).unwrap(),
+            f(&s["window_upper_s"]).expect("the SRV window converged"),
+        );
+        assert!(
+            (a_win - srv_win).abs() <= 2.0 * PROBE_INTERVAL + 0.5,
+            "{target} on {path}: A window {a_win:.2}s, SRV window {srv_win:.2}s"
         );
     }
     assert!(largest >= 10.0, "largest window {largest} < 10 s");
