@@ -87,7 +87,14 @@ fn drain_setup(dir: &Path) -> DrainSetup {
             .arg(node)
             .args([env!("CARGO_BIN_EXE_ghostip"), "--db"])
             .arg(dir.join(format!("agent-{node}.db")))
-            .args(["agent", "--node-name", node, "--listen"])
+            .args([
+                "agent",
+                "--node-name",
+                node,
+                "--min-audit-period",
+                "1s",
+                "--listen",
+            ])
             .arg(format!("{ip}:{AGENT_PORT}"))
             .env("GHOSTIP_JSON_LOGS", "1")
             .stdin(Stdio::null())
@@ -181,6 +188,8 @@ enum Hook {
     DrainWait,
     /// A guessed `sleep 30`.
     Sleep30,
+    /// drain-wait with a 25 s grace period (a 15 s bound).
+    DrainWaitShort,
 }
 
 /// demo/web with the given preStop hook (3 replicas, headless Service, port 8080), applied
@@ -193,14 +202,13 @@ fn deploy_web(hook: Hook, setup: &DrainSetup) {
         .iter()
         .map(|(node, ip)| format!(r#", "--agent", "{node}={ip}:{AGENT_PORT}""#))
         .collect();
+    let drain_wait = format!(
+        r#""lifecycle": {{"preStop": {{"exec": {{"command": ["{ghostip}", "--kubeconfig", "{kubeconfig}", "drain-wait", "--interval", "500ms"{agents}]}}}}}},"#
+    );
     let (lifecycle, grace) = match hook {
         Hook::None => (String::new(), 30),
-        Hook::DrainWait => (
-            format!(
-                r#""lifecycle": {{"preStop": {{"exec": {{"command": ["{ghostip}", "--kubeconfig", "{kubeconfig}", "drain-wait", "--interval", "500ms"{agents}]}}}}}},"#
-            ),
-            60,
-        ),
+        Hook::DrainWait => (drain_wait, 60),
+        Hook::DrainWaitShort => (drain_wait, 25),
         Hook::Sleep30 => (
             r#""lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 30"]}}},"#
                 .to_string(),
@@ -610,4 +618,100 @@ fn drain_wait_follows_what_the_corefile_hands_out() {
         "BENCH rollout with drain-wait (cache5) {:.1} s, kubeadm-new {:.1} s, sleep 30 {:.1} s",
         short.rollout_s, fresh.rollout_s, slept.rollout_s
     );
+}
+
+/// Restarts node-2's kube-proxy and removes the ClusterIP Service, even when the test failed.
+struct HealNode2;
+
+impl Drop for HealNode2 {
+    fn drop(&mut self) {
+        let _ = run(lab("component").args(["start", "kube-proxy-node-2"]));
+        let _ = run(lab("kubectl").args([
+            "-n",
+            "demo",
+            "delete",
+            "service",
+            "web-cip",
+            "--ignore-not-found",
+        ]));
+    }
+}
+
+#[test]
+#[ignore = "needs the lab cluster (lab/up), lab/build cacheclient and root"]
+fn drain_wait_runs_to_its_bound_and_names_a_node_that_never_lets_go() {
+    if !lab_ready() {
+        return;
+    }
+    let _lab = lab_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let setup = drain_setup(dir.path());
+    let (code, out, err) =
+        run(lab("scenarios/coredns-cache").args(["--corefile", "cache5", "--setup-only"]));
+    assert_eq!(code, 0, "scenario setup failed:\n{out}\n{err}");
+    deploy_web(Hook::DrainWaitShort, &setup);
+    kubectl(&[
+        "-n",
+        "demo",
+        "delete",
+        "events",
+        "--field-selector",
+        "reason=DrainWait",
+    ]);
+    // A ClusterIP Service in front of the pods: the node datapaths route it to them.
+    kubectl_stdin(
+        &["apply", "-f", "-"],
+        r#"{"apiVersion": "v1", "kind": "Service",
+  "metadata": {"name": "web-cip", "namespace": "demo"},
+  "spec": {"selector": {"app": "web"},
+    "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}"#,
+    );
+    let _heal = HealNode2;
+    std::thread::sleep(Duration::from_secs(5)); // both kube-proxies write its rules
+    // node-2's kube-proxy stops (its rules stay): node-2 keeps routing to the old pod.
+    let (code, out, err) = run(lab("component").args(["stop", "kube-proxy-node-2"]));
+    assert_eq!(code, 0, "stopping kube-proxy on node-2:\n{out}\n{err}");
+    let pods = web_pods();
+    let (ip, pod) = pods.iter().next().expect("a web pod");
+    let started = Instant::now();
+    kubectl(&["-n", "demo", "delete", "pod", pod, "--wait=false"]);
+    let line = loop {
+        if let Some(l) = drain_lines().remove(ip) {
+            break l;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no drain recorded for {ip} within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    eprintln!("drain {ip}: {line}");
+    assert_eq!(line["release"], "bound", "{line}");
+    let (waited, bound) = (
+        line["waited_s"].as_f64().unwrap(),
+        line["max_wait_s"].as_f64().unwrap(),
+    );
+    assert!(
+        (bound - 15.0).abs() < 0.5,
+        "grace 25 s - margin 10 s: {line}"
+    );
+    assert!(
+        waited >= bound - 0.5 && waited <= bound + 2.0,
+        "waited {waited} s, bound {bound} s: {line}"
+    );
+    let layers = line["layers"].as_array().unwrap();
+    let state_of = |node: &str| {
+        layers
+            .iter()
+            .find(|l| l["layer"] == "datapath" && l["path"] == node)
+            .map(|l| l["state"].as_str().unwrap().to_string())
+    };
+    assert_eq!(state_of("node-2").as_deref(), Some("holding"), "{line}");
+    assert_eq!(state_of("node-1").as_deref(), Some("let-go"), "{line}");
+    let why = layers
+        .iter()
+        .find(|l| l["path"] == "node-2")
+        .and_then(|l| l["why"].as_str())
+        .unwrap_or_default();
+    assert!(why.contains("demo/web-cip"), "{why}");
 }
