@@ -16,8 +16,8 @@ pub fn repo() -> PathBuf {
 /// Whether the lab tests were asked for (GHOSTIP_LAB=1); prints why they are skipped otherwise.
 pub fn lab_ready() -> bool {
     if std::env::var_os("GHOSTIP_LAB").is_none() {
-        eprintln!(
-            "skipped: set GHOSTIP_LAB=1 with a running lab (lab/up) to run the end-to-end tests"
+        ghostip_testkit::env::skip(
+            "set GHOSTIP_LAB=1 with a running lab (lab/up) to run the end-to-end tests",
         );
         return false;
     }
