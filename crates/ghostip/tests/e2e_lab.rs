@@ -62,6 +62,109 @@ fn rollout(db: &Path, html: Option<&Path>) -> (i32, Value, String) {
     (code, v, err)
 }
 
+/// The HTML timeline rendered by a real browser (headless Chromium, in a network namespace
+/// of its own with nothing but a loopback): the screenshot is not blank, and the page's DOM
+/// holds the time axis, the legend, the truth changes and, for every removed IP on every path
+/// of the report's stale windows, a row of bars.
+fn check_in_browser(html: &Path, report: &Value) {
+    let (code, chromium, _) = run(Command::new("sh").args(["-c", "command -v chromium"]));
+    if code != 0 {
+        ghostip_testkit::env::skip("no chromium (scripts/deps installs it)");
+        return;
+    }
+    let chromium = chromium.trim().to_string();
+    let url = format!("file://{}", html.display());
+    let browser = |extra: &[&str]| {
+        let mut c = Command::new("unshare");
+        c.args([
+            "--net",
+            &chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+        ])
+        .args([
+            "--hide-scrollbars",
+            "--window-size=1300,900",
+            "--no-first-run",
+        ])
+        .args(extra)
+        .arg(&url);
+        run(&mut c)
+    };
+    let shot = html.with_extension("png");
+    let (code, _, err) = browser(&[&format!("--screenshot={}", shot.display())]);
+    assert_eq!(code, 0, "chromium --screenshot failed: {err}");
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let px = info.color_type.samples();
+    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(px).collect();
+    let colours: std::collections::BTreeSet<&[u8]> = pixels.iter().copied().collect();
+    let inked = pixels
+        .iter()
+        .filter(|p| p[..3].iter().any(|c| *c < 200))
+        .count();
+    eprintln!(
+        "screenshot {}x{}: {} colours, {:.1} % inked",
+        info.width,
+        info.height,
+        colours.len(),
+        100.0 * inked as f64 / pixels.len() as f64
+    );
+    assert!(
+        colours.len() >= 5,
+        "a blank screenshot: {} colours",
+        colours.len()
+    );
+    assert!(
+        inked * 100 >= pixels.len(),
+        "under 1 % of the screenshot is drawn"
+    );
+    let (code, dom, err) = browser(&["--dump-dom"]);
+    assert_eq!(code, 0, "chromium --dump-dom failed: {err}");
+    assert!(dom.contains(r#"class="legend""#), "no legend in the DOM");
+    assert!(dom.contains(r#"class="axis""#), "no time axis in the DOM");
+    assert!(
+        dom.contains(r#"class="change""#),
+        "no truth change in the DOM"
+    );
+    // Every (path, removed IP) of the stale windows is a row with at least one bar.
+    let rows: BTreeMap<(String, String), usize> = dom
+        .split(r#"<g class="row" "#)
+        .skip(1)
+        .filter(|g| g.contains(r#"data-removed="true""#))
+        .map(|g| {
+            let attr = |name: &str| {
+                g.split(&format!(r#"{name}=""#))
+                    .nth(1)
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            };
+            let bars = g.split("</g>").next().unwrap().matches("<rect").count();
+            ((attr("data-path"), attr("data-ip")), bars)
+        })
+        .collect();
+    for r in report["stale"].as_array().unwrap() {
+        let target = r["target"].as_str().unwrap();
+        let ip = target
+            .rsplit_once(':')
+            .filter(|_| target.contains('.'))
+            .map_or(target, |(ip, _)| ip);
+        let key = (r["path"].as_str().unwrap().to_string(), ip.to_string());
+        let bars = rows.get(&key).copied().unwrap_or(0);
+        assert!(
+            bars >= 1,
+            "no bar for {key:?} in the browser's DOM ({} removed rows)",
+            rows.len()
+        );
+    }
+}
+
 fn f(v: &Value) -> Option<f64> {
     v.as_f64()
 }
@@ -222,6 +325,7 @@ fn classic_kubeadm_corefile_keeps_removed_ips_for_the_ttl() {
     assert!(report["summary"]["exposed"].as_u64().unwrap() > 0);
     assert_eq!(code, 1);
     assert!(std::fs::read_to_string(&html).unwrap().contains("<svg"));
+    check_in_browser(&html, &report);
 
     // Side by side with dig on the same path: windows differ by at most one probe interval
     // (plus the dig loop's own 100 ms sampling).
