@@ -301,6 +301,33 @@ fn rbac_is_read_only_and_least_privilege() {
         binding.spec.unwrap().validation_actions.unwrap(),
         vec!["Deny".to_string()]
     );
+    // The policy pins the whole argv of every command the agent runs in the Cilium pod (the
+    // format table's), and nothing looser.
+    let expr = spec.validations.unwrap()[0].expression.clone();
+    let cilium = ghostip_datapath::FORMATS
+        .iter()
+        .filter(|f| {
+            f.dump
+                .agent
+                .as_ref()
+                .is_some_and(|a| a.runs_in == ghostip_datapath::RunsIn::CiliumAgentPod)
+        })
+        .flat_map(|f| f.dump.argv.iter());
+    let mut pinned = 0;
+    for argv in cilium {
+        let list = argv
+            .iter()
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        assert!(
+            expr.contains(&format!("object.command == [{list}]")),
+            "{argv:?} not pinned: {expr}"
+        );
+        pinned += 1;
+    }
+    assert_eq!(pinned, 2, "cilium-dbg and cilium");
+    assert_eq!(expr.matches("object.command").count(), pinned, "{expr}");
 }
 
 #[test]
