@@ -838,7 +838,7 @@ fn drain_wait_component_reads_what_it_needs_and_writes_only_its_event() {
         .map(|v| v.as_str().unwrap().to_string())
         .collect();
     assert_eq!(cmd[0], "/ghostip-bin/ghostip");
-    let cli = parse_cli(&cmd[1..].to_vec(), &[]);
+    let cli = parse_cli(&cmd[1..], &[]);
     let Command::DrainWait(args) = cli.command else {
         panic!("not drain-wait: {cmd:?}");
     };

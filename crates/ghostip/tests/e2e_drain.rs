@@ -20,7 +20,9 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 mod lab_support;
-use lab_support::{KillOnDrop, lab, lab_ready, repo, run, stop};
+use lab_support::{
+    KillOnDrop, cacheclient, kubectl, kubectl_stdin, lab, lab_ready, repo, run, stop, web_pods,
+};
 
 use serde_json::Value;
 
@@ -140,45 +142,6 @@ fn lab_lock() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn kubectl(args: &[&str]) -> String {
-    let (code, out, err) = run(lab("kubectl").args(args));
-    assert_eq!(code, 0, "kubectl {args:?} failed:\n{out}\n{err}");
-    out
-}
-
-fn kubectl_stdin(args: &[&str], stdin: &str) {
-    let mut child = lab("kubectl")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write as _;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The lab's binary directory (where `lab/build` put cacheclient).
-fn cacheclient() -> PathBuf {
-    let (code, out, err) = run(lab("exec").args(["hub", "sh", "-c", "command -v cacheclient"]));
-    assert_eq!(
-        code, 0,
-        "cacheclient not built (run lab/build cacheclient): {err}"
-    );
-    PathBuf::from(out.trim())
-}
-
 /// How the web pods end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Hook {
@@ -295,25 +258,6 @@ fn start_client(log: &Path, seconds: u32) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
-}
-
-fn web_pods() -> BTreeMap<String, String> {
-    let out = kubectl(&[
-        "-n",
-        "demo",
-        "get",
-        "pods",
-        "-l",
-        "app=web",
-        "-o",
-        "jsonpath={range .items[*]}{.status.podIP}{\" \"}{.metadata.name}{\"\\n\"}{end}",
-    ]);
-    out.lines()
-        .filter_map(|l| {
-            let (ip, name) = l.split_once(' ')?;
-            (!ip.is_empty()).then(|| (ip.to_string(), name.to_string()))
-        })
-        .collect()
 }
 
 /// `ghostip rollout deploy/web -n demo --restart -o json` on node-1; with how long the rollout

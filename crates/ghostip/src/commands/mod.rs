@@ -146,7 +146,6 @@ pub(crate) fn dns_config(d: &DnsArgs) -> DnsConfig {
         names: NameConfig {
             zone: d.zone.clone(),
             srv: !d.no_srv,
-            ..NameConfig::default()
         },
         burst_limit: Duration::from_secs(600),
     }
