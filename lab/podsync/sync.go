@@ -663,6 +663,77 @@ func preStopSeconds(pod *corev1.Pod) int64 {
 	return best
 }
 
+// preStopExec returns the first container's preStop exec command when it is
+// more than a `sleep N` (which preStopSeconds emulates without a process).
+func preStopExec(pod *corev1.Pod) []string {
+	if pod == nil {
+		return nil
+	}
+	for _, ct := range pod.Spec.Containers {
+		if ct.Lifecycle == nil || ct.Lifecycle.PreStop == nil || ct.Lifecycle.PreStop.Exec == nil {
+			continue
+		}
+		cmd := ct.Lifecycle.PreStop.Exec.Command
+		if len(cmd) == 0 || reSleepOnly.MatchString(strings.Join(cmd, " ")) {
+			continue
+		}
+		return cmd
+	}
+	return nil
+}
+
+var reSleepOnly = regexp.MustCompile(`^(?:/bin/sh -c )?sleep\s+[0-9]+$`)
+
+// hookEnv is the environment of a hook: the container's env with the downward
+// API fields a lab pod has (status.podIP, metadata.name/namespace/uid,
+// spec.nodeName) resolved, and KUBECONFIG standing in for the pod's
+// ServiceAccount credentials.
+func (c *controller) hookEnv(rt *podRT, pod *corev1.Pod) []string {
+	env := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"KUBECONFIG=" + filepath.Join(c.cfg.stateDir, "admin.kubeconfig"),
+	}
+	field := map[string]string{
+		"status.podIP":       rt.ip,
+		"metadata.name":      rt.name,
+		"metadata.namespace": rt.ns,
+		"metadata.uid":       rt.uid,
+		"spec.nodeName":      rt.node,
+	}
+	for _, ct := range pod.Spec.Containers {
+		for _, e := range ct.Env {
+			switch {
+			case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil:
+				if v, ok := field[e.ValueFrom.FieldRef.FieldPath]; ok {
+					env = append(env, e.Name+"="+v)
+				}
+			case e.ValueFrom == nil:
+				env = append(env, e.Name+"="+e.Value)
+			}
+		}
+		break
+	}
+	return env
+}
+
+// runPreStop runs the hook in the pod's network namespace with its output in
+// the pod's log, and kills it at the deadline.
+func (c *controller) runPreStop(rt *podRT, pod *corev1.Pod, hook []string, deadline time.Time) {
+	started := time.Now()
+	c.event("prestop-exec", rt, map[string]any{"cmd": strings.Join(hook, " ")})
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", rt.netns}, hook...)...)
+	cmd.Env = c.hookEnv(rt, pod)
+	logPath := filepath.Join(c.cfg.stateDir, "logs", "pods", fmt.Sprintf("%s_%s_%s.prestop.log", rt.ns, rt.name, shortUID(rt.uid, 5)))
+	if lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+		defer lf.Close()
+		cmd.Stdout, cmd.Stderr = lf, lf
+	}
+	err := cmd.Run()
+	c.event("prestop-exited", rt, map[string]any{"status": exitStatus(err), "took_ms": time.Since(started).Milliseconds(), "log": logPath})
+}
+
 // waitReady emulates the first successful readiness probe: httpGet or
 // tcpSocket from the pod spec; without a probe, the first TCP containerPort
 // accepting connections (or just a started process).
@@ -784,7 +855,11 @@ func (c *controller) terminate(rt *podRT, pod *corev1.Pod) {
 	}
 	c.event("terminating", rt, map[string]any{"grace_s": grace, "prestop_s": preStop, "force": pod == nil, "deletionTimestamp": delTS})
 	deadline := t0.Add(time.Duration(grace) * time.Second)
-	if preStop > 0 && rt.started && !isClosed(rt.exited) {
+	if hook := preStopExec(pod); hook != nil && rt.started && !isClosed(rt.exited) {
+		// An exec hook that is not a plain sleep runs for real, in the pod's network
+		// namespace, until it exits or the grace period ends (the kubelet's bound).
+		c.runPreStop(rt, pod, hook, deadline)
+	} else if preStop > 0 && rt.started && !isClosed(rt.exited) {
 		c.event("prestop-sleep", rt, map[string]any{"seconds": preStop})
 		time.Sleep(time.Duration(preStop) * time.Second)
 	}

@@ -33,7 +33,7 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    ChangeTime, FailureReason, Layer, Observation, ObservationResult, PathIdx, PathInfo,
+    ChangeTime, FailureReason, Layer, Observation, ObservationResult, PathIdx, PathInfo, Scope,
     ServiceKey, Target, Time,
 };
 
@@ -826,8 +826,14 @@ impl Engine {
             .any(|(s, e)| at >= *s && e.is_none_or(|e| at <= e))
     }
 
-    /// Feeds one observation.
+    /// Feeds one observation that holds every target of its path (see [`Scope::All`]).
     pub fn observe(&mut self, obs: &Observation) -> Vec<EngineEvent> {
+        self.observe_scoped(obs, &Scope::All)
+    }
+
+    /// Feeds one observation that speaks only for the targets in `scope`: held targets
+    /// outside it are ignored, desired ones outside it are neither missing nor converged.
+    pub fn observe_scoped(&mut self, obs: &Observation, scope: &Scope) -> Vec<EngineEvent> {
         let mut events = Vec::new();
         let judging = self.judging();
         let sid = self.service_ids.get(&obs.service).copied();
@@ -891,11 +897,16 @@ impl Engine {
         // A datapath read holds its targets sorted: one pass over both usually decides;
         // DNS answers come in any order and take the searches.
         let agrees = if stale_only {
-            held.iter().all(|h| desired.contains(&h.target))
-        } else {
+            held.iter()
+                .all(|h| scope.contains(&h.target) && desired.contains(&h.target))
+        } else if *scope == Scope::All {
             held.len() == desired.set.len()
                 && (desired.set.equals_in_order(held, |h| h.target)
                     || held.iter().all(|h| desired.contains(&h.target)))
+        } else {
+            held.iter()
+                .all(|h| scope.contains(&h.target) && desired.contains(&h.target))
+                && desired.set.iter().filter(|t| scope.contains(t)).count() == held.len()
         };
         if agrees && !has_open {
             return events; // The common case: the path is right and nothing is being measured.
@@ -904,7 +915,7 @@ impl Engine {
         // Stale: held but not desired. Missing: desired but not held.
         let stale_now: Vec<(Target, Option<u32>, Option<ChangeTime>)> = held
             .iter()
-            .filter(|h| !desired.contains(&h.target))
+            .filter(|h| scope.contains(&h.target) && !desired.contains(&h.target))
             .map(|h| (h.target, h.ttl, desired.departed(&h.target)))
             .collect();
         let missing_now: Vec<(Target, Option<ChangeTime>)> = if stale_only {
@@ -913,7 +924,7 @@ impl Engine {
             desired
                 .set
                 .iter()
-                .filter(|t| !holds(t))
+                .filter(|t| scope.contains(t) && !holds(t))
                 .map(|t| (t, desired.arrived(&t)))
                 .collect()
         };
@@ -985,10 +996,11 @@ impl Engine {
             .range_mut(first..)
             .take_while(|(k, _)| k.0 == obs.path && k.1 == sid)
         {
-            let right = match k.3 {
-                Discrepancy::Stale => !holds(&k.2),
-                Discrepancy::Missing => holds(&k.2),
-            };
+            let right = scope.contains(&k.2)
+                && match k.3 {
+                    Discrepancy::Stale => !holds(&k.2),
+                    Discrepancy::Missing => holds(&k.2),
+                };
             // Only answers given after the change say anything about convergence.
             if right && t.converged_by.is_none() && t.start() <= obs.at {
                 t.converged_by = Some(obs.at);

@@ -482,6 +482,35 @@ pub enum ObservationResult {
     Failed(FailureReason),
 }
 
+/// Which of a path's desired targets one observation speaks for. A DNS path is asked
+/// several questions about one Service: an A answer says which IPv4 addresses it hands out
+/// and nothing about IPv6 ones, an SRV answer of one named port says which `ip:port` of
+/// that port. Targets outside the scope are neither missing nor converged by it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Scope {
+    /// Every target (a datapath read holds all of them).
+    #[default]
+    All,
+    /// Bare IPv4 addresses (an A answer).
+    Ipv4,
+    /// Bare IPv6 addresses (an AAAA answer).
+    Ipv6,
+    /// `ip:port` targets with one of these ports (an SRV answer of one named port).
+    Ports(Vec<u16>),
+}
+
+impl Scope {
+    /// Whether `t` is one of the targets an observation of this scope speaks for.
+    pub fn contains(&self, t: &Target) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Ipv4 => t.port.is_none() && t.ip.is_ipv4(),
+            Scope::Ipv6 => t.port.is_none() && t.ip.is_ipv6(),
+            Scope::Ports(ports) => t.port.is_some_and(|p| ports.contains(&p)),
+        }
+    }
+}
+
 /// One observation of one path for one service.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Observation {

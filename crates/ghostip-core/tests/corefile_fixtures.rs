@@ -312,10 +312,10 @@ fn check(name: &str, lag: &ExpectedLag, want: &Want) {
 fn every_fixture_corefile_has_the_expected_lag() {
     let dir = fixtures_dir();
     let Ok(entries) = std::fs::read_dir(&dir) else {
-        println!(
-            "skipped: no Corefile fixtures at {} (set GHOSTIP_FIXTURES to the fixtures folder)",
+        ghostip_testkit::env::skip(&format!(
+            "no Corefile fixtures at {} (set GHOSTIP_FIXTURES to the fixtures folder)",
             dir.display()
-        );
+        ));
         return;
     };
     let mut paths: Vec<PathBuf> = entries
@@ -421,7 +421,7 @@ const AS_PUBLISHED: &[(&str, Published)] = &[
 fn templates_as_published_have_their_lag_and_name_their_placeholders() {
     let dir = fixtures_dir();
     let Ok(entries) = std::fs::read_dir(&dir) else {
-        println!("skipped: no Corefile fixtures at {}", dir.display());
+        ghostip_testkit::env::skip(&format!("no Corefile fixtures at {}", dir.display()));
         return;
     };
     let mut names: Vec<String> = entries
@@ -489,7 +489,7 @@ fn nodelocal_fixture_behind_kubeadm_classic() {
             dir.join("Corefile_k8s-cluster-addons-coredns.yaml.base_coredns-v1.14.2.template"),
         ),
     ) else {
-        println!("skipped: no Corefile fixtures at {}", dir.display());
+        ghostip_testkit::env::skip(&format!("no Corefile fixtures at {}", dir.display()));
         return;
     };
     let upstream = Corefile::parse(&render("coredns.yaml.base", &kubeadm))
@@ -522,7 +522,7 @@ fn kubeadm_latest_notes_explain_the_computation() {
     let Ok(text) = std::fs::read_to_string(
         dir.join("Corefile_kubeadm-manifests.go_latest_cache-30-disable-success-denial.template"),
     ) else {
-        println!("skipped: no Corefile fixtures at {}", dir.display());
+        ghostip_testkit::env::skip(&format!("no Corefile fixtures at {}", dir.display()));
         return;
     };
     let lag = Corefile::parse(&render("kubeadm", &text))

@@ -14,6 +14,7 @@
 //! | `cilium-*` | [`cilium`] | `cilium-dbg service list` (text, JSON), `bpf lb list`, `db/show frontends`, `lb/maps-dump` |
 //! | `conntrack` | [`conntrack`] | `conntrack -L`, `-E`, `-o extended` |
 //! | (bytes) | `conntrack_netlink` (feature `netlink`, default) | conntrack netlink dump messages |
+//! | (sockets) | [`socket_table`] | `/proc/net/tcp`, `/proc/net/tcp6` |
 //!
 //! # Errors
 //! A [`ParseError`] means the input as a whole is not the format asked for. Unknown or
@@ -35,6 +36,7 @@ mod model;
 pub mod nft;
 mod packed;
 mod secs;
+pub mod socket_table;
 mod text;
 
 use std::io::BufRead;

@@ -26,7 +26,9 @@ use ghostip_testkit::dumps::{GenModel, GenSpec, OTHER_NODE, THIS_NODE};
 
 fn enabled() -> bool {
     if std::env::var_os("GHOSTIP_NETNS_TESTS").is_none() {
-        eprintln!("skipped: set GHOSTIP_NETNS_TESTS=1 (and run as root) to test real kernel state");
+        ghostip_testkit::env::skip(
+            "set GHOSTIP_NETNS_TESTS=1 (and run as root) to test real kernel state",
+        );
         return false;
     }
     let uid = Command::new("id").arg("-u").output().unwrap();

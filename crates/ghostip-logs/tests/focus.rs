@@ -271,10 +271,10 @@ fn focused_scans_of_the_corpus_find_what_the_full_scans_find() {
     let dir =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/client-errors");
     if !dir.is_dir() {
-        println!(
-            "skipping: {} not found (shared fixtures are beside the clone)",
+        ghostip_testkit::env::skip(&format!(
+            "{} not found (shared fixtures are beside the clone)",
             dir.display()
-        );
+        ));
         return;
     }
     let mut checked = 0;

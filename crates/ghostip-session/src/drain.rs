@@ -184,6 +184,9 @@ pub struct DrainModel {
     connections: Option<(Time, usize)>,
     connections_let_go: Option<Time>,
     connections_unknown: Option<String>,
+    /// Other parts that could not be checked (the endpoint without an API server, CoreDNS
+    /// pods without RBAC in kube-system), with why.
+    unknown: Vec<LayerStatus>,
 }
 
 impl DrainModel {
@@ -199,7 +202,29 @@ impl DrainModel {
             connections: None,
             connections_let_go: None,
             connections_unknown: None,
+            unknown: Vec::new(),
         }
+    }
+
+    /// A part of `layer` (`endpoint`, `dns`, `datapath`) that cannot be checked: the fallback
+    /// budget stands in for it.
+    pub fn unknown(
+        &mut self,
+        layer: &'static str,
+        path: impl Into<String>,
+        why: impl Into<String>,
+    ) {
+        self.unknown.push(LayerStatus {
+            layer,
+            path: path.into(),
+            view: LayerView::Unknown { why: why.into() },
+        });
+    }
+
+    /// A better stand-in for what cannot be checked, learnt during the drain (the audit's
+    /// budget once the pod's Service is known).
+    pub fn set_fallback(&mut self, fallback: (Duration, String)) {
+        self.cfg.fallback = fallback;
     }
 
     /// The settings.
@@ -255,7 +280,8 @@ impl DrainModel {
         hold.client_ttl = client_ttl;
     }
 
-    /// DNS cannot be checked (no path found or reachable).
+    /// DNS cannot be checked (no path found or reachable); paths that can be are still
+    /// judged.
     pub fn dns_unknown(&mut self, why: impl Into<String>) {
         self.dns_unknown = Some(why.into());
     }
@@ -358,6 +384,7 @@ impl DrainModel {
             self.dns_views(t0, now, &mut views);
             self.node_views(t0, &mut views);
             self.connection_views(&mut views);
+            views.extend(self.unknown.iter().cloned());
             for s in views {
                 match &s.view {
                     LayerView::Holding { until, .. } => {
@@ -400,7 +427,6 @@ impl DrainModel {
                 path: "*".into(),
                 view: LayerView::Unknown { why: why.clone() },
             });
-            return;
         }
         for hold in self.dns.values() {
             let view = match hold.let_go(t0) {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ghostip_core::engine::{Death, DeathSource, Discrepancy, Engine, EngineConfig, EngineEvent};
 use ghostip_core::truth::{PodRecord, ServiceChange, Truth};
-use ghostip_core::{ChangeTime, Observation, ObservationResult, PathIdx, ServiceKey, Time};
+use ghostip_core::{ChangeTime, Observation, ObservationResult, PathIdx, Scope, ServiceKey, Time};
 
 use crate::filter::ServiceFilter;
 use crate::layer::{ConnectRequest, LayerCx, LayerModel};
@@ -359,6 +359,12 @@ impl Session {
 
     /// Feeds one observation of any layer's path to the engine (and the timeline).
     pub fn observe(&mut self, o: &Observation) -> Vec<EngineEvent> {
+        self.observe_scoped(o, &Scope::All)
+    }
+
+    /// Feeds one observation that speaks only for the targets in `scope` (a DNS answer of
+    /// one family or one SRV port; see [`Engine::observe_scoped`]).
+    pub fn observe_scoped(&mut self, o: &Observation, scope: &Scope) -> Vec<EngineEvent> {
         if self.cfg.record_timeline
             && let ObservationResult::Held(held) = &o.result
         {
@@ -375,7 +381,7 @@ impl Session {
                 }
             }
         }
-        self.engine.observe(o)
+        self.engine.observe_scoped(o, scope)
     }
 
     /// Advances time: closes and judges trackings, lets every layer act on time.

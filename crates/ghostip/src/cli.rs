@@ -192,6 +192,8 @@ pub enum Command {
     Explain(ExplainArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     Completions(CompletionsArgs),
+    /// A pod's preStop hook: block until every layer let go of the pod's IP (bounded), then exit 0.
+    DrainWait(DrainWaitArgs),
 }
 
 impl Command {
@@ -207,6 +209,7 @@ impl Command {
             Command::Audit(_) => "audit",
             Command::Explain(_) => "explain",
             Command::Completions(_) => "completions",
+            Command::DrainWait(_) => "drain-wait",
         }
     }
 
@@ -292,6 +295,10 @@ pub struct DnsArgs {
     /// Cluster DNS zone.
     #[arg(long, default_value = "cluster.local", value_name = "ZONE")]
     pub zone: String,
+    /// Do not ask SRV names (`_port._proto.service`) of named ports: their answers are then
+    /// not judged (one query less per named port, path and probe round).
+    #[arg(long)]
+    pub no_srv: bool,
 }
 
 /// `ghostip watch`.
@@ -510,6 +517,86 @@ pub struct AgentArgs {
     /// Output format.
     #[command(flatten)]
     pub output: AgentOutput,
+}
+
+/// `ghostip drain-wait`: run as the pod's `preStop` exec hook. It always exits 0 (a failing
+/// preStop hook must not make termination worse); what it waited for and why goes to one JSON
+/// line on stdout.
+#[derive(Debug, Args)]
+pub struct DrainWaitArgs {
+    /// The pod's IP (the downward API's `status.podIP`).
+    #[arg(long, env = "POD_IP", value_name = "IP")]
+    pub ip: Option<std::net::IpAddr>,
+    /// The pod's name, to read its grace period and to attach the result as an Event.
+    #[arg(long, env = "POD_NAME", value_name = "NAME")]
+    pub pod_name: Option<String>,
+    /// The pod's namespace (where its EndpointSlices are).
+    #[arg(long, env = "POD_NAMESPACE", value_name = "NS")]
+    pub pod_namespace: Option<String>,
+    /// Never wait longer than this (default: the pod's terminationGracePeriodSeconds minus
+    /// --margin, or 20 s when the pod cannot be read).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub max_wait: Option<Duration>,
+    /// What the default --max-wait leaves of the grace period for the container's own
+    /// shutdown after SIGTERM.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub margin: Duration,
+    /// Also wait until no established TCP connection to the pod's listening ports remains
+    /// (pooled clients moved away), read from the pod's network namespace.
+    #[arg(long)]
+    pub wait_connections: bool,
+    /// Stand-in for a layer that cannot be checked, counted from when the IP left the
+    /// endpoints (default: the staleness budget `ghostip audit` computes for the pod's
+    /// Service from the cluster's Corefiles, else 30 s).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub fallback: Option<Duration>,
+    /// Namespace of the per-node agents asked whether their node still routes to the IP.
+    #[arg(long, default_value = "ghostip-agent", value_name = "NS")]
+    pub agent_namespace: String,
+    /// Label selector of the per-node agent pods.
+    #[arg(
+        long,
+        default_value = "app.kubernetes.io/name=ghostip-agent",
+        value_name = "SELECTOR"
+    )]
+    pub agent_selector: String,
+    /// Port of the agents' HTTP endpoint (on their node's IP).
+    #[arg(long, default_value_t = 9754, value_name = "PORT")]
+    pub agent_port: u16,
+    /// An agent to ask, as NODE=IP:PORT (repeatable), instead of finding the agent pods.
+    #[arg(long = "agent", value_name = "NODE=IP:PORT", value_parser = parse_agent)]
+    pub agents: Vec<(String, SocketAddr)>,
+    /// Do not ask the agents (node datapaths are then judged by the fallback).
+    #[arg(long, conflicts_with = "agents")]
+    pub no_agents: bool,
+    /// Global DNS query budget of this drain in queries per second; never exceeded.
+    #[arg(long, default_value_t = 20, value_name = "QPS")]
+    pub qps: u32,
+    /// Interval of DNS probes and agent polls while waiting.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub interval: Duration,
+    /// Timeout of one DNS query or agent request.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub request_timeout: Duration,
+    /// Cluster DNS zone.
+    #[arg(long, default_value = "cluster.local", value_name = "ZONE")]
+    pub zone: String,
+    /// Do not record the result as an Event on the pod.
+    #[arg(long)]
+    pub no_event: bool,
+}
+
+fn parse_agent(s: &str) -> Result<(String, SocketAddr), String> {
+    let (node, addr) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected NODE=IP:PORT"))?;
+    if node.is_empty() {
+        return Err(format!("`{s}`: the node name is empty"));
+    }
+    let addr: SocketAddr = addr
+        .parse()
+        .map_err(|e| format!("`{s}`: {addr} is not IP:PORT ({e})"))?;
+    Ok((node.to_string(), addr))
 }
 
 /// `ghostip whois`.

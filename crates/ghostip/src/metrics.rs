@@ -61,6 +61,13 @@ pub struct ErrorLabels {
     pub reason: String,
 }
 
+/// Labels of `ghostip_drain_wait_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DrainLabels {
+    /// `endpoint`, `dns`, `datapath`, `connections`, or `total` for the whole wait.
+    pub layer: String,
+}
+
 fn window_histogram() -> Histogram {
     Histogram::new([
         0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 45.0, 60.0, 120.0, 300.0, 900.0,
@@ -84,6 +91,8 @@ pub struct Metrics {
     pub probe_errors: Family<ErrorLabels, Counter>,
     /// `ghostip_truth_synced`.
     pub truth_synced: Gauge<i64, AtomicI64>,
+    /// `ghostip_drain_wait_seconds`.
+    pub drain_wait: Family<DrainLabels, Histogram, fn() -> Histogram>,
 }
 
 impl Default for Metrics {
@@ -140,8 +149,17 @@ impl Metrics {
             "1 when ghostip's view of the Kubernetes API is synced, 0 during a truth gap",
             truth_synced.clone(),
         );
+        let drain_wait = Family::<DrainLabels, Histogram>::new_with_constructor(
+            window_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "ghostip_drain_wait_seconds",
+            "Seconds `ghostip drain-wait` waited for each layer to let go of a terminating pod's IP (layer total: the whole wait)",
+            drain_wait.clone(),
+        );
         Self {
             registry,
+            drain_wait,
             stale_window,
             stale_endpoints,
             over_lag_endpoints,

@@ -28,10 +28,10 @@ fn fixtures() -> Option<PathBuf> {
     if dir.join("coredns").is_dir() && dir.join("k8s-objects").is_dir() {
         Some(dir)
     } else {
-        println!(
-            "skipped: no fixtures at {} (set GHOSTIP_FIXTURES to the fixtures folder)",
+        ghostip_testkit::env::skip(&format!(
+            "no fixtures at {} (set GHOSTIP_FIXTURES to the fixtures folder)",
             dir.display()
-        );
+        ));
         None
     }
 }

@@ -121,6 +121,8 @@ struct MonitorEndpoint {
     interval: String,
     scrape_timeout: String,
     honor_labels: bool,
+    /// The endpoints require a token: Prometheus presents its ServiceAccount's.
+    bearer_token_file: String,
 }
 
 #[derive(Deserialize)]
@@ -269,7 +271,8 @@ fn rbac_is_read_only_and_least_privilege() {
             }
             for r in &resources {
                 assert!(
-                    ["endpointslices", "services", "pods", "configmaps"].contains(&r.as_str()),
+                    ["endpointslices", "services", "pods", "configmaps", "events"]
+                        .contains(&r.as_str()),
                     "{file}: unexpected resource {r}"
                 );
             }
@@ -298,6 +301,33 @@ fn rbac_is_read_only_and_least_privilege() {
         binding.spec.unwrap().validation_actions.unwrap(),
         vec!["Deny".to_string()]
     );
+    // The policy pins the whole argv of every command the agent runs in the Cilium pod (the
+    // format table's), and nothing looser.
+    let expr = spec.validations.unwrap()[0].expression.clone();
+    let cilium = ghostip_datapath::FORMATS
+        .iter()
+        .filter(|f| {
+            f.dump
+                .agent
+                .as_ref()
+                .is_some_and(|a| a.runs_in == ghostip_datapath::RunsIn::CiliumAgentPod)
+        })
+        .flat_map(|f| f.dump.argv.iter());
+    let mut pinned = 0;
+    for argv in cilium {
+        let list = argv
+            .iter()
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        assert!(
+            expr.contains(&format!("object.command == [{list}]")),
+            "{argv:?} not pinned: {expr}"
+        );
+        pinned += 1;
+    }
+    assert_eq!(pinned, 2, "cilium-dbg and cilium");
+    assert_eq!(expr.matches("object.command").count(), pinned, "{expr}");
 }
 
 #[test]
@@ -473,6 +503,9 @@ fn each_component_runs_in_a_namespace_of_its_pod_security_level() {
             );
         }
         for subj in d["subjects"].as_array().into_iter().flatten() {
+            if d["metadata"]["name"] == "ghostip-metrics-reader" {
+                continue; // Prometheus's own account, wherever it runs
+            }
             let want = if subj["name"] == "ghostip-agent" {
                 &agent_ns
             } else {
@@ -743,4 +776,155 @@ fn krew_manifest_installs_the_binary_as_the_kubectl_plugin() {
         );
         assert!(arches.insert(arch), "two platforms for one arch");
     }
+}
+
+/// The drain-wait component: its one write is the Event on the pod; everything else it reads
+/// is named (kube-system by resource name where RBAC allows); the agents' per-IP answer is a
+/// non-resource URL; the preStop hook parses as `ghostip drain-wait` with the downward API's
+/// env, and the grace period leaves drain-wait room beyond its margin.
+#[test]
+fn drain_wait_component_reads_what_it_needs_and_writes_only_its_event() {
+    let dir = deploy_dir().join("drain-wait");
+    let mut docs = Vec::new();
+    for f in ["rbac.yaml", "drain-wait-patch.yaml"] {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
+        for d in deploy_support::yaml_documents(f, &text) {
+            docs.push((f.to_string(), d));
+        }
+    }
+    let mut writes = Vec::new();
+    for (file, doc) in &docs {
+        for rule in rules_of(doc) {
+            let resources = rule.resources.clone().unwrap_or_default();
+            assert!(
+                !resources
+                    .iter()
+                    .any(|r| r == "*" || r.starts_with("secrets") || r.contains('/')),
+                "{file}: {rule:?}"
+            );
+            for v in &rule.verbs {
+                if !["get", "list", "watch"].contains(&v.as_str()) {
+                    writes.push((resources.clone(), v.clone()));
+                }
+            }
+            if let Some(urls) = &rule.non_resource_urls {
+                assert_eq!(urls, &vec!["/v1/ips".to_string(), "/v1/ips/*".to_string()]);
+                assert_eq!(rule.verbs, vec!["get".to_string()]);
+            }
+            if doc["metadata"]["namespace"] == "kube-system"
+                && resources.iter().any(|r| r == "configmaps")
+            {
+                assert_eq!(
+                    rule.resource_names.clone().unwrap_or_default(),
+                    vec!["coredns".to_string(), "node-local-dns".to_string()]
+                );
+            }
+        }
+    }
+    assert_eq!(
+        writes,
+        vec![(vec!["events".to_string()], "create".to_string())]
+    );
+    let (_, patch) = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "Deployment")
+        .unwrap();
+    let spec = &patch["spec"]["template"]["spec"];
+    let web = &spec["containers"][0];
+    let cmd: Vec<String> = web["lifecycle"]["preStop"]["exec"]["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(cmd[0], "/ghostip-bin/ghostip");
+    let cli = parse_cli(&cmd[1..], &[]);
+    let Command::DrainWait(args) = cli.command else {
+        panic!("not drain-wait: {cmd:?}");
+    };
+    let env: Vec<(&str, &str)> = web["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap(),
+                e["valueFrom"]["fieldRef"]["fieldPath"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        env,
+        vec![
+            ("POD_IP", "status.podIP"),
+            ("POD_NAME", "metadata.name"),
+            ("POD_NAMESPACE", "metadata.namespace")
+        ]
+    );
+    let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap();
+    assert!(grace > args.margin.as_secs() + 30, "grace {grace} s");
+}
+
+#[test]
+fn http_callers_are_reviewed_by_the_api_server() {
+    let docs = documents();
+    // The agent and the watch may review tokens (system:auth-delegator), nothing else built in.
+    let bindings: Vec<&Value> = docs
+        .iter()
+        .map(|(_, d)| d)
+        .filter(|d| d["kind"] == "ClusterRoleBinding")
+        .collect();
+    let mut builtin: Vec<(&str, Vec<&str>)> = bindings
+        .iter()
+        .filter(|b| {
+            b["roleRef"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("system:")
+        })
+        .map(|b| {
+            let subjects = b["subjects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["name"].as_str().unwrap())
+                .collect();
+            (b["roleRef"]["name"].as_str().unwrap(), subjects)
+        })
+        .collect();
+    builtin.sort();
+    assert_eq!(
+        builtin,
+        vec![(
+            "system:auth-delegator",
+            vec!["ghostip-agent", "ghostip-watch"]
+        )]
+    );
+    // Both listen beyond loopback, so `--auth auto` requires tokens; the agent on the node's
+    // address in either family.
+    let agent = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "DaemonSet")
+        .map(|(f, d)| typed::<DaemonSet>(f, d))
+        .unwrap();
+    let args = container_args(&agent.spec.unwrap().template.spec.unwrap());
+    assert!(
+        args.contains(&"--listen=[$(HOST_IP)]:9754".to_string()),
+        "{args:?}"
+    );
+    // Prometheus may read /metrics and nothing else.
+    let reader = docs
+        .iter()
+        .find(|(_, d)| {
+            d["kind"] == "ClusterRole" && d["metadata"]["name"] == "ghostip-metrics-reader"
+        })
+        .map(|(f, d)| typed::<ClusterRole>(f, d))
+        .expect("a ClusterRole for Prometheus");
+    let rules = reader.rules.unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        rules[0].non_resource_urls,
+        Some(vec!["/metrics".to_string()])
+    );
+    assert_eq!(rules[0].verbs, vec!["get".to_string()]);
 }

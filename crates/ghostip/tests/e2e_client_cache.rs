@@ -214,6 +214,34 @@ fn a_jvm_client_keeps_calling_removed_pods_and_explain_names_each_layer() {
         );
     }
 
+    // ghostip audit on what the scenario applied (the client pod's JAVA_TOOL_OPTIONS, the
+    // Corefile in use): its budget for the Service bounds the exposure the client measured.
+    let manifests = r["data"]["manifests"].as_str().unwrap();
+    let (code, out, err) = run(Command::new(env!("CARGO_BIN_EXE_ghostip"))
+        .args(["audit", "-R", "-f", manifests, "-o", "json"]));
+    assert!(
+        code == 0 || code == 1,
+        "audit failed ({code}):\n{out}\n{err}"
+    );
+    let audit: Value = serde_json::from_str(&out).unwrap();
+    let budget = audit["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["service"]["namespace"] == "javademo" && s["service"]["name"] == "backend")
+        .unwrap_or_else(|| panic!("no budget for javademo/backend: {audit}"));
+    assert_eq!(
+        budget["client_cache_s"], 30,
+        "the JVM cache of the caller: {budget}"
+    );
+    let predicted = budget["budget_s"].as_f64().unwrap();
+    let measured = r["max_exposure_s"].as_f64().unwrap();
+    eprintln!("audit budget {predicted} s ({budget}); measured exposure {measured:.1} s");
+    assert!(
+        measured <= predicted + 1.0,
+        "the client kept calling a removed IP {measured:.1} s, past the audit's budget {predicted} s"
+    );
+
     // explain from the pod watch capture (what an operator without a ledger has) ...
     let pods_watch = r["data"]["pods_watch"].as_str().unwrap();
     let (code, x) = explain(&["--truth-history", pods_watch], &client_log);

@@ -204,3 +204,115 @@ fn helm_chart_passes_a_server_side_dry_run() {
         }
     }
 }
+
+/// `kubectl exec` as the agent's ServiceAccount (impersonated by the lab's admin): the
+/// admission policy's answer, or what came after admission.
+fn exec_as_agent(pod: &str, container: &str, argv: &[&str]) -> (i32, String, String) {
+    let mut args = vec![
+        "--as=system:serviceaccount:ghostip-agent:ghostip-agent",
+        "-n",
+        "kube-system",
+        "exec",
+        pod,
+        "-c",
+        container,
+        "--",
+    ];
+    args.extend_from_slice(argv);
+    kubectl(&args)
+}
+
+#[test]
+#[ignore = "needs the lab (GHOSTIP_LAB=1, root)"]
+fn the_cilium_exec_policy_admits_only_the_service_list_in_cilium_agent_pods() {
+    if !lab_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut created = create_prerequisites(dir.path());
+    // The opt-in grant and its policy, for real, and a stand-in Cilium agent pod.
+    let pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "cilium-ab1cd", "namespace": "kube-system", "labels": {"k8s-app": "cilium"}},
+        "spec": {"containers": [
+            {"name": "cilium-agent", "image": "quay.io/cilium/cilium:v1.18.0"},
+            {"name": "other", "image": "quay.io/cilium/cilium:v1.18.0"}
+        ]},
+    });
+    let other = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "coredns-ab1cd", "namespace": "kube-system"},
+        "spec": {"containers": [{"name": "cilium-agent", "image": "quay.io/cilium/cilium:v1.18.0"}]},
+    });
+    let pods = write_docs(dir.path(), "pods.json", &[pod, other]);
+    for f in [deploy_dir().join("cilium-exec.yaml"), pods] {
+        let (code, out, err) = kubectl(&["apply", "-f", path_str(&f)]);
+        assert_eq!(code, 0, "{}: {out}{err}", f.display());
+        created.0.push(f);
+    }
+    let denied = |(code, out, err): (i32, String, String)| {
+        code != 0 && err.contains("ghostip-cilium-exec-only") && err.contains("denied")
+            || out.contains("ghostip-cilium-exec-only")
+    };
+    // The policy may take a moment to be enforced after it is created: wait for the first
+    // denial of a command it forbids (at most 30 s).
+    let start = std::time::Instant::now();
+    while !denied(exec_as_agent("cilium-ab1cd", "cilium-agent", &["sh"])) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "the policy never denied `sh` in the Cilium pod"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    // Denied: another argv, the same argv with an extra argument, another container,
+    // another pod.
+    for (pod, container, argv) in [
+        (
+            "cilium-ab1cd",
+            "cilium-agent",
+            &["cilium-dbg", "service", "list"][..],
+        ),
+        (
+            "cilium-ab1cd",
+            "cilium-agent",
+            &["cilium-dbg", "service", "list", "-o", "json", "-v"][..],
+        ),
+        (
+            "cilium-ab1cd",
+            "cilium-agent",
+            &["cilium-dbg", "bpf", "lb", "list"][..],
+        ),
+        (
+            "cilium-ab1cd",
+            "other",
+            &["cilium-dbg", "service", "list", "-o", "json"][..],
+        ),
+        (
+            "coredns-ab1cd",
+            "cilium-agent",
+            &["cilium-dbg", "service", "list", "-o", "json"][..],
+        ),
+    ] {
+        let got = exec_as_agent(pod, container, argv);
+        assert!(
+            denied(got.clone()),
+            "{pod}/{container} {argv:?} was admitted: {got:?}"
+        );
+    }
+    // Admitted: both spellings of the service list. The lab has no kubelet to run them, so
+    // the request fails after admission, never with the policy's denial.
+    for argv in [
+        &["cilium-dbg", "service", "list", "-o", "json"][..],
+        &["cilium", "service", "list", "-o", "json"][..],
+    ] {
+        let got = exec_as_agent("cilium-ab1cd", "cilium-agent", argv);
+        eprintln!("admitted {argv:?}: {got:?}");
+        assert!(!denied(got.clone()), "{argv:?} was denied: {got:?}");
+        assert!(
+            !got.2.contains("Forbidden") || !got.2.contains("cannot create resource"),
+            "RBAC refused {argv:?}: {got:?}"
+        );
+    }
+}

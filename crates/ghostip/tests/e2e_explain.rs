@@ -17,27 +17,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod lab_support;
-use lab_support::{lab, lab_ready, run, start_watch, stop};
+use lab_support::{cacheclient, kubectl, lab, lab_ready, run, start_watch, stop, web_pods};
 
 use serde_json::Value;
 
 const WATCH_PORT: u16 = 19755;
-
-fn kubectl(args: &[&str]) -> String {
-    let (code, out, err) = run(lab("kubectl").args(args));
-    assert_eq!(code, 0, "kubectl {args:?} failed:\n{out}\n{err}");
-    out
-}
-
-/// The lab's binary directory (where `lab/build` put cacheclient).
-fn lab_bin() -> PathBuf {
-    let (code, out, err) = run(lab("exec").args(["hub", "sh", "-c", "command -v cacheclient"]));
-    assert_eq!(
-        code, 0,
-        "cacheclient not built (run lab/build cacheclient): {err}"
-    );
-    PathBuf::from(out.trim())
-}
 
 const CLIENT_POD: &str = r#"{
   "apiVersion": "v1", "kind": "Pod",
@@ -45,25 +29,6 @@ const CLIENT_POD: &str = r#"{
   "spec": {"containers": [{"name": "client", "image": "cacheclient",
     "ports": [{"containerPort": 9000}]}]}
 }"#;
-
-fn web_pods() -> BTreeMap<String, String> {
-    let out = kubectl(&[
-        "-n",
-        "demo",
-        "get",
-        "pods",
-        "-l",
-        "app=web",
-        "-o",
-        "jsonpath={range .items[*]}{.status.podIP}{\" \"}{.metadata.name}{\"\\n\"}{end}",
-    ]);
-    out.lines()
-        .filter_map(|l| {
-            let (ip, name) = l.split_once(' ')?;
-            (!ip.is_empty()).then(|| (ip.to_string(), name.to_string()))
-        })
-        .collect()
-}
 
 #[test]
 #[ignore = "needs the lab cluster (lab/up), lab/build cacheclient and root"]
@@ -74,7 +39,7 @@ fn explain_classifies_a_real_clients_errors_during_a_rollout_against_the_ledger(
     let (code, out, err) =
         run(lab("scenarios/coredns-cache").args(["--corefile", "classic", "--setup-only"]));
     assert_eq!(code, 0, "scenario setup failed:\n{out}\n{err}");
-    let bin = lab_bin();
+    let bin = cacheclient();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ledger.db");
     let client_log = dir.path().join("client.log");

@@ -62,16 +62,139 @@ fn rollout(db: &Path, html: Option<&Path>) -> (i32, Value, String) {
     (code, v, err)
 }
 
+/// The HTML timeline rendered by a real browser (headless Chromium, in a network namespace
+/// of its own with nothing but a loopback): the screenshot is not blank, and the page's DOM
+/// holds the time axis, the legend, the truth changes and, for every removed IP on every path
+/// of the report's stale windows, a row of bars.
+fn check_in_browser(html: &Path, report: &Value) {
+    let (code, chromium, _) = run(Command::new("sh").args(["-c", "command -v chromium"]));
+    if code != 0 {
+        ghostip_testkit::env::skip("no chromium (scripts/deps installs it)");
+        return;
+    }
+    let chromium = chromium.trim().to_string();
+    let url = format!("file://{}", html.display());
+    let browser = |extra: &[&str]| {
+        let mut c = Command::new("unshare");
+        c.args([
+            "--net",
+            &chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+        ])
+        .args([
+            "--hide-scrollbars",
+            "--window-size=1300,900",
+            "--no-first-run",
+        ])
+        .args(extra)
+        .arg(&url);
+        run(&mut c)
+    };
+    let shot = html.with_extension("png");
+    let (code, _, err) = browser(&[&format!("--screenshot={}", shot.display())]);
+    assert_eq!(code, 0, "chromium --screenshot failed: {err}");
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let px = info.color_type.samples();
+    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(px).collect();
+    let colours: std::collections::BTreeSet<&[u8]> = pixels.iter().copied().collect();
+    let inked = pixels
+        .iter()
+        .filter(|p| p[..3].iter().any(|c| *c < 200))
+        .count();
+    eprintln!(
+        "screenshot {}x{}: {} colours, {:.1} % inked",
+        info.width,
+        info.height,
+        colours.len(),
+        100.0 * inked as f64 / pixels.len() as f64
+    );
+    assert!(
+        colours.len() >= 5,
+        "a blank screenshot: {} colours",
+        colours.len()
+    );
+    assert!(
+        inked * 100 >= pixels.len(),
+        "under 1 % of the screenshot is drawn"
+    );
+    let (code, dom, err) = browser(&["--dump-dom"]);
+    assert_eq!(code, 0, "chromium --dump-dom failed: {err}");
+    assert!(dom.contains(r#"class="legend""#), "no legend in the DOM");
+    assert!(dom.contains(r#"class="axis""#), "no time axis in the DOM");
+    assert!(
+        dom.contains(r#"class="change""#),
+        "no truth change in the DOM"
+    );
+    // Every (path, removed IP) of the stale windows is a row with at least one bar.
+    let rows: BTreeMap<(String, String), usize> = dom
+        .split(r#"<g class="row" "#)
+        .skip(1)
+        .filter(|g| g.contains(r#"data-removed="true""#))
+        .map(|g| {
+            let attr = |name: &str| {
+                g.split(&format!(r#"{name}=""#))
+                    .nth(1)
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            };
+            let bars = g.split("</g>").next().unwrap().matches("<rect").count();
+            ((attr("data-path"), attr("data-ip")), bars)
+        })
+        .collect();
+    for r in report["stale"].as_array().unwrap() {
+        let target = r["target"].as_str().unwrap();
+        let ip = target
+            .rsplit_once(':')
+            .filter(|_| target.contains('.'))
+            .map_or(target, |(ip, _)| ip);
+        let key = (r["path"].as_str().unwrap().to_string(), ip.to_string());
+        let bars = rows.get(&key).copied().unwrap_or(0);
+        assert!(
+            bars >= 1,
+            "no bar for {key:?} in the browser's DOM ({} removed rows)",
+            rows.len()
+        );
+    }
+}
+
 fn f(v: &Value) -> Option<f64> {
     v.as_f64()
 }
 
+/// The rows of A answers (bare IPs) on CoreDNS pod paths.
 fn pod_path_rows(report: &Value) -> Vec<&Value> {
     report["stale"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|r| r["path"].as_str().unwrap().starts_with("dns-pod/"))
+        .filter(|r| !r["target"].as_str().unwrap().contains(':'))
+        .collect()
+}
+
+/// The rows of SRV answers (`ip:port`) on CoreDNS pod paths, by (path, target).
+fn srv_rows(report: &Value) -> BTreeMap<(String, String), &Value> {
+    report["stale"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["path"].as_str().unwrap().starts_with("dns-pod/"))
+        .filter(|r| r["target"].as_str().unwrap().contains(':'))
+        .map(|r| {
+            let key = (
+                r["path"].as_str().unwrap().to_string(),
+                r["target"].as_str().unwrap().to_string(),
+            );
+            (key, r)
+        })
         .collect()
 }
 
@@ -178,11 +301,31 @@ fn classic_kubeadm_corefile_keeps_removed_ips_for_the_ttl() {
             "former pod named: {r}"
         );
     }
+    // The SRV name of the named port (`_http._tcp.web.demo...`) is judged with the endpoints'
+    // port: each removed IP's ip:8080 stays in the SRV answers of a path as long as the IP
+    // stays in its A answers (one cache, one TTL), within a probe interval.
+    let srv = srv_rows(&report);
+    for r in &rows {
+        let path = r["path"].as_str().unwrap().to_string();
+        let target = format!("{}:8080", r["target"].as_str().unwrap());
+        let s = srv
+            .get(&(path.clone(), target.clone()))
+            .unwrap_or_else(|| panic!("no SRV window for {target} on {path}"));
+        let (a_win, srv_win) = (
+            f(&r["window_upper_s"]).unwrap(),
+            f(&s["window_upper_s"]).expect("the SRV window converged"),
+        );
+        assert!(
+            (a_win - srv_win).abs() <= 2.0 * PROBE_INTERVAL + 0.5,
+            "{target} on {path}: A window {a_win:.2}s, SRV window {srv_win:.2}s"
+        );
+    }
     assert!(largest >= 10.0, "largest window {largest} < 10 s");
     // preStop 0: clients were sent to dead IPs, so the report is a finding (exit 1).
     assert!(report["summary"]["exposed"].as_u64().unwrap() > 0);
     assert_eq!(code, 1);
     assert!(std::fs::read_to_string(&html).unwrap().contains("<svg"));
+    check_in_browser(&html, &report);
 
     // Side by side with dig on the same path: windows differ by at most one probe interval
     // (plus the dig loop's own 100 ms sampling).

@@ -438,7 +438,7 @@ fn lab_client_log_with_the_captured_truth_history() {
 fn shared_corpus_through_the_cli() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/client-errors");
     if !dir.is_dir() {
-        eprintln!("skipped: {} is absent", dir.display());
+        ghostip_testkit::env::skip(&format!("{} is absent", dir.display()));
         return;
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)

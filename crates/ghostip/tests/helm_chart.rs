@@ -177,7 +177,7 @@ fn values_change_what_they_name() {
         "--set",
         "watch.listen=0.0.0.0:9100",
         "--set",
-        "agent.listen=$(HOST_IP):9200",
+        "agent.listen=[$(HOST_IP)]:9200",
         "--set",
         "agent.maxCpu=0.5",
         "--set",

@@ -1014,3 +1014,127 @@ fn a_stale_only_path_dates_departures_not_arrivals() {
     assert_eq!(again, ct);
     assert_eq!(e.path_judging(ct), Some(Judging::StaleOnly));
 }
+
+fn ip6(last: u16) -> Target {
+    Target::ip(IpAddr::V6(std::net::Ipv6Addr::new(
+        0xfd00, 0x10, 0x244, 1, 0, 0, 0, last,
+    )))
+}
+
+fn open_of(e: &Engine) -> Vec<(Target, Discrepancy)> {
+    e.open_trackings().map(|t| (t.target, t.kind)).collect()
+}
+
+/// A dual-stack Service is judged per family: an A answer says nothing about the IPv6
+/// endpoints (not missing, not converged), an AAAA answer nothing about the IPv4 ones.
+#[test]
+fn each_family_is_judged_by_its_own_answers() {
+    let mut e = Engine::new(EngineConfig::default());
+    let p = dns_path(&mut e, 10, 30);
+    let at = ChangeTime::received_at(t(-60_000));
+    e.set_desired(Layer::Dns, &svc(), set(&[ip(1), ip(2), ip6(1), ip6(2)]), at);
+    e.truth_synced(t(-60_000));
+    // Right answers of each family: nothing opens.
+    e.observe_scoped(&obs(p, t(-5_000), &[(ip(1), 5), (ip(2), 5)]), &Scope::Ipv4);
+    e.observe_scoped(
+        &obs(p, t(-5_000), &[(ip6(1), 5), (ip6(2), 5)]),
+        &Scope::Ipv6,
+    );
+    assert_eq!(open_of(&e), vec![]);
+    // ip6(1) leaves; the AAAA answer keeps it: stale. The A answer neither converges it nor
+    // opens anything.
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(1), ip(2), ip6(2)]),
+        ChangeTime::received_at(t(0)),
+    );
+    e.observe_scoped(&obs(p, t(1_000), &[(ip6(1), 5), (ip6(2), 5)]), &Scope::Ipv6);
+    assert_eq!(open_of(&e), vec![(ip6(1), Discrepancy::Stale)]);
+    e.observe_scoped(&obs(p, t(2_000), &[(ip(1), 5), (ip(2), 5)]), &Scope::Ipv4);
+    let open: Vec<Tracking> = e.open_trackings().cloned().collect();
+    assert_eq!(open.len(), 1);
+    assert_eq!(
+        open[0].converged_by, None,
+        "an A answer converged an IPv6 target"
+    );
+    // The AAAA answer without it converges it.
+    e.observe_scoped(&obs(p, t(3_000), &[(ip6(2), 5)]), &Scope::Ipv6);
+    let open: Vec<Tracking> = e.open_trackings().cloned().collect();
+    assert_eq!(open[0].converged_by, Some(t(3_000)));
+    // An unscoped A-only answer would have called both IPv6 endpoints missing.
+    let mut whole = Engine::new(EngineConfig::default());
+    let q = dns_path(&mut whole, 10, 30);
+    whole.set_desired(Layer::Dns, &svc(), set(&[ip(1), ip6(1)]), at);
+    whole.truth_synced(t(-60_000));
+    whole.observe(&obs(q, t(0), &[(ip(1), 5)]));
+    assert_eq!(open_of(&whole), vec![(ip6(1), Discrepancy::Missing)]);
+}
+
+/// An SRV answer of one named port speaks for that port's `ip:port` targets only.
+#[test]
+fn srv_answers_are_judged_by_their_port() {
+    let mut e = Engine::new(EngineConfig::default());
+    let p = dns_path(&mut e, 10, 30);
+    let sock = |last: u8, port: u16| Target::socket(ip(last).ip, port);
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[
+            ip(1),
+            ip(2),
+            sock(1, 8080),
+            sock(2, 8080),
+            sock(1, 9090),
+            sock(2, 9090),
+        ]),
+        ChangeTime::received_at(t(-60_000)),
+    );
+    e.truth_synced(t(-60_000));
+    e.set_desired(
+        Layer::Dns,
+        &svc(),
+        set(&[ip(2), sock(2, 8080), sock(2, 9090)]),
+        ChangeTime::received_at(t(0)),
+    );
+    // The removal opens one tracking per form of the target; each converges only by the
+    // answers of its own question.
+    let converged = |e: &Engine| -> Vec<(Target, bool)> {
+        e.open_trackings()
+            .map(|t| (t.target, t.converged_by.is_some()))
+            .collect()
+    };
+    assert_eq!(
+        converged(&e),
+        vec![
+            (ip(1), false),
+            (sock(1, 8080), false),
+            (sock(1, 9090), false)
+        ]
+    );
+    // The http port's SRV answer still names pod 1 on 8080; the other port's answer is
+    // right and converges only 9090.
+    let http = Scope::Ports(vec![8080]);
+    e.observe_scoped(
+        &obs(p, t(1_000), &[(sock(1, 8080), 5), (sock(2, 8080), 5)]),
+        &http,
+    );
+    e.observe_scoped(
+        &obs(p, t(2_000), &[(sock(2, 9090), 5)]),
+        &Scope::Ports(vec![9090]),
+    );
+    assert_eq!(
+        converged(&e),
+        vec![
+            (ip(1), false),
+            (sock(1, 8080), false),
+            (sock(1, 9090), true)
+        ]
+    );
+    e.observe_scoped(&obs(p, t(3_000), &[(ip(2), 5)]), &Scope::Ipv4);
+    e.observe_scoped(&obs(p, t(3_000), &[(sock(2, 8080), 5)]), &http);
+    assert_eq!(
+        converged(&e),
+        vec![(ip(1), true), (sock(1, 8080), true), (sock(1, 9090), true)]
+    );
+}

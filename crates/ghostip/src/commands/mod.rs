@@ -4,6 +4,7 @@ mod agent;
 mod audit;
 mod check;
 mod datapath;
+pub mod drain_wait;
 mod explain;
 pub mod pipeline;
 mod rollout;
@@ -47,6 +48,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Datapath(args) => datapath::run(&cli.global, args),
         Command::Audit(args) => audit::run(&cli.global, args).await,
         Command::Explain(args) => explain::run(&cli.global, args),
+        Command::DrainWait(args) => drain_wait::run(&cli.global, args).await,
         Command::Completions(args) => {
             use std::io::Write as _;
             std::io::stdout()
@@ -143,7 +145,7 @@ pub(crate) fn dns_config(d: &DnsArgs) -> DnsConfig {
         },
         names: NameConfig {
             zone: d.zone.clone(),
-            ..NameConfig::default()
+            srv: !d.no_srv,
         },
         burst_limit: Duration::from_secs(600),
     }

@@ -182,14 +182,12 @@ impl Pipeline {
                 Step::Probe
             }
             Some(ev) = self.probe_rx.recv() => {
-                let judged = self
-                    .session
-                    .layer::<DnsModel>()
-                    .is_some_and(|dns| dns.judges(ev.probe.qtype));
-                let events = if judged {
-                    self.session.observe(&ev.observation)
-                } else {
-                    Vec::new()
+                let scope = self.session.layer::<DnsModel>().and_then(|dns| {
+                    dns.scope(&self.session.truth, &ev.observation.service, &ev.probe)
+                });
+                let events = match scope {
+                    Some(scope) => self.session.observe_scoped(&ev.observation, &scope),
+                    None => Vec::new(),
                 };
                 if let Some(l) = &self.ledger
                     && let Some(path) = self.session.engine.path(ev.observation.path) {

@@ -405,7 +405,7 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
 fn session_names(args: &RolloutArgs) -> crate::dns::names::NameConfig {
     crate::dns::names::NameConfig {
         zone: args.dns.zone.clone(),
-        ..Default::default()
+        srv: !args.dns.no_srv,
     }
 }
 

@@ -39,6 +39,12 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
         crate::http::router(Arc::clone(&metrics), Arc::clone(&ready)),
         &cancel,
     )?;
+    // Drains recorded by `ghostip drain-wait` on terminating pods.
+    tokio::spawn(super::drain_wait::events::follow(
+        conn.client.clone(),
+        Arc::clone(&metrics),
+        cancel.child_token(),
+    ));
     tracing::info!(listen = %args.listen, db = %db_path.display(), api = %conn.origin, "ghostip watch started");
 
     let scope = WatchScope {

@@ -45,7 +45,7 @@ pub fn render(r: &Report) -> String {
         let px = label_w + s / total * plot_w;
         let _ = write!(
             svg,
-            r##"<line x1="{px}" y1="40" x2="{px}" y2="{y2}" stroke="#eee"/><text x="{px}" y="34" text-anchor="middle" fill="#666">+{s:.0}s</text>"##,
+            r##"<line x1="{px}" y1="40" x2="{px}" y2="{y2}" stroke="#eee"/><text class="axis" x="{px}" y="34" text-anchor="middle" fill="#666">+{s:.0}s</text>"##,
             y2 = height - 30.0
         );
         s += step;
@@ -70,7 +70,7 @@ pub fn render(r: &Report) -> String {
         );
         let _ = write!(
             svg,
-            r##"<line x1="{px}" y1="40" x2="{px}" y2="{y2}" stroke="#222" stroke-dasharray="3,3"><title>{t}</title></line>"##,
+            r##"<line class="change" x1="{px}" y1="40" x2="{px}" y2="{y2}" stroke="#222" stroke-dasharray="3,3"><title>{t}</title></line>"##,
             y2 = height - 30.0,
             t = esc(&title)
         );
@@ -87,6 +87,14 @@ pub fn render(r: &Report) -> String {
             last_path = &row.path;
         }
         let label = format!("{}  {}", row.path, row.ip);
+        // One group per (path, IP): what a reader (or a test in a browser) counts as a row.
+        let _ = write!(
+            svg,
+            r##"<g class="row" data-path="{p}" data-ip="{ip}" data-removed="{removed}">"##,
+            p = esc(&row.path),
+            ip = row.ip,
+            removed = row.removed
+        );
         let _ = write!(
             svg,
             r##"<text x="4" y="{ty}" fill="{c}">{l}</text>"##,
@@ -141,6 +149,7 @@ pub fn render(r: &Report) -> String {
                 );
             }
         }
+        svg.push_str("</g>");
         y += row_h;
     }
     svg.push_str("</svg>");

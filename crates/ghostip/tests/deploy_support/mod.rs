@@ -73,9 +73,14 @@ pub fn helm_template(args: &[&str]) -> Result<Vec<Value>, String> {
 
 /// Parses a container's arguments with ghostip's CLI (`$(HOST_IP)` expanded as the kubelet would).
 pub fn parse_cli(args: &[String], extra: &[&str]) -> Cli {
-    let argv: Vec<String> = std::iter::once("ghostip".to_string())
-        .chain(args.iter().map(|a| a.replace("$(HOST_IP)", "192.0.2.10")))
-        .chain(extra.iter().map(|s| s.to_string()))
-        .collect();
-    Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+    // The node's address may be of either family: the arguments parse with both.
+    let with = |host_ip: &str| -> Cli {
+        let argv: Vec<String> = std::iter::once("ghostip".to_string())
+            .chain(args.iter().map(|a| a.replace("$(HOST_IP)", host_ip)))
+            .chain(extra.iter().map(|s| s.to_string()))
+            .collect();
+        Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+    };
+    with("2001:db8::10");
+    with("192.0.2.10")
 }

@@ -16,8 +16,8 @@ pub fn repo() -> PathBuf {
 /// Whether the lab tests were asked for (GHOSTIP_LAB=1); prints why they are skipped otherwise.
 pub fn lab_ready() -> bool {
     if std::env::var_os("GHOSTIP_LAB").is_none() {
-        eprintln!(
-            "skipped: set GHOSTIP_LAB=1 with a running lab (lab/up) to run the end-to-end tests"
+        ghostip_testkit::env::skip(
+            "set GHOSTIP_LAB=1 with a running lab (lab/up) to run the end-to-end tests",
         );
         return false;
     }
@@ -138,4 +138,66 @@ impl Drop for KillOnDrop {
             let _ = c.wait();
         }
     }
+}
+
+/// `kubectl ARGS…` in the lab; its stdout. Fails the test when kubectl fails.
+pub fn kubectl(args: &[&str]) -> String {
+    let (code, out, err) = run(lab("kubectl").args(args));
+    assert_eq!(code, 0, "kubectl {args:?} failed:\n{out}\n{err}");
+    out
+}
+
+/// `kubectl ARGS…` with `stdin` as its input (e.g. `apply -f -`). Fails the test when kubectl
+/// fails.
+pub fn kubectl_stdin(args: &[&str], stdin: &str) {
+    use std::io::Write as _;
+    let mut child = lab("kubectl")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Where `lab/build` put cacheclient (found in the hub's PATH).
+pub fn cacheclient() -> PathBuf {
+    let (code, out, err) = run(lab("exec").args(["hub", "sh", "-c", "command -v cacheclient"]));
+    assert_eq!(
+        code, 0,
+        "cacheclient not built (run lab/build cacheclient): {err}"
+    );
+    PathBuf::from(out.trim())
+}
+
+/// demo/web's pods: pod IP → pod name.
+pub fn web_pods() -> std::collections::BTreeMap<String, String> {
+    let out = kubectl(&[
+        "-n",
+        "demo",
+        "get",
+        "pods",
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={range .items[*]}{.status.podIP}{\" \"}{.metadata.name}{\"\\n\"}{end}",
+    ]);
+    out.lines()
+        .filter_map(|l| {
+            let (ip, name) = l.split_once(' ')?;
+            (!ip.is_empty()).then(|| (ip.to_string(), name.to_string()))
+        })
+        .collect()
 }

@@ -2,15 +2,18 @@
 //!
 //! [`DnsModel`] is the layer's pure model. On every truth event it:
 //! - derives the paths from the DNS Service's endpoints ([`paths`]) and registers them;
-//! - sets the Service's desired answer set (its ready IPv4 endpoints, or all of them with
-//!   `publishNotReadyAddresses`) on every DNS path at once;
+//! - sets the Service's desired answer set on every DNS path at once: its ready endpoints
+//!   (all of them with `publishNotReadyAddresses`) of both families, and with SRV probing
+//!   their `ip:port` per named port;
 //! - reads the Corefiles (`kube-system/coredns`, `kube-system/node-local-dns`) for each
 //!   path's expected lag and the TTL it hands to clients;
 //! - asks the prober ([`probe::ProbeCommand`]) for a burst of queries on the Service's
 //!   [`names`] after a change, and a slow sweep of every headless Service.
 //!
 //! The prober in the binary crate turns the commands into queries and the answers into
-//! observations; [`DnsModel::judges`] says which answers the engine compares.
+//! observations; [`DnsModel::scope`] says which desired targets an answer speaks for (A:
+//! IPv4, AAAA: IPv6, SRV: the named port's `ip:port`), so a dual-stack Service is judged per
+//! family.
 //! [`health`] judges the kube-dns ClusterIP against the pod IPs from one node.
 
 pub mod health;
@@ -20,18 +23,19 @@ pub mod probe;
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
 use std::time::Duration;
 
 use ghostip_core::corefile::{Corefile, ExpectedLag};
 use ghostip_core::engine::Engine;
-use ghostip_core::truth::ServiceChange;
-use ghostip_core::{Layer, PathIdx, PathKind, ServiceKey, Target, Time};
+use ghostip_core::truth::{AddressType, ServiceChange, Truth};
+use ghostip_core::{Layer, PathIdx, PathKind, Scope, ServiceKey, Target, Time};
 
 use crate::layer::{LayerCx, LayerModel};
 use crate::report::PathFacts;
 use crate::truth_event::{Received, TruthObject};
-use names::{NameConfig, QueryType, ServiceNames, service_names, sweep_names};
+use names::{
+    NameConfig, ProbeName, QueryType, ServiceNames, protocol_label, service_names, sweep_names,
+};
 use paths::{DnsPath, PathConfig, diff_with_truth};
 use probe::{ProbeCommand, ProbePath};
 
@@ -104,10 +108,38 @@ impl DnsModel {
         self.min_burst_until = Some(until);
     }
 
-    /// Whether the engine compares answers to this question with the truth. The truth is
-    /// compared with A answers (IPv4); AAAA and SRV answers hold other families or ports.
-    pub fn judges(&self, qtype: QueryType) -> bool {
-        qtype == QueryType::A
+    /// Which of `service`'s desired targets an answer to `probe` speaks for: A answers the
+    /// IPv4 endpoints, AAAA the IPv6 ones, SRV `_name._proto` the `ip:port` of the ports
+    /// named so. `None` (not judged): an SRV name of no port the truth knows, or SRV
+    /// answers while SRV names are not probed (their targets are not desired).
+    pub fn scope(&self, truth: &Truth, service: &ServiceKey, probe: &ProbeName) -> Option<Scope> {
+        match probe.qtype {
+            QueryType::A => Some(Scope::Ipv4),
+            QueryType::Aaaa => Some(Scope::Ipv6),
+            QueryType::Srv if self.cfg.names.srv => {
+                let labels: Vec<String> = probe
+                    .name
+                    .iter()
+                    .take(2)
+                    .map(|l| String::from_utf8_lossy(l).to_ascii_lowercase())
+                    .collect();
+                let [port_name, proto] = labels.as_slice() else {
+                    return None;
+                };
+                let port_name = port_name.strip_prefix('_')?;
+                let proto = proto.strip_prefix('_')?;
+                let ports: BTreeSet<u16> = truth
+                    .slices_of(service)
+                    .flat_map(|s| s.ports.iter())
+                    .filter(|p| {
+                        p.name.as_deref() == Some(port_name) && protocol_label(p.protocol) == proto
+                    })
+                    .map(|p| p.port)
+                    .collect();
+                (!ports.is_empty()).then(|| Scope::Ports(ports.into_iter().collect()))
+            }
+            QueryType::Srv => None,
+        }
     }
 
     /// The Corefile's expected lag, if one was seen, and why it is missing otherwise.
@@ -195,14 +227,36 @@ impl DnsModel {
         self.update_lags(cx);
     }
 
-    fn desired(cx: &LayerCx<'_>, key: &ServiceKey) -> BTreeSet<Target> {
-        // IPv4 only, to match the A answers the engine is fed (see `judges`).
-        cx.truth
-            .dns_answers(key)
-            .into_iter()
-            .filter(IpAddr::is_ipv4)
-            .map(Target::ip)
-            .collect()
+    /// The answers every DNS path should give for `key`: its endpoints' IPs (each family is
+    /// judged by its own question, see [`DnsModel::scope`]) and, with SRV probing, their
+    /// `ip:port` for every named port.
+    fn desired(&self, truth: &Truth, key: &ServiceKey) -> BTreeSet<Target> {
+        let mut desired: BTreeSet<Target> =
+            truth.dns_answers(key).into_iter().map(Target::ip).collect();
+        if self.cfg.names.srv
+            && let Some(svc) = truth.service(key)
+            && svc.headless
+        {
+            for slice in truth
+                .slices_of(key)
+                .filter(|s| s.address_type != AddressType::Fqdn)
+            {
+                let named = slice
+                    .ports
+                    .iter()
+                    .filter(|p| p.name.as_deref().is_some_and(|n| !n.is_empty()));
+                for port in named {
+                    desired.extend(
+                        slice
+                            .endpoints
+                            .iter()
+                            .filter(|e| e.ready() || svc.publish_not_ready)
+                            .map(|e| Target::socket(e.ip(), port.port)),
+                    );
+                }
+            }
+        }
+        desired
     }
 
     fn set_desired(
@@ -212,7 +266,7 @@ impl DnsModel {
         c: &ServiceChange,
         now: Time,
     ) {
-        let desired = Self::desired(cx, key);
+        let desired = self.desired(cx.truth, key);
         let burst = self.burst_duration();
         let change = cx.set_desired(Layer::Dns, key, desired, c.at, burst);
         if !change.events {

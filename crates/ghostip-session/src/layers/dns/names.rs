@@ -171,11 +171,7 @@ pub fn service_names(
             let Some(port_name) = port.name.as_deref().filter(|n| !n.is_empty()) else {
                 continue;
             };
-            let proto = match port.protocol {
-                Protocol::Tcp => "tcp",
-                Protocol::Udp => "udp",
-                Protocol::Sctp => "sctp",
-            };
+            let proto = protocol_label(port.protocol);
             let srv = format!("_{port_name}._{proto}.{base}");
             names.push(ProbeName {
                 name: parse(key, &srv)?,
@@ -206,6 +202,15 @@ pub fn sweep_names(truth: &Truth, config: &NameConfig) -> Vec<ServiceNames> {
             }
         })
         .collect()
+}
+
+/// The protocol's label in an SRV name (`_tcp`, `_udp`, `_sctp`), without the underscore.
+pub fn protocol_label(p: Protocol) -> &'static str {
+    match p {
+        Protocol::Tcp => "tcp",
+        Protocol::Udp => "udp",
+        Protocol::Sctp => "sctp",
+    }
 }
 
 fn parse(service: &ServiceKey, text: &str) -> Result<Name, NameError> {

@@ -1,0 +1,600 @@
+//! `ghostip drain-wait`: a pod's preStop hook that returns once every layer has let go of the pod's IP, or at a bound.
+//!
+//! Run in the pod (its network namespace, its ServiceAccount), it learns its IP (`POD_IP`
+//! or `--ip`) and:
+//! - follows its namespace's EndpointSlices until the IP is `ready: false` /
+//!   `terminating: true` or gone ([`endpoint`]): that moment is t0;
+//! - probes every DNS path ([`dns`]: each CoreDNS pod, the kube-dns ClusterIP, NodeLocal
+//!   DNSCache, its own resolvers) for the names of its headless Services, with the prober and
+//!   the global query budget every DNS probe of ghostip uses;
+//! - asks every node's agent whether its datapath still routes a Service to the IP
+//!   ([`agents`]);
+//! - with `--wait-connections`, counts established connections to its listening ports in
+//!   its own network namespace (`/proc/net/tcp{,6}`, read from the kernel);
+//!
+//! and hands all of it to the pure [`DrainModel`], which says when everything let go. It
+//! never waits past `--max-wait` (default: the pod's grace period minus `--margin`) and
+//! always exits 0: a preStop hook that fails must not make a termination worse. What it
+//! waited for goes to one JSON line on stdout and, unless `--no-event`, to an Event on the
+//! pod (reason `DrainWait`), from which `ghostip watch` exports
+//! `ghostip_drain_wait_seconds{layer}`.
+
+mod agents;
+mod dns;
+mod endpoint;
+pub mod events;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use ghostip_core::{PathIdx, ServiceKey, Time};
+use ghostip_datapath::socket_table::SocketTable;
+use ghostip_session::drain::{Decision, DrainConfig, DrainModel, LayerView, Release};
+use ghostip_session::layers::dns::names::{ProbeName, QueryType};
+use ghostip_session::layers::dns::probe::{ProbeCommand, ProbePath};
+use hickory_proto::rr::Name;
+use k8s_openapi::api::core::v1::{Event, ObjectReference, Pod, Service};
+use kube::Api;
+use kube::api::PostParams;
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{Outcome, kube_connect};
+use crate::cli::{DrainWaitArgs, GlobalArgs};
+use crate::dns::prober::{ProbeEvent, Prober, ProberConfig};
+use crate::dns::query::QueryConfig;
+use crate::kube::Connection;
+use agents::{Agent, AgentClient};
+use endpoint::{EndpointView, SliceUpdate};
+
+/// The annotation of the `DrainWait` Event holding the drain's JSON line.
+pub const DRAIN_ANNOTATION: &str = "ghostip.io/drain";
+
+/// The Event reason `ghostip watch` follows.
+pub const DRAIN_REASON: &str = "DrainWait";
+
+/// Default bound when the pod's grace period cannot be read (30 s, Kubernetes' default,
+/// minus the default margin).
+const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(20);
+
+/// Fallback when neither `--fallback` nor a Corefile gives a budget.
+const DEFAULT_FALLBACK: Duration = Duration::from_secs(30);
+
+/// The drain's JSON line.
+#[derive(Debug, Serialize)]
+pub struct DrainLine {
+    /// Always `drain-wait`.
+    pub event: &'static str,
+    /// `namespace/name`, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// The IP.
+    pub ip: IpAddr,
+    /// When the hook started.
+    pub started: Time,
+    /// When it returned.
+    pub finished: Time,
+    /// How long it waited.
+    pub waited_s: f64,
+    /// The bound.
+    pub max_wait_s: f64,
+    /// When the IP left the ready endpoints.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub t0: Option<Time>,
+    /// Why it returned.
+    pub release: Release,
+    /// The stand-in for what could not be checked, and where it came from.
+    pub fallback_s: f64,
+    /// Where the fallback came from.
+    pub fallback_source: String,
+    /// Seconds the API server did not answer during the drain.
+    pub api_gap_s: f64,
+    /// Every layer and path.
+    pub layers: Vec<ghostip_session::drain::LayerStatus>,
+}
+
+pub(super) async fn run(g: &GlobalArgs, args: DrainWaitArgs) -> anyhow::Result<Outcome> {
+    let started = Time::now();
+    let Some(ip) = args.ip else {
+        // Never block a termination on a misconfiguration.
+        let msg = "no pod IP: set POD_IP from the downward API (fieldRef status.podIP) or pass --ip; not waiting";
+        println!(
+            "{}",
+            serde_json::json!({"event": "drain-wait", "started": started, "error": msg})
+        );
+        tracing::error!("{msg}");
+        return Ok(Outcome::Clean);
+    };
+    let line = drain(g, &args, ip, started).await;
+    match serde_json::to_string(&line) {
+        Ok(s) => println!("{s}"),
+        Err(e) => tracing::error!(error = %e, "encoding the drain's line"),
+    }
+    Ok(Outcome::Clean)
+}
+
+/// What the drain knows of its pod.
+#[derive(Default)]
+struct PodFacts {
+    grace: Option<Duration>,
+    /// When the deletion was requested (deletionTimestamp minus the grace period).
+    deleted_at: Option<Time>,
+    uid: Option<String>,
+}
+
+async fn pod_facts(conn: &Connection, ns: &str, name: &str, timeout: Duration) -> PodFacts {
+    let api: Api<Pod> = Api::namespaced(conn.client.clone(), ns);
+    let pod = match tokio::time::timeout(timeout, api.get_opt(name)).await {
+        Ok(Ok(Some(p))) => p,
+        Ok(Ok(None)) => {
+            tracing::warn!(pod = %format!("{ns}/{name}"), "the pod was not found; its grace period is unknown");
+            return PodFacts::default();
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "reading the pod; its grace period is unknown");
+            return PodFacts::default();
+        }
+        Err(_) => return PodFacts::default(),
+    };
+    let grace = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .or_else(|| pod.spec.as_ref()?.termination_grace_period_seconds)
+        .and_then(|s| u64::try_from(s).ok())
+        .map(Duration::from_secs);
+    let deleted_at = pod.metadata.deletion_timestamp.as_ref().and_then(|t| {
+        let deadline: Time = t.0.to_string().parse().ok()?;
+        deadline.checked_sub(grace.unwrap_or_default()).ok()
+    });
+    PodFacts {
+        grace,
+        deleted_at,
+        uid: pod.metadata.uid.clone(),
+    }
+}
+
+async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) -> DrainLine {
+    let timeout = args.request_timeout;
+    let conn = match tokio::time::timeout(Duration::from_secs(5), kube_connect(g)).await {
+        Ok(Ok(c)) => Some(c),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %format!("{e:#}"), "no API server: the endpoint and the agents cannot be checked");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(
+                "no API server within 5 s: the endpoint and the agents cannot be checked"
+            );
+            None
+        }
+    };
+    let pod_key = args
+        .pod_namespace
+        .as_ref()
+        .zip(args.pod_name.as_ref())
+        .map(|(ns, n)| (ns.clone(), n.clone()));
+    let facts = match (&conn, &pod_key) {
+        (Some(c), Some((ns, name))) => pod_facts(c, ns, name, timeout).await,
+        _ => PodFacts::default(),
+    };
+    let max_wait = args.max_wait.unwrap_or_else(|| {
+        facts.grace.map_or(DEFAULT_MAX_WAIT, |g| {
+            g.saturating_sub(args.margin).max(Duration::from_secs(1))
+        })
+    });
+    let plan = dns::plan(
+        conn.as_ref().map(|c| &c.client),
+        &args.zone,
+        timeout,
+        started,
+    )
+    .await;
+    let fallback = match (args.fallback, &plan.budget) {
+        (Some(f), _) => (f, "--fallback".to_string()),
+        (None, Some(b)) => b.clone(),
+        (None, None) => (
+            DEFAULT_FALLBACK,
+            "default: no --fallback and no Corefile to compute a budget from".to_string(),
+        ),
+    };
+    let mut model = DrainModel::new(DrainConfig {
+        ip,
+        started,
+        max_wait,
+        fallback: fallback.clone(),
+        wait_connections: args.wait_connections,
+    });
+    for why in &plan.unknown {
+        model.unknown("dns", "kube-system", why.clone());
+    }
+    tracing::info!(%ip, max_wait_s = max_wait.as_secs_f64(), paths = plan.paths.len(), fallback_s = fallback.0.as_secs_f64(), "drain started");
+
+    // The endpoint.
+    let not_before = facts
+        .deleted_at
+        .unwrap_or(started)
+        .min(started)
+        .checked_sub(Duration::from_secs(2))
+        .unwrap_or(started);
+    let mut view = match (&conn, &args.pod_namespace) {
+        (Some(c), Some(ns)) => Some(EndpointView::start(c.client.clone(), ns, ip)),
+        _ => {
+            // A preStop hook runs only when the pod terminates: the IP is leaving now.
+            model
+                .on_endpoint(ghostip_session::drain::EndpointState::Terminating { since: started });
+            model.unknown(
+                "endpoint",
+                ip.to_string(),
+                "no API server or no POD_NAMESPACE: assumed the IP left the endpoints when the drain started",
+            );
+            None
+        }
+    };
+
+    // DNS probing.
+    let cancel = CancellationToken::new();
+    let (probe_tx, cmd_rx) = mpsc::channel(64);
+    let (ev_tx, mut probe_rx) = mpsc::channel::<ProbeEvent>(1024);
+    let prober = Prober::new(
+        ProberConfig {
+            queries_per_second: NonZeroU32::new(args.qps.max(1)).unwrap_or(NonZeroU32::MIN),
+            burst_interval: args.interval,
+            sweep_period: Duration::from_secs(3600),
+            max_in_flight: 64,
+        },
+        QueryConfig {
+            timeout,
+            ..QueryConfig::default()
+        },
+    );
+    tokio::spawn(prober.run(cmd_rx, ev_tx, cancel.child_token()));
+    let path_ids: Vec<String> = plan
+        .paths
+        .iter()
+        .map(|(p, _, _)| p.id().to_string())
+        .collect();
+    let _ = probe_tx
+        .send(ProbeCommand::SetPaths(
+            plan.paths
+                .iter()
+                .enumerate()
+                .map(|(i, (p, _, _))| ProbePath {
+                    idx: PathIdx(u32::try_from(i).unwrap_or(u32::MAX)),
+                    path: p.clone(),
+                })
+                .collect(),
+        ))
+        .await;
+    let bound = started.checked_add(max_wait).unwrap_or(started);
+    let mut probed: BTreeSet<String> = BTreeSet::new();
+    let mut dns_added = false;
+
+    // Agents.
+    let agent_client = AgentClient::new(conn.as_ref().and_then(|c| c.bearer.clone()), timeout);
+    let mut agents: Vec<Agent> = Vec::new();
+    if args.no_agents {
+        model.nodes_unknown("--no-agents: node datapaths are not asked");
+    } else if !args.agents.is_empty() {
+        agents = args
+            .agents
+            .iter()
+            .map(|(node, addr)| Agent {
+                node: node.clone(),
+                addr: *addr,
+            })
+            .collect();
+    } else if let Some(c) = &conn {
+        match agents::find(
+            &c.client,
+            &args.agent_namespace,
+            &args.agent_selector,
+            args.agent_port,
+            timeout,
+        )
+        .await
+        {
+            Ok(a) if a.is_empty() => model.nodes_unknown(format!(
+                "no running agent pod ({}) in namespace {}",
+                args.agent_selector, args.agent_namespace
+            )),
+            Ok(a) => agents = a,
+            Err(e) => model.nodes_unknown(format!("{e:#}")),
+        }
+    } else {
+        model.nodes_unknown("no API server to find the agents");
+    }
+
+    let mut ticker = tokio::time::interval(args.interval.max(Duration::from_millis(100)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut gap_since: Option<Time> = None;
+    let mut gap_total = Duration::ZERO;
+    let mut ticks: u64 = 0;
+    let decision: Decision = loop {
+        tokio::select! {
+            Some(u) = async { match view.as_mut() { Some(v) => v.next().await, None => std::future::pending().await } } => {
+                let now = Time::now();
+                match u {
+                    SliceUpdate::Failed(e) => {
+                        if gap_since.is_none() {
+                            tracing::warn!(error = %e, "the EndpointSlice watch failed; DNS and agents are still checked");
+                            gap_since = Some(now);
+                        }
+                    }
+                    SliceUpdate::Changed => {
+                        if let Some(since) = gap_since.take() {
+                            gap_total += Duration::try_from(now.duration_since(since)).unwrap_or_default();
+                        }
+                    }
+                }
+                if let Some(v) = &view {
+                    model.on_endpoint(v.state(now, not_before));
+                    for svc in v.services() {
+                        if probed.insert(svc.clone())
+                            && let Some(c) = &conn
+                            && let Some(ns) = &args.pod_namespace
+                            && let Some((service, names)) = headless_names(c, ns, &svc, ip, &args.zone, timeout).await
+                        {
+                            if args.fallback.is_none()
+                                && let Some(f) = audit_budget(&plan.corefiles, &service, &args.zone)
+                            {
+                                model.set_fallback(f);
+                            }
+                            if !dns_added {
+                                dns_added = true;
+                                for (p, caches, ttl) in &plan.paths {
+                                    model.add_dns_path(p.id(), *caches, *ttl);
+                                }
+                                if plan.paths.is_empty() {
+                                    model.dns_unknown("no DNS path could be found");
+                                }
+                            }
+                            let _ = probe_tx.send(ProbeCommand::Burst {
+                                service: ServiceKey::new(ns.clone(), svc.clone()),
+                                names,
+                                until: bound,
+                            }).await;
+                        }
+                    }
+                }
+            }
+            Some(ev) = probe_rx.recv() => {
+                if let Some(id) = path_ids.get(ev.observation.path.0 as usize) {
+                    model.on_dns(id, &ev.observation);
+                }
+            }
+            _ = ticker.tick() => {
+                ticks += 1;
+                if !agents.is_empty() && ticks % 2 == 1 {
+                    let asks = agents.iter().map(|a| agent_client.ask(a, ip));
+                    let answers = futures::future::join_all(asks).await;
+                    for (a, r) in agents.iter().zip(answers) {
+                        model.on_node(&a.node, r);
+                    }
+                }
+                if args.wait_connections {
+                    match count_connections() {
+                        Ok(n) => model.on_connections(Time::now(), n),
+                        Err(e) => model.connections_unknown(e),
+                    }
+                }
+            }
+        }
+        let now = Time::now();
+        let d = model.decide(now);
+        if d.release.is_some() {
+            break d;
+        }
+    };
+    cancel.cancel();
+    let finished = Time::now();
+    if let Some(since) = gap_since {
+        gap_total += Duration::try_from(finished.duration_since(since)).unwrap_or_default();
+    }
+    let release = decision.release.unwrap_or(Release::Bound);
+    let line = DrainLine {
+        event: "drain-wait",
+        pod: pod_key.as_ref().map(|(ns, n)| format!("{ns}/{n}")),
+        ip,
+        started,
+        finished,
+        waited_s: Duration::try_from(finished.duration_since(started))
+            .unwrap_or_default()
+            .as_secs_f64(),
+        max_wait_s: max_wait.as_secs_f64(),
+        t0: model.t0(),
+        release,
+        fallback_s: fallback.0.as_secs_f64(),
+        fallback_source: fallback.1,
+        api_gap_s: gap_total.as_secs_f64(),
+        layers: decision.layers,
+    };
+    log_result(&line);
+    if !args.no_event
+        && let (Some(c), Some((ns, name))) = (&conn, &pod_key)
+        && let Err(e) = record_event(c, ns, name, facts.uid.as_deref(), &line, timeout).await
+    {
+        tracing::warn!(error = %e, "recording the drain as an Event on the pod");
+    }
+    line
+}
+
+/// One log line: which layers held at the bound are named.
+fn log_result(line: &DrainLine) {
+    let held: Vec<String> = line
+        .layers
+        .iter()
+        .filter(|l| matches!(l.view, LayerView::Holding { .. }))
+        .map(|l| format!("{} {}", l.layer, l.path))
+        .collect();
+    let unknown: Vec<String> = line
+        .layers
+        .iter()
+        .filter(|l| matches!(l.view, LayerView::Unknown { .. }))
+        .map(|l| format!("{} {}", l.layer, l.path))
+        .collect();
+    match line.release {
+        Release::Bound => tracing::warn!(
+            ip = %line.ip,
+            waited_s = line.waited_s,
+            still_held = %held.join(", "),
+            "drain bound reached: layers still hold the IP; letting the pod stop"
+        ),
+        Release::LetGoWithFallback => tracing::info!(
+            ip = %line.ip,
+            waited_s = line.waited_s,
+            unknown = %unknown.join(", "),
+            fallback_s = line.fallback_s,
+            "every layer that could be checked let go; the fallback covered the rest"
+        ),
+        Release::LetGo => {
+            tracing::info!(ip = %line.ip, waited_s = line.waited_s, "every layer let go of the IP");
+        }
+    }
+}
+
+/// The staleness budget `ghostip audit` computes for the Service from the Corefiles (its DNS
+/// chain: the callers' own caches are not known here), as the drain's fallback.
+fn audit_budget(corefiles: &[String], service: &Service, zone: &str) -> Option<(Duration, String)> {
+    let texts: Vec<&str> = corefiles.iter().map(String::as_str).collect();
+    let cfg = crate::audit::AuditConfig {
+        zone: zone.to_string(),
+        ..crate::audit::AuditConfig::default()
+    };
+    let b = crate::audit::staleness_budget_from_parts(&texts, service, &[], &cfg).ok()?;
+    let total = u64::try_from(b.total_s?).ok().filter(|s| *s > 0)?;
+    let chain: Vec<String> = b
+        .chain
+        .iter()
+        .map(|c| format!("{} {} s ({})", c.layer, c.seconds, c.source))
+        .collect();
+    Some((
+        Duration::from_secs(total),
+        format!(
+            "ghostip audit's staleness budget for {}: {}",
+            b.service,
+            chain.join(" + ")
+        ),
+    ))
+}
+
+/// The DNS names of a headless Service the IP belongs to (A or AAAA by its family), with
+/// the Service.
+async fn headless_names(
+    conn: &Connection,
+    ns: &str,
+    svc: &str,
+    ip: IpAddr,
+    zone: &str,
+    timeout: Duration,
+) -> Option<(Service, Vec<ProbeName>)> {
+    let api: Api<Service> = Api::namespaced(conn.client.clone(), ns);
+    let s = tokio::time::timeout(timeout, api.get_opt(svc))
+        .await
+        .ok()?
+        .ok()??;
+    let headless = s
+        .spec
+        .as_ref()
+        .and_then(|sp| sp.cluster_ip.as_deref())
+        .is_some_and(|c| c == "None");
+    if !headless {
+        return None;
+    }
+    let name = Name::from_ascii(ServiceKey::new(ns, svc).dns_name(zone)).ok()?;
+    let qtype = if ip.is_ipv4() {
+        QueryType::A
+    } else {
+        QueryType::Aaaa
+    };
+    Some((s, vec![ProbeName { name, qtype }]))
+}
+
+/// Established connections to the listening ports of this network namespace.
+fn count_connections() -> Result<usize, String> {
+    let mut text = String::new();
+    let mut read_any = false;
+    for f in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+        match std::fs::read_to_string(f) {
+            Ok(t) => {
+                read_any = true;
+                text.push_str(&t);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("reading {f}: {e}")),
+        }
+    }
+    if !read_any {
+        return Err("no /proc/self/net/tcp: connections cannot be counted".into());
+    }
+    let table = SocketTable::parse(&text);
+    Ok(table.established_to(&table.listening_ports()))
+}
+
+/// The drain as an Event on the pod, its JSON line in an annotation.
+async fn record_event(
+    conn: &Connection,
+    ns: &str,
+    name: &str,
+    uid: Option<&str>,
+    line: &DrainLine,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let json = serde_json::to_string(line)?;
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(line.finished.to_string().parse()?);
+    let held = line
+        .layers
+        .iter()
+        .filter(|l| matches!(l.view, LayerView::Holding { .. }))
+        .count();
+    let message = match line.release {
+        Release::Bound => format!(
+            "drain-wait reached its bound after {:.1} s with {held} layer(s) still holding {}",
+            line.waited_s, line.ip
+        ),
+        _ => format!(
+            "drain-wait: every layer let go of {} after {:.1} s",
+            line.ip, line.waited_s
+        ),
+    };
+    let ev = Event {
+        metadata: kube::api::ObjectMeta {
+            generate_name: Some(format!("{name}.drain-")),
+            namespace: Some(ns.to_string()),
+            annotations: Some(BTreeMap::from([(DRAIN_ANNOTATION.to_string(), json)])),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(name.to_string()),
+            namespace: Some(ns.to_string()),
+            uid: uid.map(str::to_string),
+            ..Default::default()
+        },
+        reason: Some(DRAIN_REASON.into()),
+        message: Some(message),
+        type_: Some(if line.release == Release::Bound {
+            "Warning".into()
+        } else {
+            "Normal".into()
+        }),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now),
+        count: Some(1),
+        reporting_component: Some("ghostip-drain-wait".into()),
+        source: Some(k8s_openapi::api::core::v1::EventSource {
+            component: Some("ghostip-drain-wait".into()),
+            host: None,
+        }),
+        ..Default::default()
+    };
+    let api: Api<Event> = Api::namespaced(conn.client.clone(), ns);
+    tokio::time::timeout(timeout, api.create(&PostParams::default(), &ev))
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer within {} ms", timeout.as_millis()))??;
+    Ok(())
+}
