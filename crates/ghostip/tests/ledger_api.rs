@@ -849,7 +849,7 @@ fn whois_table_and_json() {
     let at = parse_at("-5m", t(435)).unwrap();
     assert_eq!(at, t(135));
     let w = l.whois(ip("10.0.0.7"), at).unwrap();
-    let table = render_whois_table(&w, ip("10.0.0.7"), at);
+    let table = render_whois_table(&w, ip("10.0.0.7"), at, &ghostip::printer::Layout::WIDE);
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines[0], "IP 10.0.0.7 at 2023-11-14T22:15:35Z", "{table}");
     assert!(

@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use ghostip_core::engine::{Discrepancy, Engine};
 use ghostip_core::{ChangeTime, HeldTarget, Layer, Observation, ObservationResult, Target, Time};
 use serde::Serialize;
@@ -18,6 +17,7 @@ use crate::dns::names::{NameConfig, service_names};
 use crate::dns::paths::{PathConfig, discover};
 use crate::dns::query::{QueryConfig, QueryType, query};
 use crate::kube::{WatchScope, snapshot};
+use crate::printer::{Layout, Table, fit_text};
 use ghostip_session::ServiceFilter;
 
 /// One (service, path) comparison.
@@ -190,7 +190,10 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
             "stale_or_missing": bad,
             "failed": failed,
         }))?,
-        OutputFormat::Table => print!("{}", render(&rows, paths.len(), services.len())),
+        OutputFormat::Table | OutputFormat::Wide => print!(
+            "{}",
+            render(&rows, paths.len(), services.len(), &g.output.layout())
+        ),
         OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
     }
     Ok(if bad > 0 {
@@ -220,10 +223,10 @@ fn filter_matches(
     })
 }
 
-fn render(rows: &[Row], paths: usize, services: usize) -> String {
+fn render(rows: &[Row], paths: usize, services: usize, layout: &Layout) -> String {
     let mut out = String::new();
     let mut t = Table::new();
-    t.load_style(UTF8_FULL_CONDENSED).set_header(vec![
+    t.set_header(vec![
         "SERVICE", "PATH", "STATE", "STALE", "MISSING", "TTL", "DETAIL",
     ]);
     let mut by_state: BTreeMap<&str, usize> = BTreeMap::new();
@@ -239,7 +242,7 @@ fn render(rows: &[Row], paths: usize, services: usize) -> String {
             r.error.clone().unwrap_or_default(),
         ]);
     }
-    let _ = writeln!(out, "{t}");
+    out.push_str(&t.render(layout));
     let counts: Vec<String> = by_state.iter().map(|(k, v)| format!("{v} {k}")).collect();
     let _ = writeln!(
         out,
@@ -250,5 +253,59 @@ fn render(rows: &[Row], paths: usize, services: usize) -> String {
             counts.join(", ")
         }
     );
-    out
+    fit_text(&out, layout)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    fn rows() -> Vec<Row> {
+        let ips = |n: usize| (0..n).map(|i| format!("10.244.3.{}", 10 + i)).collect();
+        vec![
+            Row {
+                service: "shop/web-headless".into(),
+                path: "dns via 10.244.1.5 (kube-system/coredns-7db6d8ff4d-krb2q)".into(),
+                state: "stale",
+                expected: ips(2),
+                answered: ips(6),
+                stale: ips(4),
+                missing: Vec::new(),
+                min_ttl: Some(30),
+                error: None,
+            },
+            Row {
+                service: "shop/web-headless".into(),
+                path: "dns via ClusterIP 10.96.0.10 from node-2".into(),
+                state: "failed",
+                expected: ips(2),
+                answered: Vec::new(),
+                stale: Vec::new(),
+                missing: Vec::new(),
+                min_ttl: None,
+                error: Some("no answer within 2s from 10.96.0.10:53 (3 attempts)".into()),
+            },
+        ]
+    }
+
+    #[test]
+    fn the_table_fits_the_width_and_wide_keeps_it_whole() {
+        for w in [80, 30] {
+            let out = render(&rows(), 2, 1, &Layout::fixed(w));
+            let longest = out.lines().map(|l| l.chars().count()).max().unwrap();
+            assert!(longest <= w, "{w}:\n{out}");
+            assert!(out.contains("10.244.3.13"), "{w}:\n{out}");
+        }
+        let out = render(&rows(), 2, 1, &Layout::WIDE);
+        assert!(
+            out.contains("no answer within 2s from 10.96.0.10:53 (3 attempts)"),
+            "{out}"
+        );
+        assert!(
+            out.contains("10.244.3.10 10.244.3.11 10.244.3.12 10.244.3.13"),
+            "{out}"
+        );
+    }
 }
