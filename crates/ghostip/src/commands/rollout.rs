@@ -394,6 +394,13 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
         OutputFormat::Json => print_json(&report)?,
         OutputFormat::Table | OutputFormat::Wide => {
             print!("{}", report::render_table(&report, &g.output.layout()));
+            if std::io::stdout().is_terminal() {
+                let width = crate::printer::Layout::detect(false).width;
+                let picture = report::picture::picture(&report, width);
+                if !picture.is_empty() {
+                    print!("\n{picture}");
+                }
+            }
         }
         OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
     }

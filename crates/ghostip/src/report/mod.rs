@@ -1,6 +1,7 @@
 //! Reports built from the engine's trackings: one model, printed as a table, JSON or an HTML timeline.
 
 pub mod html;
+pub mod picture;
 pub mod sanitize;
 
 use std::fmt::Write as _;
