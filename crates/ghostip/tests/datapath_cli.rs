@@ -96,6 +96,14 @@ fn truth_list(model: &GenModel, edit: impl FnOnce(&mut Vec<SliceRecord>)) -> Val
     json!({"apiVersion": "v1", "kind": "List", "items": items})
 }
 
+/// The truth with the first endpoint of svc-0 gone (the node still routes to it).
+fn truth_without_first_endpoint(model: &GenModel) -> String {
+    truth_list(model, |slices| {
+        slices[0].endpoints.remove(0);
+    })
+    .to_string()
+}
+
 fn spec_12_40() -> GenSpec {
     let mut s = GenSpec::new(12, 40);
     s.empty_every = 6;
@@ -333,14 +341,7 @@ fn diff_of_a_real_capture_against_its_truth_is_clean_then_stale_after_a_removal(
         )));
     // The first endpoint of svc-0 is gone from the truth; the node still routes to it.
     let gone = model.services[0].endpoints[0];
-    std::fs::write(
-        &truth,
-        truth_list(&model, |slices| {
-            slices[0].endpoints.remove(0);
-        })
-        .to_string(),
-    )
-    .unwrap();
+    std::fs::write(&truth, truth_without_first_endpoint(&model)).unwrap();
     ghostip()
         .args([
             "datapath",
@@ -621,14 +622,7 @@ fn tables_fit_the_terminal_and_wide_keeps_the_full_values() {
     let dir = tempfile::tempdir().unwrap();
     let model = GenModel::generate(&spec_12_40());
     let truth = dir.path().join("truth.json");
-    std::fs::write(
-        &truth,
-        truth_list(&model, |slices| {
-            slices[0].endpoints.remove(0);
-        })
-        .to_string(),
-    )
-    .unwrap();
+    std::fs::write(&truth, truth_without_first_endpoint(&model)).unwrap();
     let diff = [
         "datapath",
         "diff",
