@@ -30,17 +30,19 @@
 //! # Column headers
 //!
 //! One vocabulary across commands; durations carry their unit in the cell (`12.3s`), times in
-//! a table are relative to the command's t0 (`+12.3s`) unless `-o wide`:
+//! a table are relative to the command's t0 (`+12.3s`) unless `-o wide`. Columns in brackets
+//! appear only with `-o wide` ([`Table::wide_only`]); `explain`'s `(…)` ones only when a
+//! failure has one:
 //!
-//! - `rollout`: `PATH EXPECTED LAG CLIENT TTL QUERIES FAILURES`; `PATH IP POD LEFT AT LAST SEEN
-//!   WINDOW PREDICTED EXPECTED VERDICT EXPOSURE` (stale); `PATH IP POD ADDED AT SERVED FROM
-//!   WINDOW VERDICT` (missing).
+//! - `rollout`: `PATH EXPECTED LAG CLIENT TTL QUERIES FAILURES`; `PATH IP POD [LEFT AT]
+//!   [LAST SEEN] WINDOW [PREDICTED] [EXPECTED] VERDICT EXPOSURE` (stale); `PATH IP POD
+//!   [ADDED AT] SERVED FROM WINDOW VERDICT` (missing).
 //! - `check`: `SERVICE PATH STATE STALE MISSING TTL DETAIL`.
-//! - `whois`: `WHEN POD UID NODE OWNER FROM UNTIL NOTES`.
-//! - `datapath show` (conntrack): `PROTO STATE TIMEOUT SOURCE DESTINATION DNAT TO FLAGS`;
+//! - `whois`: `WHEN POD [UID] NODE OWNER FROM UNTIL NOTES`.
+//! - `datapath show` (conntrack): `PROTO STATE [TIMEOUT] SOURCE DESTINATION DNAT TO FLAGS`;
 //!   `datapath diff`: `WHAT SERVICE FRONTEND BACKEND STATE SINCE`.
-//! - `explain`: `TARGET PORTS [DNS SERVER] CLASS [SERVICE] [WINDOW] ERRORS KINDS FIRST LAST
-//!   FORMATS`.
+//! - `explain`: `TARGET PORTS (DNS SERVER) CLASS (SERVICE) (WINDOW) ERRORS KINDS FIRST LAST
+//!   [FORMATS]`.
 //! - `audit` and `datapath show` (load balancers) print listings, wrapped by [`fit_text`].
 
 use std::fmt::Write as _;
@@ -238,6 +240,19 @@ impl Table {
                             .max()
                             .unwrap_or(0);
                         natural[c].min(width(&self.header[c]).max(word.clamp(MIN_CELL, MAX_WORD)))
+                    }
+                    // A path keeps its IP and a few characters of its name.
+                    Fit::Path => {
+                        let ip = self
+                            .rows
+                            .iter()
+                            .map(|r| {
+                                let short = abbreviate_path(&r[c], usize::MAX);
+                                short.split(' ').next().map_or(0, |w| w.chars().count())
+                            })
+                            .max()
+                            .unwrap_or(0);
+                        natural[c].min(width(&self.header[c]).max(ip + 1 + MIN_CELL))
                     }
                     _ => natural[c].min(width(&self.header[c]).max(MIN_CELL)),
                 })

@@ -92,7 +92,7 @@ pub fn render_table(r: &Report, layout: &Layout) -> String {
             "VERDICT",
             "EXPOSURE",
         ]);
-        t.wide_only(&["LEFT AT", "PREDICTED", "EXPECTED"]);
+        t.wide_only(&["LEFT AT", "LAST SEEN", "PREDICTED", "EXPECTED"]);
         for w in &r.stale {
             t.add_row(vec![
                 w.path_description.clone(),
@@ -273,9 +273,12 @@ mod tests {
         let out = render_table(&sample(4), &Layout::fixed(80));
         assert!(longest(&out) <= 80, "{out}");
         assert!(out.contains("10.244.3.13"), "{out}");
-        assert!(out.contains("+14.3s"), "{out}");
+        assert!(out.contains("+15.0s"), "{out}");
         assert!(out.contains("10.244.1.5 coredns-"), "{out}");
-        assert!(!out.contains("LEFT AT"), "{out}");
+        assert!(
+            !out.contains("LEFT AT") && !out.contains("LAST SEEN"),
+            "{out}"
+        );
     }
 
     #[test]
