@@ -1,14 +1,15 @@
 //! Draws a rollout's removed IPs as one bar per IP per path over time, for a terminal.
 //!
 //! See [`picture`]. The time axis runs from the rollout's t0 (its first truth change, else the
-//! start of the observation) to the last convergence (else the end), scaled to the width:
+//! start of the observation) to the last convergence (else the end), scaled to the width, its
+//! times counted from the start of the observation like the tables':
 //!
 //! ```text
-//! removed IPs per path, +0.0s → +15.0s  (─ served, █ served after removal, │ removed, ✕ died)
+//! removed IPs per path, +2.0s → +17.0s  (─ served, █ served after removal, │ removed, ✕ died)
 //! 10.244.3.10 10.244.1.5 cor…  ────│████████
 //! 10.244.3.11 10.244.2.9 cor…  ────│██
 //! truth changes                ▲   ▲
-//!                              +0.0s  +15.0s
+//!                              +2.0s  +17.0s
 //! ```
 
 use std::fmt::Write as _;
@@ -42,20 +43,42 @@ pub fn picture(report: &Report, width: usize) -> String {
         .unwrap_or(report.finished)
         .max(start);
     let span_ms = (end.as_millisecond() - start.as_millisecond()).max(1);
-    let labels: Vec<String> = rows
+    let descs: Vec<&str> = rows
         .iter()
         .map(|t| {
-            let desc = report
+            report
                 .paths
                 .iter()
                 .find(|p| p.id == t.path)
-                .map_or(t.path.as_str(), |p| p.description.as_str());
-            format!("{} {}", t.ip, abbreviate_path(desc, usize::MAX))
+                .map_or(t.path.as_str(), |p| p.description.as_str())
         })
         .collect();
     let width = width.max(12);
-    let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    let longest = rows
+        .iter()
+        .zip(&descs)
+        .map(|(t, d)| {
+            format!("{} {}", t.ip, abbreviate_path(d, usize::MAX))
+                .chars()
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
     let label_w = longest.min((width * 2 / 5).max(4));
+    // The IP whole, then as much of the path as fits (its IP first).
+    let labels: Vec<String> = rows
+        .iter()
+        .zip(&descs)
+        .map(|(t, d)| {
+            let ip = t.ip.to_string();
+            let room = label_w.saturating_sub(ip.chars().count() + 1);
+            if room >= 8 {
+                format!("{ip} {}", abbreviate_path(d, room))
+            } else {
+                middle_ellipsis(&format!("{ip} {d}"), label_w)
+            }
+        })
+        .collect();
     let bar_w = width.saturating_sub(label_w + 2).max(1);
     let col = |t: Time| -> usize {
         let ms = (t.as_millisecond() - start.as_millisecond()).clamp(0, span_ms);
@@ -67,8 +90,8 @@ pub fn picture(report: &Report, width: usize) -> String {
     let mut out = String::new();
     let head = format!(
         "removed IPs per path, {} → {}  (─ served, █ served after removal, │ removed, ✕ died)",
-        offset(Some(start), start),
-        offset(Some(end), start)
+        offset(Some(start), report.started),
+        offset(Some(end), report.started)
     );
     for l in crate::printer::wrap(&head, width, 2) {
         let _ = writeln!(out, "{l}");
@@ -122,7 +145,7 @@ pub fn picture(report: &Report, width: usize) -> String {
         middle_ellipsis("truth changes", label_w),
         marks.trim_end()
     );
-    let (a, b) = (offset(Some(start), start), offset(Some(end), start));
+    let (a, b) = (offset(Some(start), report.started), offset(Some(end), report.started));
     let gap = bar_w.saturating_sub(a.chars().count() + b.chars().count());
     let scale = if gap > 0 {
         format!("{a}{}{b}", " ".repeat(gap))
@@ -191,7 +214,8 @@ mod tests {
         }
         assert!(p.contains("truth changes"), "{p}");
         assert!(p.contains('▲'), "{p}");
-        assert!(p.contains("+0.0s") && p.contains("+13.0s"), "{p}");
+        // Times count from the start of the observation, as in the tables.
+        assert!(p.contains("+2.0s") && p.contains("+15.0s"), "{p}");
     }
 
     #[test]
