@@ -145,7 +145,10 @@ pub fn picture(report: &Report, width: usize) -> String {
         middle_ellipsis("truth changes", label_w),
         marks.trim_end()
     );
-    let (a, b) = (offset(Some(start), report.started), offset(Some(end), report.started));
+    let (a, b) = (
+        offset(Some(start), report.started),
+        offset(Some(end), report.started),
+    );
     let gap = bar_w.saturating_sub(a.chars().count() + b.chars().count());
     let scale = if gap > 0 {
         format!("{a}{}{b}", " ".repeat(gap))
