@@ -695,6 +695,28 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Whatever the cells and the width, no line is longer than the width.
+        #[test]
+        fn every_line_fits(
+            header in proptest::sample::subsequence(
+                vec!["PATH", "IP", "POD", "WINDOW", "DETAIL", "SOURCE", "STATE", "NOTES"],
+                1..8,
+            ),
+            cells in proptest::collection::vec("[a-z0-9 ./:()…é-]{0,60}", 0..40),
+            width in 0usize..160,
+        ) {
+            let mut t = Table::new();
+            t.set_header(header.clone());
+            for row in cells.chunks(header.len()) {
+                t.add_row(row.to_vec());
+            }
+            let layout = Layout::fixed(width);
+            let out = fit_text(&format!("{}\n{}", cells.join(" "), t.render(&layout)), &layout);
+            proptest::prop_assert!(longest(&out) <= layout.width, "{}:\n{}", layout.width, out);
+        }
+    }
+
     #[test]
     fn offsets_are_relative_to_t0() {
         let t0: Time = "2026-01-02T15:04:05Z".parse().unwrap();
