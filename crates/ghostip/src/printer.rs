@@ -17,7 +17,8 @@
 //! fits is shortened depends on its column's header ([`Fit::of`]):
 //!
 //! - `PATH`: the description loses its `dns via ` and namespace (`10.244.1.2 coredn…-krb2q`),
-//!   then the middle of the name gives way to `…`; the leading IP stays whole.
+//!   then the middle of the name gives way to `…`; the address stays whole. Once one path of
+//!   the column is shortened, every path takes the short form.
 //! - `DETAIL`, `NOTES`, `FAILURES`, `KINDS`, `FLAGS`, `STALE`, `MISSING`, `FORMATS`, `PORTS`,
 //!   `FIRST`, `LAST`: wrapped onto more lines (a date and its time of day on two).
 //! - addresses, numbers, durations and states (`IP`, `TARGET`, `SOURCE`, `BACKEND`, `SINCE`,
@@ -274,6 +275,10 @@ impl Table {
             }
         }
         let mut out = String::new();
+        // A path column with one shortened cell shows every path in the short form.
+        let short_paths: Vec<bool> = (0..cols)
+            .map(|c| fits[c] == Fit::Path && widths[c] < natural[c])
+            .collect();
         let rows: Vec<Vec<Vec<String>>> = self
             .rows
             .iter()
@@ -281,8 +286,11 @@ impl Table {
                 r.iter()
                     .zip(&widths)
                     .zip(&fits)
-                    .map(|((cell, &w), &fit)| {
-                        if width(cell) <= w {
+                    .zip(&short_paths)
+                    .map(|(((cell, &w), &fit), &short)| {
+                        if short {
+                            vec![abbreviate_path(cell, w)]
+                        } else if width(cell) <= w {
                             vec![cell.clone()]
                         } else {
                             match fit {
@@ -437,10 +445,22 @@ pub fn abbreviate_path(desc: &str, w: usize) -> String {
     if s.chars().count() <= w {
         return s;
     }
-    match s.split_once(' ') {
-        Some((ip, rest)) if ip.chars().count() + 2 < w => {
-            let room = w - ip.chars().count() - 1;
-            format!("{ip} {}", middle_ellipsis(rest, room))
+    // The lead is everything up to the first word that is an address (`cip 10.96.0.10`).
+    let mut lead_end = None;
+    let mut at = 0;
+    for word in s.split(' ') {
+        at += word.len();
+        if word.starts_with(|c: char| c.is_ascii_digit() || c == '[') {
+            lead_end = Some(at);
+            break;
+        }
+        at += 1;
+    }
+    match lead_end.filter(|&e| e < s.len()) {
+        Some(e) if s[..e].chars().count() + 2 < w => {
+            let (lead, rest) = (&s[..e], &s[e + 1..]);
+            let room = w - lead.chars().count() - 1;
+            format!("{lead} {}", middle_ellipsis(rest, room))
         }
         _ => middle_ellipsis(&s, w),
     }
@@ -671,6 +691,10 @@ mod tests {
             "10.0.0.1 pod@node-2"
         );
         assert!(abbreviate_path(d, 5).chars().count() <= 5);
+        assert_eq!(
+            abbreviate_path("dns via ClusterIP 10.96.0.10 (kube-system/kube-dns)", 20),
+            "cip 10.96.0.10 ku…ns"
+        );
     }
 
     #[test]
