@@ -176,7 +176,10 @@ fn client_log() -> String {
 
 fn ghostip() -> Command {
     let mut c = Command::cargo_bin("ghostip").unwrap();
-    c.env_remove("GHOSTIP_DB").env("HOME", "/nonexistent-home");
+    // Wide enough that no line wraps: the tests below read whole lines.
+    c.env_remove("GHOSTIP_DB")
+        .env("HOME", "/nonexistent-home")
+        .env("COLUMNS", "1000");
     c
 }
 
@@ -1095,4 +1098,64 @@ fn control_sequences_from_a_log_never_reach_the_terminal() {
         .clone();
     let err = visible(&out.stderr);
     assert!(err.contains("gone\\x1b[2J.log"), "{err}");
+}
+
+mod width_support;
+
+/// `explain` and `whois` fit 80 columns, turn into `key: value` lists at 30, and keep every
+/// value whole with `-o wide`.
+#[test]
+fn tables_fit_the_terminal_and_wide_keeps_the_full_values() {
+    use width_support::{assert_fits, assert_wider};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ghostip.db");
+    write_ledger(&db);
+    let explain = |columns: &str, output: &str| {
+        ghostip()
+            .env("COLUMNS", columns)
+            .args(["explain", "-o", output, "--truth-history"])
+            .arg(lab_fixture("pods-watch.json"))
+            .arg(lab_fixture("client.log"))
+            .assert()
+            .code(1)
+            .get_output()
+            .stdout
+            .clone()
+    };
+    // Eleven columns: a table from 120 on, `key: value` lists at 80.
+    let out = assert_fits(&explain("120", "table"), 120);
+    assert!(out.contains("TARGET"), "{out}");
+    let out = assert_fits(&explain("80", "table"), 80);
+    assert!(out.contains("10.244.1.4"), "{out}");
+    let out = assert_fits(&explain("30", "table"), 30);
+    assert!(out.contains("target: "), "{out}");
+    let out = assert_wider(&explain("80", "wide"), 80);
+    assert!(out.contains("TARGET"), "{out}");
+
+    let whois = |columns: &str, output: &str| {
+        ghostip()
+            .env("COLUMNS", columns)
+            .arg("--db")
+            .arg(&db)
+            .args(["whois", "10.244.1.11", "--at"])
+            .arg(lt(100.5))
+            .args(["-o", output])
+            .assert()
+            .code(0)
+            .get_output()
+            .stdout
+            .clone()
+    };
+    let out = assert_fits(&whois("80", "table"), 80);
+    assert!(out.contains("shop/web-b"), "{out}");
+    // FROM and UNTIL count from --at.
+    assert!(out.contains("-1m40s"), "{out}");
+    let out = assert_fits(&whois("30", "table"), 30);
+    assert!(out.contains("pod: shop/web-b"), "{out}");
+    let out = assert_wider(&whois("80", "wide"), 80);
+    assert!(
+        out.contains("ReplicaSet/web-7c9d8f5b4") && out.contains("ReplicaSet/api-5f6a7b8c9"),
+        "{out}"
+    );
+    assert!(out.contains("2023-11-14T22:13:20"), "{out}");
 }

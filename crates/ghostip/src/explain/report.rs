@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::history::{HistoryError, HistorySource};
 use super::join::{Joiner, Removal, TargetFacts};
 use super::windows::{RolloutWindow, rollout_windows};
+use crate::printer::{Layout, Table, fit_text};
 use crate::report::sanitize::{escape_controls, escape_controls_keep_newlines};
 
 /// Keeps failures inside `[since, until)`.
@@ -541,12 +542,12 @@ impl Explanation {
     /// The table output. Everything in it that came from a log or the cluster (targets, hosts,
     /// Services, windows, pods, file names) has its control characters escaped: a log line
     /// cannot drive the reader's terminal.
-    pub fn render_table(&self) -> String {
-        let out = self.table_text();
-        escape_controls_keep_newlines(&out).into_owned()
+    pub fn render_table(&self, layout: &Layout) -> String {
+        let out = self.table_text(layout);
+        fit_text(&escape_controls_keep_newlines(&out), layout)
     }
 
-    fn table_text(&self) -> String {
+    fn table_text(&self, layout: &Layout) -> String {
         let mut out = String::new();
         let aimed = self
             .only_target
@@ -581,7 +582,17 @@ impl Explanation {
                 g.service.iter_mut().for_each(esc);
                 g.window.iter_mut().for_each(esc);
             }
-            out.push_str(&report.render_table());
+            out.push_str(&report.headline());
+            out.push_str("\n\n");
+            let mut cells = report.table_cells().into_iter();
+            let mut table = Table::new();
+            table.set_header(cells.next().unwrap_or_default());
+            table.wide_only(&["FORMATS"]);
+            for row in cells {
+                table.add_row(row);
+            }
+            out.push_str(&table.render(layout));
+            out.push_str(&report.render_footer());
         }
         let known: Vec<&TargetSummary> = self.targets.iter().filter(|t| t.known).collect();
         if !known.is_empty() {
@@ -656,7 +667,7 @@ mod tests {
         assert!(x.is_finding());
         assert!(x.note.is_some());
         assert!(x.history.is_none());
-        let table = x.render_table();
+        let table = x.render_table(&Layout::fixed(80));
         assert!(table.contains("Without a ledger"), "{table}");
     }
 }
