@@ -1159,3 +1159,90 @@ fn tables_fit_the_terminal_and_wide_keeps_the_full_values() {
     );
     assert!(out.contains("2023-11-14T22:13:20"), "{out}");
 }
+
+/// A ledger kept by a node's agent also holds its conntrack findings: the flows to web-a's IP
+/// that outlived its endpoint. explain joins the failures with them.
+#[test]
+fn failures_are_joined_with_the_flows_an_agent_saw_outlive_the_endpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ledger.db");
+    write_ledger(&db);
+    {
+        let mut l = Ledger::open(&db).unwrap();
+        l.record_finding(&ghostip::ledger::FindingRecord {
+            kind: ghostip::ledger::FindingKind::Stale,
+            layer: ghostip_core::Layer::Conntrack,
+            path_id: "conntrack/node-1".into(),
+            path_kind: ghostip_core::PathKind::Conntrack,
+            service: ServiceKey::new("shop", "web"),
+            target: ghostip_core::Target::socket(ip("10.244.1.10"), 8080),
+            t0: t(100.0),
+            received: t(100.05),
+            trigger: None,
+            t0_correction: None,
+            last_seen: Some(t(107.5)),
+            converged_by: Some(t(108.0)),
+            window: Some(std::time::Duration::from_secs(8)),
+            expected_lag: Some(std::time::Duration::from_secs(1)),
+            verdict: "over-expected-lag".into(),
+            exposure: None,
+            former_pod: Some(pref("web-a")),
+        })
+        .unwrap();
+    }
+    let log = dir.path().join("client.log");
+    std::fs::write(&log, client_log()).unwrap();
+    let out = ghostip()
+        .arg("--db")
+        .arg(&db)
+        .args(["explain", "-o", "json"])
+        .arg(&log)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let x = json(&out);
+    let target = |a: &str| {
+        x["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["ip"] == a)
+            .unwrap_or_else(|| panic!("no target {a}: {x}"))
+            .clone()
+    };
+    // Five failures to web-a's IP between 100.5 and 107 s, all while the flows lived (100 to
+    // 108 s), one of them a reset.
+    let web_a = target("10.244.1.10");
+    assert_eq!(
+        web_a["agent_flows"],
+        serde_json::json!({
+            "failures_on_flows": 5,
+            "resets_on_flows": 1,
+            "paths": ["conntrack/node-1"],
+            "former_pods": ["shop/web-a"],
+            "outlived_s": [8.0, 8.0],
+        })
+    );
+    // web-b's IP: no flows were seen, nothing is claimed.
+    assert!(target("10.244.1.11").get("agent_flows").is_none());
+    let table = ghostip()
+        .env("COLUMNS", "1000")
+        .arg("--db")
+        .arg(&db)
+        .arg("explain")
+        .arg(&log)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let table = String::from_utf8(table).unwrap();
+    assert!(
+        table.contains(
+            "5 failure(s) (1 resets), all on flows the agent on node-1 saw outlive pod shop/web-a by 8 s"
+        ),
+        "{table}"
+    );
+}
