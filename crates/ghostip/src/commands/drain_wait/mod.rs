@@ -92,6 +92,10 @@ pub struct DrainLine {
     pub fallback_source: String,
     /// Seconds the API server did not answer during the drain.
     pub api_gap_s: f64,
+    /// DNS answers (or failures) the drain's probes received, over every path.
+    pub dns_queries: u64,
+    /// Requests to the node agents.
+    pub agent_requests: u64,
     /// Every layer and path.
     pub layers: Vec<ghostip_session::drain::LayerStatus>,
 }
@@ -309,6 +313,7 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
     let mut gap_since: Option<Time> = None;
     let mut gap_total = Duration::ZERO;
     let mut ticks: u64 = 0;
+    let (mut dns_queries, mut agent_requests) = (0u64, 0u64);
     let decision: Decision = loop {
         tokio::select! {
             Some(u) = async { match view.as_mut() { Some(v) => v.next().await, None => std::future::pending().await } } => {
@@ -358,6 +363,7 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
                 }
             }
             Some(ev) = probe_rx.recv() => {
+                dns_queries += 1;
                 if let Some(id) = path_ids.get(ev.observation.path.0 as usize) {
                     model.on_dns(id, &ev.observation);
                 }
@@ -367,6 +373,7 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
                 if !agents.is_empty() && ticks % 2 == 1 {
                     let asks = agents.iter().map(|a| agents::ask(&agent_client, a, ip));
                     let answers = futures::future::join_all(asks).await;
+                    agent_requests += answers.len() as u64;
                     for (a, r) in agents.iter().zip(answers) {
                         model.on_node(&a.node, r);
                     }
@@ -406,6 +413,8 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
         fallback_s: fallback.0.as_secs_f64(),
         fallback_source: fallback.1,
         api_gap_s: gap_total.as_secs_f64(),
+        dns_queries,
+        agent_requests,
         layers: decision.layers,
     };
     log_result(&line);
