@@ -14,6 +14,7 @@ use ghostip_core::truth::SliceRecord;
 use ghostip_session::drain::EndpointState;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
 use crate::kube::convert::slice_record;
@@ -39,7 +40,11 @@ impl EndpointView {
     /// Starts the watch of `namespace`'s EndpointSlices.
     pub fn start(client: kube::Client, namespace: &str, ip: IpAddr) -> Self {
         let api: Api<EndpointSlice> = Api::namespaced(client, namespace);
-        let stream = watcher::watcher(api, watcher::Config::default()).boxed();
+        // Backoff between failed attempts (0.8 s doubling, capped): an API server that is
+        // away is not asked in a busy loop while DNS and the agents are still checked.
+        let stream = watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
         Self {
             ip,
             slices: BTreeMap::new(),
@@ -99,6 +104,11 @@ impl EndpointView {
     fn relevant(&self, s: &EndpointSlice) -> Option<SliceRecord> {
         let r = slice_record(s).ok()?;
         r.endpoints.iter().any(|e| e.ip == self.ip).then_some(r)
+    }
+
+    /// Whether a LIST completed: until then the endpoint's state is unknown.
+    pub fn synced(&self) -> bool {
+        self.synced
     }
 
     /// The Services whose slices list the IP.

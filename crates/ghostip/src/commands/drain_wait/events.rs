@@ -11,6 +11,7 @@ use futures::StreamExt;
 use ghostip_core::Time;
 use k8s_openapi::api::core::v1::Event;
 use kube::Api;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -51,7 +52,9 @@ pub fn observations(line: &Value) -> Vec<(String, f64)> {
 pub async fn follow(client: kube::Client, metrics: Arc<Metrics>, cancel: CancellationToken) {
     let api: Api<Event> = Api::all(client);
     let cfg = watcher::Config::default().fields(&format!("reason={DRAIN_REASON}"));
-    let mut stream = watcher::watcher(api, cfg).boxed();
+    // kube-runtime's backoff between failed attempts (client-go's: 0.8 s doubling to 30 s):
+    // an API server that is away is not asked in a busy loop.
+    let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
     let mut seen: BTreeSet<String> = BTreeSet::new();
     loop {
         let ev = tokio::select! {

@@ -314,6 +314,7 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
     let mut gap_total = Duration::ZERO;
     let mut ticks: u64 = 0;
     let (mut dns_queries, mut agent_requests) = (0u64, 0u64);
+    let mut endpoint_assumed = false;
     let decision: Decision = loop {
         tokio::select! {
             Some(u) = async { match view.as_mut() { Some(v) => v.next().await, None => std::future::pending().await } } => {
@@ -324,6 +325,17 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
                             tracing::warn!(error = %e, "the EndpointSlice watch failed; DNS and agents are still checked");
                             gap_since = Some(now);
                         }
+                        // Never read at all: as without an API server, the hook's start
+                        // stands in for t0 (a preStop hook runs once the pod terminates).
+                        if !endpoint_assumed && view.as_ref().is_some_and(|v| !v.synced()) {
+                            endpoint_assumed = true;
+                            model.on_endpoint(ghostip_session::drain::EndpointState::Terminating { since: started });
+                            model.unknown(
+                                "endpoint",
+                                ip.to_string(),
+                                format!("the EndpointSlices could not be read ({e}): assumed the IP left the endpoints when the drain started"),
+                            );
+                        }
                     }
                     SliceUpdate::Changed => {
                         if let Some(since) = gap_since.take() {
@@ -332,7 +344,11 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
                     }
                 }
                 if let Some(v) = &view {
-                    model.on_endpoint(v.state(now, not_before));
+                    let state = v.state(now, not_before);
+                    // A watch that has not listed yet says nothing about the endpoint.
+                    if !matches!(state, ghostip_session::drain::EndpointState::Unknown) {
+                        model.on_endpoint(state);
+                    }
                     for svc in v.services() {
                         if probed.insert(svc.clone())
                             && let Some(c) = &conn
