@@ -1112,6 +1112,10 @@ pub struct DatapathDiffArgs {
     /// The cluster DNS Service, for stale DNS conntrack entries.
     #[arg(long, default_value = "kube-system/kube-dns", value_name = "NS/NAME")]
     pub dns_service: String,
+    /// Conntrack dumps: flows whose client (the original source) is this address are not
+    /// judged; pass the node's own addresses where ghostip's probes ran on it (repeatable).
+    #[arg(long = "exclude-source", value_name = "IP")]
+    pub exclude_sources: Vec<std::net::IpAddr>,
 }
 
 /// Where `ghostip check` finds the node agents (`ghostip agent` DaemonSet) whose datapath and

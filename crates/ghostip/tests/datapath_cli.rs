@@ -503,6 +503,43 @@ fn diff_of_real_conntrack_attributes_flows_through_the_ledger() {
         .stdout(predicate::str::contains("--db"));
 }
 
+/// Flows whose client is one of the node's own addresses (where ghostip's own probes ran) are
+/// left out with `--exclude-source`, and the output says how many.
+#[test]
+fn excluded_sources_are_not_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let truth = json!({"kind": "List", "items": [
+        {"kind": "Service", "metadata": {"namespace": "prod", "name": "stock"},
+         "spec": {"clusterIP": "10.96.5.5", "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}},
+    ]});
+    let truth_path = dir.path().join("truth.json");
+    std::fs::write(&truth_path, truth.to_string()).unwrap();
+    let dump = datapath_data("conntrack-L_netns-pods_conntrack-1.4.7.txt");
+    let diff = |extra: &[&str]| {
+        ghostip()
+            .args(["datapath", "diff", "-o", "json", "--from-file"])
+            .arg(&dump)
+            .arg("--truth")
+            .arg(&truth_path)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let all = diff(&[]);
+    assert_eq!(all.status.code(), Some(1), "{all:?}");
+    let v: Value = serde_json::from_slice(&all.stdout).unwrap();
+    assert!(v.to_string().contains("10.244.1.10"), "{v}");
+    let mine = diff(&["--exclude-source", "10.244.1.10"]);
+    assert_eq!(mine.status.code(), Some(0), "{mine:?}");
+    let v: Value = serde_json::from_slice(&mine.stdout).unwrap();
+    assert!(!v["stale"].to_string().contains("10.244.1.10"), "{v}");
+    assert_eq!(
+        v["warnings"],
+        json!(["6 flow(s) from --exclude-source addresses not judged"]),
+        "{v}"
+    );
+}
+
 /// A dump and a truth that share nothing (a truth file without the dump's Services): not
 /// clean, as nothing was compared.
 #[test]

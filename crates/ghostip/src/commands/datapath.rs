@@ -289,23 +289,37 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
                 None => (OwnershipFacts::new(), false),
             };
             let mut audit = ConntrackAudit::new(&tf.truth, &facts, cfg);
+            let mut excluded = 0usize;
             for e in &table.entries {
+                if a.exclude_sources.contains(&e.orig.src) {
+                    excluded += 1;
+                    continue;
+                }
                 audit.push(e);
             }
             let r = audit.finish();
+            let mut warnings = warnings(&table.skipped);
+            if excluded > 0 {
+                warnings.push(format!(
+                    "{excluded} flow(s) from --exclude-source addresses not judged"
+                ));
+            }
             match g.output {
                 OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
                 OutputFormat::Json => print_json(&DiffJson {
                     format,
                     truth: stats,
-                    warnings: warnings(&table.skipped),
+                    warnings,
                     compared_nothing: false,
                     result: &r,
                 })?,
-                OutputFormat::Table | OutputFormat::Wide => print!(
-                    "{}",
-                    fit_text(&render_conntrack_report(&r, attributed), &g.output.layout())
-                ),
+                OutputFormat::Table | OutputFormat::Wide => {
+                    let mut text = render_conntrack_report(&r, attributed);
+                    for w in &warnings {
+                        text.push_str(&format!("warning: {w}\n"));
+                    }
+                    print!("{}", fit_text(&text, &g.output.layout()));
+                }
             }
             Ok(if r.is_clean() {
                 Outcome::Clean
