@@ -133,6 +133,9 @@ pub enum Fit {
     Wrap,
     /// An address: `ip:port` breaks before the port (`10.244.1.2` / `:8080`).
     Addr,
+    /// An address as [`Fit::Addr`], or a name (a host, `dns:` and a query) with a middle
+    /// ellipsis: `explain`'s targets.
+    Target,
 }
 
 impl Fit {
@@ -146,8 +149,9 @@ impl Fit {
                 Fit::Addr
             }
             "WHAT" | "VERDICT" | "WINDOW" | "EXPOSURE" => Fit::Wrap,
-            "IP" | "TARGET" | "SINCE" | "STATE" | "WHEN" | "TTL" | "CLIENT TTL" | "QUERIES"
-            | "EXPECTED" | "EXPECTED LAG" | "PREDICTED" | "LEFT AT" | "LAST SEEN" | "ADDED AT"
+            "TARGET" => Fit::Target,
+            "IP" | "SINCE" | "STATE" | "WHEN" | "TTL" | "CLIENT TTL" | "QUERIES" | "EXPECTED"
+            | "EXPECTED LAG" | "PREDICTED" | "LEFT AT" | "LAST SEEN" | "ADDED AT"
             | "SERVED FROM" | "ERRORS" | "PROTO" | "TIMEOUT" | "CLASS" | "UID" | "FROM"
             | "UNTIL" => Fit::Keep,
             _ => Fit::Name,
@@ -231,17 +235,37 @@ impl Table {
                         .map(|s| width(&s))
                         .max()
                         .unwrap_or(0),
-                    // Wrapped text keeps its words whole, up to a limit.
+                    // Wrapped text keeps its words whole, up to a limit; a list such as
+                    // `9003,9004` breaks after a comma.
                     Fit::Wrap => {
                         let word = self
                             .rows
                             .iter()
                             .flat_map(|r| r[c].split([' ', '\n']))
+                            .flat_map(|w| w.split_inclusive(','))
                             .map(|w| w.chars().count())
                             .max()
                             .unwrap_or(0);
-                        natural[c].min(width(&self.header[c]).max(word.clamp(MIN_CELL, MAX_WORD)))
+                        natural[c].min(width(&self.header[c]).max(word.min(MAX_WORD)))
                     }
+                    // Addresses keep their parts, names a few characters of each end.
+                    Fit::Target => self
+                        .rows
+                        .iter()
+                        .map(|r| {
+                            if is_addr(&r[c]) {
+                                split_addr(&r[c])
+                                    .iter()
+                                    .map(|s| width(s))
+                                    .max()
+                                    .unwrap_or(0)
+                            } else {
+                                width(&r[c]).min(MIN_CELL)
+                            }
+                        })
+                        .chain(std::iter::once(width(&self.header[c])))
+                        .max()
+                        .unwrap_or(0),
                     // A path keeps its IP and a few characters of its name.
                     Fit::Path => {
                         let ip = self
@@ -299,6 +323,8 @@ impl Table {
                                 Fit::Path => vec![abbreviate_path(cell, w)],
                                 Fit::Wrap => wrap(cell, w, 0),
                                 Fit::Addr => split_addr(cell),
+                                Fit::Target if is_addr(cell) => split_addr(cell),
+                                Fit::Target => vec![middle_ellipsis(cell, w)],
                             }
                         }
                     })
@@ -377,8 +403,16 @@ fn push_row(out: &mut String, cells: &[Vec<String>], widths: &[usize]) {
 }
 
 /// Each word of `s` on its line, `ip:port` as `ip` and `:port` (`[v6]:port` alike).
+/// An IP, or an IP with a port (`10.244.1.2:8080`, `[fd00::1]:53`).
+fn is_addr(s: &str) -> bool {
+    s.parse::<std::net::IpAddr>().is_ok() || s.parse::<std::net::SocketAddr>().is_ok()
+}
+
 fn split_addr(s: &str) -> Vec<String> {
-    s.split(' ').flat_map(split_word).collect()
+    s.split(' ')
+        .flat_map(|w| w.split_inclusive(','))
+        .flat_map(split_word)
+        .collect()
 }
 
 fn split_word(s: &str) -> Vec<String> {
@@ -499,9 +533,13 @@ pub fn wrap(text: &str, w: usize, indent: usize) -> Vec<String> {
                 fresh = true;
                 continue;
             }
-            // A word longer than a whole line: cut it.
-            let room = w.saturating_sub(len).max(1);
-            let rest = word.split_off(room.min(word.len()));
+            // A word longer than a whole line: cut it, after a comma where one fits.
+            let room = w.saturating_sub(len).max(1).min(word.len());
+            let cut = word[..room]
+                .iter()
+                .rposition(|c| *c == ',')
+                .map_or(room, |i| i + 1);
+            let rest = word.split_off(cut);
             line.extend(&word);
             lines.push(std::mem::take(&mut line));
             line = " ".repeat(cont);
@@ -643,11 +681,62 @@ mod tests {
     }
 
     #[test]
+    fn comma_lists_wrap_after_a_comma() {
+        assert_eq!(
+            wrap("9003,9004,9006,9007,9009", 10, 0),
+            vec!["9003,9004,", "9006,9007,", "9009"]
+        );
+        let mut t = Table::new();
+        t.set_header(vec!["TARGET", "PORTS", "CLASS", "ERRORS"]);
+        t.add_row(vec![
+            "172.26.144.225",
+            "9003,9004,9006,9007,9009",
+            "stale-target",
+            "5",
+        ]);
+        let out = t.render(&Layout::fixed(44));
+        assert!(longest(&out) <= 44, "{out}");
+        assert!(out.lines().nth(1).unwrap().contains("9003,"), "{out}");
+    }
+
+    #[test]
+    fn targets_that_are_names_take_an_ellipsis_and_addresses_stay_whole() {
+        let mut t = Table::new();
+        t.set_header(vec!["TARGET", "DNS SERVER", "CLASS", "ERRORS", "KINDS"]);
+        t.add_row(vec![
+            "dns:7994225720195620561.3842098355147683469",
+            "213.186.33.99:53",
+            "dns-path",
+            "6",
+            "6 dns-timeout",
+        ]);
+        t.add_row(vec![
+            "10.244.1.17:8080",
+            "-",
+            "stale",
+            "31",
+            "31 connection-refused",
+        ]);
+        let out = t.render(&Layout::fixed(70));
+        assert!(longest(&out) <= 70, "{out}");
+        assert!(!out.contains("target:"), "a table, not lists: {out}");
+        assert!(out.contains("dns:"), "{out}");
+        assert!(out.contains('…'), "{out}");
+        assert!(out.contains("10.244.1.17"), "{out}");
+        let wide = t.render(&Layout::WIDE);
+        assert!(wide.contains("dns:7994225720195620561.3842098355147683469"));
+    }
+
+    #[test]
     fn addresses_break_before_the_port_and_wide_only_columns_hide() {
         assert_eq!(split_addr("10.244.1.2:8080"), vec!["10.244.1.2", ":8080"]);
         assert_eq!(split_addr("[fd00::1]:53"), vec!["[fd00::1]", ":53"]);
         assert_eq!(split_addr("fd00::1"), vec!["fd00::1"]);
         assert_eq!(split_addr("(3 backends)"), vec!["(3", "backends)"]);
+        assert_eq!(
+            split_addr("10.96.0.10:53,132.120.200.49:53"),
+            vec!["10.96.0.10:53,", "132.120.200.49", ":53"]
+        );
         assert_eq!(
             split_addr("10.96.0.2:443/TCP ClusterIP"),
             vec!["10.96.0.2", ":443/TCP", "ClusterIP"]

@@ -477,6 +477,45 @@ fn shared_corpus_through_the_cli() {
     );
 }
 
+/// Every input of the shared corpus, alone, is a table at 80 columns: long host names take an
+/// ellipsis, port and server lists wrap after a comma; nothing is wider.
+#[test]
+fn shared_corpus_fits_80_columns_as_tables() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/client-errors");
+    if !dir.is_dir() {
+        ghostip_testkit::env::skip(&format!("{} is absent", dir.display()));
+        return;
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    for f in &files {
+        let out = ghostip()
+            .env("COLUMNS", "80")
+            .args(["explain", "--db", "/nonexistent/x.db"])
+            .arg(f)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= 80,
+                "{}: a line of {} columns:\n{text}",
+                f.display(),
+                line.chars().count()
+            );
+        }
+        assert!(
+            !text.lines().any(|l| l.starts_with("target: ")),
+            "{}: key: value lists at 80 columns:\n{text}",
+            f.display()
+        );
+    }
+}
+
 /// A generated log of about 10 MiB (three 4 MiB segments for the parallel scan) with a
 /// multi-line Java event across the first segment cut and yearless lines after it.
 fn generated_log() -> Vec<u8> {
