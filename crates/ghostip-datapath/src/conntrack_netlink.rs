@@ -8,6 +8,9 @@
 //! it leaves untyped (`CTA_ID`, `CTA_USE`, `CTA_ZONE`, counters, ICMP ids, SELinux
 //! context) are decoded here. No socket is opened: the netlink adapter does the IO.
 //!
+//! [`ViewDecoder`] decodes the same stream without allocating per flow, handing over a
+//! borrowed [`CtView`] of each; it is what the agent reads the kernel's table with.
+//!
 //! # Errors
 //! A message header whose length is impossible (framing lost) and a netlink error
 //! message (the kernel refused the dump, e.g. `EPERM` without `CAP_NET_ADMIN`) are
@@ -27,6 +30,10 @@ use crate::error::ParseError;
 use crate::format::Format;
 use crate::model::{Location, SkipStats};
 
+mod view;
+
+pub use view::{CtMessageKind, CtView, IPS_ASSURED, IPS_OFFLOAD, IPS_SEEN_REPLY, ViewDecoder};
+
 /// Size of a netlink message header.
 const NLMSG_HDRLEN: usize = 16;
 /// Largest message accepted (a conntrack entry is a few hundred bytes).
@@ -35,6 +42,10 @@ const MAX_MESSAGE: usize = 1 << 20;
 const NLMSG_MIN_TYPE: u16 = 0x10;
 /// Netfilter subsystem of conntrack messages (high byte of the message type).
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
+const NLMSG_NOOP: u16 = 1;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLMSG_OVERRUN: u16 = 4;
 
 const CTA_COUNTERS_ORIG: u16 = 9;
 const CTA_COUNTERS_REPLY: u16 = 10;
@@ -65,11 +76,7 @@ pub fn decode_dump(bytes: &[u8]) -> Result<ConntrackTable, ParseError> {
 /// Incremental decoder of a conntrack netlink dump.
 #[derive(Debug, Default)]
 pub struct NetlinkDecoder {
-    pending: Vec<u8>,
-    /// Padding bytes of the last message still to come in the next push.
-    skip_pad: usize,
-    /// Stream offset of `pending[0]`, for error locations.
-    offset: usize,
+    framing: Framing,
     done: bool,
     skipped: SkipStats,
 }
@@ -87,16 +94,74 @@ impl NetlinkDecoder {
 
     /// Feeds the next bytes read from the socket, calling `f` for every flow decoded.
     pub fn push<F: FnMut(CtEntry)>(&mut self, bytes: &[u8], mut f: F) -> Result<(), ParseError> {
+        let Self {
+            framing,
+            done,
+            skipped,
+        } = self;
+        framing.push(bytes, |msg, offset| {
+            message(msg, offset, done, skipped, &mut f)
+        })
+    }
+
+    /// Ends the dump; bytes of an incomplete message left over are an error.
+    pub fn finish(self) -> Result<SkipStats, ParseError> {
+        self.framing.finish()?;
+        Ok(self.skipped)
+    }
+}
+
+/// Netlink message framing across reads: messages split between reads are reassembled,
+/// whole messages are handed over in place.
+#[derive(Debug, Default)]
+struct Framing {
+    /// The start of a message whose rest has not arrived yet.
+    pending: Vec<u8>,
+    /// Padding bytes of the last message still to come in the next push.
+    skip_pad: usize,
+    /// Stream offset of `pending[0]` (of the next byte pushed when nothing is pending).
+    offset: usize,
+}
+
+impl Framing {
+    /// Calls `on_message` with every complete message of `bytes` (after what is pending)
+    /// and its stream offset; keeps an incomplete last one for the next push.
+    fn push(
+        &mut self,
+        bytes: &[u8],
+        mut on_message: impl FnMut(&[u8], usize) -> Result<(), ParseError>,
+    ) -> Result<(), ParseError> {
         // Padding of the previous message that had not arrived yet.
         let skip = self.skip_pad.min(bytes.len());
         self.skip_pad -= skip;
         self.offset += skip;
         let bytes = bytes.get(skip..).unwrap_or_default();
+        if self.pending.is_empty() {
+            // The usual case: whole messages, read straight from the caller's buffer.
+            let (at, result) = self.walk(bytes, &mut on_message);
+            self.pending
+                .extend_from_slice(bytes.get(at..).unwrap_or_default());
+            self.offset += at;
+            return result;
+        }
         let mut pending = std::mem::take(&mut self.pending);
         pending.extend_from_slice(bytes);
+        let (at, result) = self.walk(&pending, &mut on_message);
+        pending.drain(..at.min(pending.len()));
+        self.pending = pending;
+        self.offset += at;
+        result
+    }
+
+    /// The messages of `buf`: how many bytes they took, and the first error.
+    fn walk(
+        &mut self,
+        buf: &[u8],
+        on_message: &mut impl FnMut(&[u8], usize) -> Result<(), ParseError>,
+    ) -> (usize, Result<(), ParseError>) {
         let mut at = 0;
         let result = loop {
-            let rest = pending.get(at..).unwrap_or_default();
+            let rest = buf.get(at..).unwrap_or_default();
             let Some(header) = rest.get(..4) else {
                 break Ok(());
             };
@@ -114,7 +179,7 @@ impl NetlinkDecoder {
             let Some(msg) = rest.get(..len) else {
                 break Ok(());
             };
-            if let Err(e) = self.message(msg, self.offset + at, &mut f) {
+            if let Err(e) = on_message(msg, self.offset + at) {
                 break Err(e);
             }
             // Messages are 4-byte aligned: skip the padding, now or in the next push.
@@ -122,14 +187,11 @@ impl NetlinkDecoder {
             at += padded.min(rest.len());
             self.skip_pad = padded.saturating_sub(rest.len());
         };
-        pending.drain(..at.min(pending.len()));
-        self.pending = pending;
-        self.offset += at;
-        result
+        (at, result)
     }
 
-    /// Ends the dump; bytes of an incomplete message left over are an error.
-    pub fn finish(self) -> Result<SkipStats, ParseError> {
+    /// Bytes of an incomplete message left over are an error.
+    fn finish(&self) -> Result<(), ParseError> {
         if !self.pending.is_empty() {
             return Err(ParseError::unexpected(
                 Format::Conntrack,
@@ -138,80 +200,130 @@ impl NetlinkDecoder {
                 &format!("{} trailing bytes", self.pending.len()),
             ));
         }
-        Ok(self.skipped)
+        Ok(())
     }
+}
 
-    fn message<F: FnMut(CtEntry)>(
-        &mut self,
-        msg: &[u8],
-        offset: usize,
-        f: &mut F,
-    ) -> Result<(), ParseError> {
-        // Only conntrack (`NFNL_SUBSYS_CTNETLINK`) and netlink control messages are handed
-        // to the decoder: the other netfilter subsystems' decoders of
-        // netlink-packet-netfilter 0.4 can panic on malformed input (found by fuzzing).
-        let msg_type = u16::from_ne_bytes([
-            msg.get(4).copied().unwrap_or(0),
-            msg.get(5).copied().unwrap_or(0),
-        ]);
-        if msg_type >= NLMSG_MIN_TYPE && msg_type >> 8 != NFNL_SUBSYS_CTNETLINK {
-            self.skipped.ignore("netlink message of another subsystem");
+/// What a netlink control message (type below `NLMSG_MIN_TYPE`) was.
+enum Control {
+    /// Counted or acted on.
+    Handled,
+    /// Its body does not decode: why.
+    Undecodable(&'static str),
+}
+
+/// Handles a netlink control message the way `netlink-packet-core` 0.9 reads it: `NLMSG_DONE`
+/// ends the dump, an `NLMSG_ERROR` acknowledgement is ignored and a real error is one.
+fn control(
+    msg_type: u16,
+    body: &[u8],
+    offset: usize,
+    done: &mut bool,
+    skipped: &mut SkipStats,
+) -> Result<Control, ParseError> {
+    match msg_type {
+        NLMSG_ERROR => {
+            let Some(code) = body.get(..4) else {
+                return Ok(Control::Undecodable(
+                    "an error message shorter than its code",
+                ));
+            };
+            let code = i32::from_ne_bytes([code[0], code[1], code[2], code[3]]);
+            if code != 0 {
+                return Err(refused(offset, code));
+            }
+            skipped.ignore("netlink ACK");
+        }
+        // The kernel may send NLMSG_DONE without a body.
+        NLMSG_DONE if body.is_empty() || body.len() >= 4 => *done = true,
+        NLMSG_DONE => return Ok(Control::Undecodable("a done message cut short")),
+        NLMSG_NOOP | NLMSG_OVERRUN => skipped.ignore("netlink control message"),
+        _ if body.len() < 4 => {
+            return Ok(Control::Undecodable(
+                "a netfilter message shorter than its header",
+            ));
+        }
+        _ => skipped.ignore("netlink message of another subsystem"),
+    }
+    Ok(Control::Handled)
+}
+
+/// The kernel's error answer to the dump.
+fn refused(offset: usize, code: impl std::fmt::Display) -> ParseError {
+    ParseError::unexpected(
+        Format::Conntrack,
+        Location::ByteOffset(offset),
+        "conntrack messages",
+        &format!("netlink error {code} (the kernel refused the dump)"),
+    )
+}
+
+fn message<F: FnMut(CtEntry)>(
+    msg: &[u8],
+    offset: usize,
+    done: &mut bool,
+    skipped: &mut SkipStats,
+    f: &mut F,
+) -> Result<(), ParseError> {
+    // Only conntrack (`NFNL_SUBSYS_CTNETLINK`) and netlink control messages are handed
+    // to the decoder: the other netfilter subsystems' decoders of
+    // netlink-packet-netfilter 0.4 can panic on malformed input (found by fuzzing).
+    let msg_type = u16::from_ne_bytes([
+        msg.get(4).copied().unwrap_or(0),
+        msg.get(5).copied().unwrap_or(0),
+    ]);
+    if msg_type >= NLMSG_MIN_TYPE && msg_type >> 8 != NFNL_SUBSYS_CTNETLINK {
+        skipped.ignore("netlink message of another subsystem");
+        return Ok(());
+    }
+    let decoded = match NetlinkMessage::<NetfilterMessage>::deserialize(msg) {
+        Ok(m) => m,
+        Err(e) => {
+            skipped.unknown(
+                Location::ByteOffset(offset),
+                "undecodable netlink message",
+                &e.to_string(),
+            );
             return Ok(());
         }
-        let decoded = match NetlinkMessage::<NetfilterMessage>::deserialize(msg) {
-            Ok(m) => m,
-            Err(e) => {
-                self.skipped.unknown(
-                    Location::ByteOffset(offset),
-                    "undecodable netlink message",
-                    &e.to_string(),
-                );
-                return Ok(());
-            }
-        };
-        match decoded.payload {
-            NetlinkPayload::Done(_) => {
-                self.done = true;
+    };
+    match decoded.payload {
+        NetlinkPayload::Done(_) => {
+            *done = true;
+            Ok(())
+        }
+        NetlinkPayload::Error(e) => match e.code {
+            None => {
+                skipped.ignore("netlink ACK");
                 Ok(())
             }
-            NetlinkPayload::Error(e) => match e.code {
-                None => {
-                    self.skipped.ignore("netlink ACK");
-                    Ok(())
+            Some(code) => Err(refused(offset, code)),
+        },
+        NetlinkPayload::InnerMessage(m) => {
+            let (attrs, event) = match m.inner {
+                NetfilterMessageInner::Conntrack(ConntrackMessage::New(a)) => (a, None),
+                NetfilterMessageInner::Conntrack(ConntrackMessage::Get(a)) => (a, None),
+                NetfilterMessageInner::Conntrack(ConntrackMessage::Delete(a)) => {
+                    (a, Some("DESTROY".to_string()))
                 }
-                Some(code) => Err(ParseError::unexpected(
-                    Format::Conntrack,
-                    Location::ByteOffset(offset),
-                    "conntrack messages",
-                    &format!("netlink error {code} (the kernel refused the dump)"),
-                )),
-            },
-            NetlinkPayload::InnerMessage(m) => {
-                let (attrs, event) = match m.inner {
-                    NetfilterMessageInner::Conntrack(ConntrackMessage::New(a)) => (a, None),
-                    NetfilterMessageInner::Conntrack(ConntrackMessage::Get(a)) => (a, None),
-                    NetfilterMessageInner::Conntrack(ConntrackMessage::Delete(a)) => {
-                        (a, Some("DESTROY".to_string()))
-                    }
-                    _ => {
-                        self.skipped.ignore("netlink message of another subsystem");
-                        return Ok(());
-                    }
-                };
-                match entry(&attrs, event, &mut self.skipped) {
-                    Some(e) => f(e),
-                    None => self.skipped.unknown(
-                        Location::ByteOffset(offset),
-                        "conntrack message without both tuples",
-                        "",
-                    ),
+                _ => {
+                    skipped.ignore("netlink message of another subsystem");
+                    return Ok(());
                 }
-                Ok(())
+            };
+            match entry(&attrs, event, skipped) {
+                Some(e) => f(e),
+                None => skipped.unknown(
+                    Location::ByteOffset(offset),
+                    "conntrack message without both tuples",
+                    "",
+                ),
             }
-            _ => {
-                self.skipped.ignore("netlink control message");
-                Ok(())
-            }
+            Ok(())
+        }
+        _ => {
+            skipped.ignore("netlink control message");
+            Ok(())
         }
     }
 }
@@ -256,16 +368,17 @@ fn nested(v: &[u8]) -> Vec<(u16, &[u8])> {
     out
 }
 
-fn proto_name(p: NlProtocol) -> &'static str {
+/// The name `conntrack -L` gives a layer-4 protocol number.
+fn proto_name(p: u8) -> &'static str {
     match p {
-        NlProtocol::Tcp => "tcp",
-        NlProtocol::Udp => "udp",
-        NlProtocol::Sctp => "sctp",
-        NlProtocol::Icmp => "icmp",
-        NlProtocol::Ipv6Icmp => "icmpv6",
-        NlProtocol::Dccp => "dccp",
-        NlProtocol::Gre => "gre",
-        NlProtocol::UdpLite => "udplite",
+        6 => "tcp",
+        17 => "udp",
+        132 => "sctp",
+        1 => "icmp",
+        58 => "icmpv6",
+        33 => "dccp",
+        47 => "gre",
+        136 => "udplite",
         _ => "unknown",
     }
 }
@@ -426,7 +539,7 @@ fn entry(
     let status = status.unwrap_or(Status::empty());
     Some(CtEntry {
         event,
-        proto: proto_name(proto).to_string(),
+        proto: proto_name(u8::from(proto)).to_string(),
         proto_num: u8::from(proto),
         timeout,
         state,
