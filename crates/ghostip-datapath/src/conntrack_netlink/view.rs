@@ -440,10 +440,10 @@ fn protoinfo(v: &[u8], state: &mut Option<u8>) -> Result<(), Malformed> {
                 (CTA_PROTOINFO_TCP_WSCALE_ORIGINAL | CTA_PROTOINFO_TCP_WSCALE_REPLY, v) => {
                     exact_u8(v, "a TCP window scale not of 1 byte")?;
                 }
-                (CTA_PROTOINFO_TCP_FLAGS_ORIGINAL | CTA_PROTOINFO_TCP_FLAGS_REPLY, v) => {
-                    if v.len() < 2 {
-                        return Err(Malformed("TCP flags shorter than 2 bytes"));
-                    }
+                (CTA_PROTOINFO_TCP_FLAGS_ORIGINAL | CTA_PROTOINFO_TCP_FLAGS_REPLY, v)
+                    if v.len() < 2 =>
+                {
+                    return Err(Malformed("TCP flags shorter than 2 bytes"));
                 }
                 _ => {}
             }
