@@ -20,8 +20,8 @@ use std::net::IpAddr;
 
 use netlink_packet_core::{NetlinkMessage, NetlinkPayload, Nla};
 use netlink_packet_netfilter::conntrack::{
-    ConntrackAttribute, ConntrackMessage, IPTuple, ProtoInfo, ProtoInfoTCP, ProtoTuple,
-    Protocol as NlProtocol, Status, Tuple,
+    ConntrackAttribute, ConntrackMessage, IPTuple, ProtoInfo, ProtoInfoTCP, ProtoTuple, Status,
+    Tuple,
 };
 use netlink_packet_netfilter::{NetfilterMessage, NetfilterMessageInner};
 
@@ -75,11 +75,7 @@ pub fn decode_dump(bytes: &[u8]) -> Result<ConntrackTable, ParseError> {
 
 /// Incremental decoder of a conntrack netlink dump.
 #[derive(Debug, Default)]
-pub struct NetlinkDecoder {
-    framing: Framing,
-    done: bool,
-    skipped: SkipStats,
-}
+pub struct NetlinkDecoder(Stream);
 
 impl NetlinkDecoder {
     /// A decoder at the start of a dump.
@@ -89,23 +85,48 @@ impl NetlinkDecoder {
 
     /// Whether `NLMSG_DONE` was seen: the dump is complete.
     pub fn is_done(&self) -> bool {
-        self.done
+        self.0.done
     }
 
     /// Feeds the next bytes read from the socket, calling `f` for every flow decoded.
     pub fn push<F: FnMut(CtEntry)>(&mut self, bytes: &[u8], mut f: F) -> Result<(), ParseError> {
-        let Self {
-            framing,
-            done,
-            skipped,
-        } = self;
-        framing.push(bytes, |msg, offset| {
+        self.0.push(bytes, |msg, offset, done, skipped| {
             message(msg, offset, done, skipped, &mut f)
         })
     }
 
     /// Ends the dump; bytes of an incomplete message left over are an error.
     pub fn finish(self) -> Result<SkipStats, ParseError> {
+        self.0.finish()
+    }
+}
+
+/// What both decoders keep across reads: the framing, whether the dump ended, what was
+/// skipped.
+#[derive(Debug, Default)]
+struct Stream {
+    framing: Framing,
+    done: bool,
+    skipped: SkipStats,
+}
+
+impl Stream {
+    /// Hands every complete message to `on_message` with its offset, the end-of-dump flag
+    /// and the skip counts.
+    fn push(
+        &mut self,
+        bytes: &[u8],
+        mut on_message: impl FnMut(&[u8], usize, &mut bool, &mut SkipStats) -> Result<(), ParseError>,
+    ) -> Result<(), ParseError> {
+        let Self {
+            framing,
+            done,
+            skipped,
+        } = self;
+        framing.push(bytes, |msg, offset| on_message(msg, offset, done, skipped))
+    }
+
+    fn finish(self) -> Result<SkipStats, ParseError> {
         self.framing.finish()?;
         Ok(self.skipped)
     }
@@ -258,6 +279,14 @@ fn refused(offset: usize, code: impl std::fmt::Display) -> ParseError {
     )
 }
 
+/// The type field of a netlink message header.
+fn message_type(msg: &[u8]) -> u16 {
+    u16::from_ne_bytes([
+        msg.get(4).copied().unwrap_or(0),
+        msg.get(5).copied().unwrap_or(0),
+    ])
+}
+
 fn message<F: FnMut(CtEntry)>(
     msg: &[u8],
     offset: usize,
@@ -268,10 +297,7 @@ fn message<F: FnMut(CtEntry)>(
     // Only conntrack (`NFNL_SUBSYS_CTNETLINK`) and netlink control messages are handed
     // to the decoder: the other netfilter subsystems' decoders of
     // netlink-packet-netfilter 0.4 can panic on malformed input (found by fuzzing).
-    let msg_type = u16::from_ne_bytes([
-        msg.get(4).copied().unwrap_or(0),
-        msg.get(5).copied().unwrap_or(0),
-    ]);
+    let msg_type = message_type(msg);
     if msg_type >= NLMSG_MIN_TYPE && msg_type >> 8 != NFNL_SUBSYS_CTNETLINK {
         skipped.ignore("netlink message of another subsystem");
         return Ok(());
@@ -349,23 +375,10 @@ fn be_u64(v: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(b))
 }
 
-/// Nested attributes of a raw value: `(type, value)` pairs.
-fn nested(v: &[u8]) -> Vec<(u16, &[u8])> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    while let Some(h) = v.get(at..at + 4) {
-        let len = usize::from(u16::from_ne_bytes([h[0], h[1]]));
-        let kind = u16::from_ne_bytes([h[2], h[3]]) & NLA_TYPE_MASK;
-        if len < 4 {
-            break;
-        }
-        let Some(val) = v.get(at + 4..at + len) else {
-            break;
-        };
-        out.push((kind, val));
-        at += len.next_multiple_of(4);
-    }
-    out
+/// Nested attributes of a raw value the decoder does not check, `(type, value)`: the walk
+/// stops at the first one that does not fit.
+fn nested(v: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    view::Attrs::new(v).map_while(Result::ok)
 }
 
 /// The name `conntrack -L` gives a layer-4 protocol number.
@@ -399,11 +412,12 @@ fn tcp_state(s: u8) -> Option<&'static str> {
     })
 }
 
+/// One tuple as decoded; fields the message lacks stay `None`.
 #[derive(Default)]
 struct TupleParts {
     src: Option<IpAddr>,
     dst: Option<IpAddr>,
-    proto: Option<NlProtocol>,
+    proto: Option<u8>,
     sport: Option<u16>,
     dport: Option<u16>,
     icmp_type: Option<u8>,
@@ -427,7 +441,7 @@ fn tuple(parts: &[Tuple]) -> TupleParts {
             Tuple::Proto(protos) => {
                 for pt in protos {
                     match pt {
-                        ProtoTuple::Protocol(p) => t.proto = Some(*p),
+                        ProtoTuple::Protocol(p) => t.proto = Some(u8::from(*p)),
                         ProtoTuple::SourcePort(p) => t.sport = Some(*p),
                         ProtoTuple::DestinationPort(p) => t.dport = Some(*p),
                         ProtoTuple::Other(nla) => {
@@ -453,20 +467,23 @@ fn tuple(parts: &[Tuple]) -> TupleParts {
     t
 }
 
-fn build(t: &TupleParts, counters: Option<(u64, u64)>) -> Option<CtTuple> {
-    Some(CtTuple {
-        src: t.src?,
-        dst: t.dst?,
-        sport: t.sport,
-        dport: t.dport,
-        icmp_type: t.icmp_type,
-        icmp_code: t.icmp_code,
-        icmp_id: t.icmp_id,
-        packets: counters.map(|c| c.0),
-        bytes: counters.map(|c| c.1),
-    })
+impl TupleParts {
+    fn build(&self, counters: Option<(u64, u64)>) -> Option<CtTuple> {
+        Some(CtTuple {
+            src: self.src?,
+            dst: self.dst?,
+            sport: self.sport,
+            dport: self.dport,
+            icmp_type: self.icmp_type,
+            icmp_code: self.icmp_code,
+            icmp_id: self.icmp_id,
+            packets: counters.map(|c| c.0),
+            bytes: counters.map(|c| c.1),
+        })
+    }
 }
 
+/// `(packets, bytes)` of a counters attribute, leniently: both must be there.
 fn counters(v: &[u8]) -> Option<(u64, u64)> {
     let mut packets = None;
     let mut bytes = None;
@@ -520,7 +537,6 @@ fn entry(
                     CTA_COUNTERS_REPLY => c_reply = counters(&v),
                     CTA_SECCTX => {
                         secctx = nested(&v)
-                            .into_iter()
                             .find(|(k, _)| *k == CTA_SECCTX_NAME)
                             .map(|(_, n)| {
                                 String::from_utf8_lossy(n)
@@ -535,16 +551,16 @@ fn entry(
         }
     }
     let (orig, reply) = (orig?, reply?);
-    let proto = orig.proto.unwrap_or(NlProtocol::Other(0));
+    let proto = orig.proto.unwrap_or(0);
     let status = status.unwrap_or(Status::empty());
     Some(CtEntry {
         event,
-        proto: proto_name(u8::from(proto)).to_string(),
-        proto_num: u8::from(proto),
+        proto: proto_name(proto).to_string(),
+        proto_num: proto,
         timeout,
         state,
-        orig: build(&orig, c_orig)?,
-        reply: build(&reply, c_reply)?,
+        orig: orig.build(c_orig)?,
+        reply: reply.build(c_reply)?,
         unreplied: !status.contains(Status::SeenReply),
         assured: status.contains(Status::Assured),
         flags: if status.contains(Status::Offload) {

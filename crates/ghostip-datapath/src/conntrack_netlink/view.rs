@@ -23,11 +23,11 @@ use crate::error::ParseError;
 use crate::model::{Location, SkipStats};
 
 use super::{
-    CTA_COUNTERS_BYTES, CTA_COUNTERS_ORIG, CTA_COUNTERS_PACKETS, CTA_COUNTERS_REPLY, CTA_ID,
-    CTA_PROTO_ICMP_CODE, CTA_PROTO_ICMP_ID, CTA_PROTO_ICMP_TYPE, CTA_PROTO_ICMPV6_CODE,
-    CTA_PROTO_ICMPV6_ID, CTA_PROTO_ICMPV6_TYPE, CTA_SECCTX, CTA_SECCTX_NAME, CTA_USE, CTA_ZONE,
-    Control, Framing, NFNL_SUBSYS_CTNETLINK, NLA_TYPE_MASK, NLMSG_HDRLEN, NLMSG_MIN_TYPE, be_u16,
-    be_u32, be_u64, control, proto_name, tcp_state,
+    CTA_COUNTERS_ORIG, CTA_COUNTERS_REPLY, CTA_ID, CTA_PROTO_ICMP_CODE, CTA_PROTO_ICMP_ID,
+    CTA_PROTO_ICMP_TYPE, CTA_PROTO_ICMPV6_CODE, CTA_PROTO_ICMPV6_ID, CTA_PROTO_ICMPV6_TYPE,
+    CTA_SECCTX, CTA_SECCTX_NAME, CTA_USE, CTA_ZONE, Control, NFNL_SUBSYS_CTNETLINK, NLA_TYPE_MASK,
+    NLMSG_HDRLEN, NLMSG_MIN_TYPE, Stream, TupleParts, be_u16, be_u32, control, counters, nested,
+    proto_name, tcp_state,
 };
 
 const CTA_TUPLE_ORIG: u16 = 1;
@@ -165,11 +165,7 @@ impl CtView<'_> {
 
 /// Incremental, allocation-free decoder of a conntrack netlink dump.
 #[derive(Debug, Default)]
-pub struct ViewDecoder {
-    framing: Framing,
-    done: bool,
-    skipped: SkipStats,
-}
+pub struct ViewDecoder(Stream);
 
 impl ViewDecoder {
     /// A decoder at the start of a dump.
@@ -179,7 +175,7 @@ impl ViewDecoder {
 
     /// Whether `NLMSG_DONE` was seen: the dump is complete.
     pub fn is_done(&self) -> bool {
-        self.done
+        self.0.done
     }
 
     /// Feeds the next bytes read from the socket, calling `f` for every flow decoded.
@@ -188,26 +184,20 @@ impl ViewDecoder {
         bytes: &[u8],
         mut f: F,
     ) -> Result<(), ParseError> {
-        let Self {
-            framing,
-            done,
-            skipped,
-        } = self;
-        framing.push(bytes, |msg, offset| {
+        self.0.push(bytes, |msg, offset, done, skipped| {
             message(msg, offset, done, skipped, &mut f)
         })
     }
 
     /// Ends the dump; bytes of an incomplete message left over are an error.
     pub fn finish(self) -> Result<SkipStats, ParseError> {
-        self.framing.finish()?;
-        Ok(self.skipped)
+        self.0.finish()
     }
 }
 
 /// Why a message's attributes did not decode.
 #[derive(Debug)]
-struct Malformed(&'static str);
+pub(super) struct Malformed(&'static str);
 
 fn message<F: FnMut(&CtView<'_>)>(
     msg: &[u8],
@@ -216,10 +206,7 @@ fn message<F: FnMut(&CtView<'_>)>(
     skipped: &mut SkipStats,
     f: &mut F,
 ) -> Result<(), ParseError> {
-    let msg_type = u16::from_ne_bytes([
-        msg.get(4).copied().unwrap_or(0),
-        msg.get(5).copied().unwrap_or(0),
-    ]);
+    let msg_type = message_type(msg);
     let body = msg.get(NLMSG_HDRLEN..).unwrap_or_default();
     if msg_type < NLMSG_MIN_TYPE {
         return control(msg_type, body, offset, done, skipped).map(|c| match c {
@@ -285,13 +272,13 @@ fn undecodable(skipped: &mut SkipStats, offset: usize, why: &str) {
 
 /// The attributes of a buffer, `(type, value)`, strictly: a header or a length that does
 /// not fit is an error, after which the walk stops.
-struct Attrs<'a> {
+pub(super) struct Attrs<'a> {
     buf: &'a [u8],
     at: usize,
 }
 
 impl<'a> Attrs<'a> {
-    fn new(buf: &'a [u8]) -> Self {
+    pub(super) fn new(buf: &'a [u8]) -> Self {
         Self { buf, at: 0 }
     }
 }
@@ -355,75 +342,47 @@ fn ip(v: &[u8]) -> Result<IpAddr, Malformed> {
     Ok(IpAddr::V6(Ipv6Addr::from(b)))
 }
 
-/// One tuple as decoded; fields the message lacks stay `None`.
-#[derive(Default)]
-struct Tuple {
-    src: Option<IpAddr>,
-    dst: Option<IpAddr>,
-    proto: Option<u8>,
-    sport: Option<u16>,
-    dport: Option<u16>,
-    icmp_type: Option<u8>,
-    icmp_code: Option<u8>,
-    icmp_id: Option<u16>,
-}
-
-impl Tuple {
-    fn decode(v: &[u8]) -> Result<Self, Malformed> {
-        let mut t = Tuple::default();
-        for a in Attrs::new(v) {
-            match a? {
-                (CTA_TUPLE_IP, ips) => {
-                    for a in Attrs::new(ips) {
-                        match a? {
-                            (CTA_IP_V4_SRC | CTA_IP_V6_SRC, v) => t.src = Some(ip(v)?),
-                            (CTA_IP_V4_DST | CTA_IP_V6_DST, v) => t.dst = Some(ip(v)?),
-                            _ => {}
-                        }
+/// A `CTA_TUPLE_*` attribute, checking the sizes of its addresses, protocol and ports.
+fn decode_tuple(v: &[u8]) -> Result<TupleParts, Malformed> {
+    let mut t = TupleParts::default();
+    for a in Attrs::new(v) {
+        match a? {
+            (CTA_TUPLE_IP, ips) => {
+                for a in Attrs::new(ips) {
+                    match a? {
+                        (CTA_IP_V4_SRC | CTA_IP_V6_SRC, v) => t.src = Some(ip(v)?),
+                        (CTA_IP_V4_DST | CTA_IP_V6_DST, v) => t.dst = Some(ip(v)?),
+                        _ => {}
                     }
                 }
-                (CTA_TUPLE_PROTO, protos) => {
-                    for a in Attrs::new(protos) {
-                        match a? {
-                            (CTA_PROTO_NUM, v) => {
-                                t.proto = Some(exact_u8(v, "a protocol number not of 1 byte")?);
-                            }
-                            (CTA_PROTO_SRC_PORT, v) => {
-                                t.sport = Some(exact_be_u16(v, "a port not of 2 bytes")?);
-                            }
-                            (CTA_PROTO_DST_PORT, v) => {
-                                t.dport = Some(exact_be_u16(v, "a port not of 2 bytes")?);
-                            }
-                            (CTA_PROTO_ICMP_ID | CTA_PROTO_ICMPV6_ID, v) => t.icmp_id = be_u16(v),
-                            (CTA_PROTO_ICMP_TYPE | CTA_PROTO_ICMPV6_TYPE, v) => {
-                                t.icmp_type = v.first().copied();
-                            }
-                            (CTA_PROTO_ICMP_CODE | CTA_PROTO_ICMPV6_CODE, v) => {
-                                t.icmp_code = v.first().copied();
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-                _ => {}
             }
+            (CTA_TUPLE_PROTO, protos) => {
+                for a in Attrs::new(protos) {
+                    match a? {
+                        (CTA_PROTO_NUM, v) => {
+                            t.proto = Some(exact_u8(v, "a protocol number not of 1 byte")?);
+                        }
+                        (CTA_PROTO_SRC_PORT, v) => {
+                            t.sport = Some(exact_be_u16(v, "a port not of 2 bytes")?);
+                        }
+                        (CTA_PROTO_DST_PORT, v) => {
+                            t.dport = Some(exact_be_u16(v, "a port not of 2 bytes")?);
+                        }
+                        (CTA_PROTO_ICMP_ID | CTA_PROTO_ICMPV6_ID, v) => t.icmp_id = be_u16(v),
+                        (CTA_PROTO_ICMP_TYPE | CTA_PROTO_ICMPV6_TYPE, v) => {
+                            t.icmp_type = v.first().copied();
+                        }
+                        (CTA_PROTO_ICMP_CODE | CTA_PROTO_ICMPV6_CODE, v) => {
+                            t.icmp_code = v.first().copied();
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
         }
-        Ok(t)
     }
-
-    fn build(&self, counters: Option<(u64, u64)>) -> Option<CtTuple> {
-        Some(CtTuple {
-            src: self.src?,
-            dst: self.dst?,
-            sport: self.sport,
-            dport: self.dport,
-            icmp_type: self.icmp_type,
-            icmp_code: self.icmp_code,
-            icmp_id: self.icmp_id,
-            packets: counters.map(|c| c.0),
-            bytes: counters.map(|c| c.1),
-        })
-    }
+    Ok(t)
 }
 
 /// The TCP state of a `CTA_PROTOINFO`, checking the TCP attributes' sizes.
@@ -452,26 +411,6 @@ fn protoinfo(v: &[u8], state: &mut Option<u8>) -> Result<(), Malformed> {
     Ok(())
 }
 
-/// `(packets, bytes)` of a counters attribute, leniently: both must be there.
-fn counters(v: &[u8]) -> Option<(u64, u64)> {
-    let mut packets = None;
-    let mut bytes = None;
-    for (kind, val) in lenient(v) {
-        match kind {
-            CTA_COUNTERS_PACKETS => packets = be_u64(val),
-            CTA_COUNTERS_BYTES => bytes = be_u64(val),
-            _ => {}
-        }
-    }
-    Some((packets?, bytes?))
-}
-
-/// The attributes of a value the decoder does not check: the walk stops at the first one
-/// that does not fit.
-fn lenient(v: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    Attrs::new(v).map_while(Result::ok)
-}
-
 fn entry<'a>(
     attrs: &'a [u8],
     kind: CtMessageKind,
@@ -486,8 +425,8 @@ fn entry<'a>(
     let (mut c_orig, mut c_reply) = (None, None);
     for a in Attrs::new(attrs) {
         match a? {
-            (CTA_TUPLE_ORIG, v) => orig = Some(Tuple::decode(v)?),
-            (CTA_TUPLE_REPLY, v) => reply = Some(Tuple::decode(v)?),
+            (CTA_TUPLE_ORIG, v) => orig = Some(decode_tuple(v)?),
+            (CTA_TUPLE_REPLY, v) => reply = Some(decode_tuple(v)?),
             (CTA_PROTOINFO, v) => protoinfo(v, &mut tcp_state)?,
             (CTA_STATUS, v) => status = Some(exact_be_u32(v, "a status not of 4 bytes")?),
             (CTA_TIMEOUT, v) => timeout = Some(exact_be_u32(v, "a timeout not of 4 bytes")?),
@@ -498,7 +437,7 @@ fn entry<'a>(
             (CTA_COUNTERS_ORIG, v) => c_orig = counters(v),
             (CTA_COUNTERS_REPLY, v) => c_reply = counters(v),
             (CTA_SECCTX, v) => {
-                secctx = lenient(v)
+                secctx = nested(v)
                     .find(|(k, _)| *k == CTA_SECCTX_NAME)
                     .map(|(_, n)| n);
             }
