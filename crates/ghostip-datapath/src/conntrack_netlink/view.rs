@@ -26,8 +26,8 @@ use super::{
     CTA_COUNTERS_ORIG, CTA_COUNTERS_REPLY, CTA_ID, CTA_PROTO_ICMP_CODE, CTA_PROTO_ICMP_ID,
     CTA_PROTO_ICMP_TYPE, CTA_PROTO_ICMPV6_CODE, CTA_PROTO_ICMPV6_ID, CTA_PROTO_ICMPV6_TYPE,
     CTA_SECCTX, CTA_SECCTX_NAME, CTA_USE, CTA_ZONE, Control, NFNL_SUBSYS_CTNETLINK, NLA_TYPE_MASK,
-    NLMSG_HDRLEN, NLMSG_MIN_TYPE, Stream, TupleParts, be_u16, be_u32, control, counters, nested,
-    proto_name, tcp_state,
+    NLMSG_HDRLEN, NLMSG_MIN_TYPE, Stream, TupleParts, be_u16, be_u32, control, counters,
+    message_type, nested, proto_name, tcp_state,
 };
 
 const CTA_TUPLE_ORIG: u16 = 1;
