@@ -259,12 +259,17 @@ fn control(
         NLMSG_DONE if body.is_empty() || body.len() >= 4 => *done = true,
         NLMSG_DONE => return Ok(Control::Undecodable("a done message cut short")),
         NLMSG_NOOP | NLMSG_OVERRUN => skipped.ignore("netlink control message"),
-        _ if body.len() < 4 => {
-            return Ok(Control::Undecodable(
-                "a netfilter message shorter than its header",
-            ));
-        }
-        _ => skipped.ignore("netlink message of another subsystem"),
+        // Types 0 and 5 to 15 are read as nfnetlink control messages: a header and a
+        // well-formed attribute list.
+        _ => match body.get(4..).map(view::check_attrs) {
+            None => {
+                return Ok(Control::Undecodable(
+                    "a netfilter message shorter than its header",
+                ));
+            }
+            Some(Err(why)) => return Ok(Control::Undecodable(why)),
+            Some(Ok(())) => skipped.ignore("netlink message of another subsystem"),
+        },
     }
     Ok(Control::Handled)
 }

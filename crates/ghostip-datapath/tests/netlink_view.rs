@@ -486,3 +486,19 @@ fn malformed_attributes_are_counted_skips() {
     assert_eq!(skipped.unknown, 5, "{skipped:?}");
     assert_agree(&bytes, &[]).unwrap();
 }
+
+/// Found by the `conntrack_netlink` fuzz target: a message of type 0 (an nfnetlink control
+/// message) whose attribute list is malformed is undecodable for both decoders, not a
+/// message of another subsystem.
+#[test]
+fn a_control_message_with_malformed_attributes_is_undecodable_regression_fuzz() {
+    let mut body = vec![2, 0, 0, 0];
+    body.extend_from_slice(&[0x35, 0x00, 0x02, 0x80, 0, 0, 0, 0]);
+    let mut bytes = message(0, 0, &body);
+    bytes.extend(message(0, 0, &[2, 0, 0, 0]));
+    bytes.extend(message(3, 0x2, &0i32.to_ne_bytes()));
+    let (entries, done, skipped) = viewed(&bytes, &[]).unwrap();
+    assert!(entries.is_empty() && done);
+    assert_eq!((skipped.ignored, skipped.unknown), (1, 1), "{skipped:?}");
+    assert_agree(&bytes, &[]).unwrap();
+}

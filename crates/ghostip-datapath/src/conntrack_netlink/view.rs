@@ -233,9 +233,9 @@ fn message<F: FnMut(&CtView<'_>)>(
         _ => {
             // Other conntrack messages (statistics, expectations' replies) still have to
             // be well-formed attribute lists.
-            match Attrs::new(attrs).try_for_each(|a| a.map(drop)) {
+            match check_attrs(attrs) {
                 Ok(()) => skipped.ignore("netlink message of another subsystem"),
-                Err(Malformed(why)) => undecodable(skipped, offset, why),
+                Err(why) => undecodable(skipped, offset, why),
             }
             return Ok(());
         }
@@ -313,6 +313,11 @@ impl<'a> Iterator for Attrs<'a> {
             }
         }
     }
+}
+
+/// Whether `buf` is a well-formed attribute list (its values are not looked at).
+pub(super) fn check_attrs(buf: &[u8]) -> Result<(), &'static str> {
+    Attrs::new(buf).try_for_each(|a| a.map(drop).map_err(|Malformed(why)| why))
 }
 
 fn exact_u8(v: &[u8], what: &'static str) -> Result<u8, Malformed> {
