@@ -353,8 +353,9 @@ impl Report {
         )
     }
 
-    /// Plain-text table: headline, aligned rows, the classes' meaning, and the ledger note.
-    pub fn render_table(&self) -> String {
+    /// The table's cells, header first: what [`Report::render_table`] aligns, for printers
+    /// that lay them out themselves.
+    pub fn table_cells(&self) -> Vec<Vec<String>> {
         let with_service = self.groups.iter().any(|g| g.service.is_some());
         let with_window = self.groups.iter().any(|g| g.window.is_some());
         let with_dns_server = self.groups.iter().any(|g| !g.dns_servers.is_empty());
@@ -405,6 +406,27 @@ impl Report {
             );
             rows.push(row);
         }
+        rows
+    }
+
+    /// What follows the table: the classes' meaning and the ledger note.
+    pub fn render_footer(&self) -> String {
+        let mut out = String::new();
+        if !self.by_class.is_empty() {
+            out.push('\n');
+            for (c, n) in &self.by_class {
+                let _ = writeln!(out, "{:<20} {n:>6}  {}", c.as_str(), c.description());
+            }
+        }
+        if let Some(note) = self.ledger_note() {
+            let _ = write!(out, "\nWithout a ledger: {note}\n");
+        }
+        out
+    }
+
+    /// Plain-text table: headline, aligned rows, the classes' meaning, and the ledger note.
+    pub fn render_table(&self) -> String {
+        let rows = self.table_cells();
         let cols = rows.first().map_or(0, Vec::len);
         let widths: Vec<usize> = (0..cols)
             .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
@@ -420,15 +442,7 @@ impl Report {
             out.push_str(line.join("  ").trim_end());
             out.push('\n');
         }
-        if !self.by_class.is_empty() {
-            out.push('\n');
-            for (c, n) in &self.by_class {
-                let _ = writeln!(out, "{:<20} {n:>6}  {}", c.as_str(), c.description());
-            }
-        }
-        if let Some(note) = self.ledger_note() {
-            let _ = write!(out, "\nWithout a ledger: {note}\n");
-        }
+        out.push_str(&self.render_footer());
         out
     }
 }

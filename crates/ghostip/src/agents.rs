@@ -221,13 +221,13 @@ impl AgentClient {
         }
     }
 
-    /// `GET /status` of one agent.
+    /// `GET path` of one agent: the body of a successful answer.
     ///
     /// # Errors
-    /// A one-line reason: no connection, no answer in time, an HTTP error status (with the
-    /// start of its body), an unreadable document, or an agent of another node.
-    pub async fn status(&self, agent: &Agent) -> Result<AgentStatus, String> {
-        let uri = format!("http://{}/status", agent.addr);
+    /// A one-line reason: no connection, no answer in time, or an HTTP error status (with
+    /// the start of its body, control characters removed).
+    pub async fn get(&self, agent: &Agent, path: &str) -> Result<Bytes, String> {
+        let uri = format!("http://{}{path}", agent.addr);
         let mut req = hyper::Request::get(&uri);
         if let Some(b) = &self.bearer {
             let token = b
@@ -257,34 +257,53 @@ impl AgentClient {
                 self.timeout.as_millis()
             )
         })??;
-        parse_status(agent, status, &body)
+        check_status(agent, status, &body)?;
+        Ok(body)
+    }
+
+    /// `GET /status` of one agent.
+    ///
+    /// # Errors
+    /// A one-line reason: see [`AgentClient::get`]; also an unreadable document or an agent
+    /// of another node.
+    pub async fn status(&self, agent: &Agent) -> Result<AgentStatus, String> {
+        let body = self.get(agent, "/status").await?;
+        parse_status(agent, &body)
     }
 }
 
-/// An agent's answer, checked.
-fn parse_status(
-    agent: &Agent,
-    status: hyper::StatusCode,
-    body: &[u8],
-) -> Result<AgentStatus, String> {
-    if !status.is_success() {
-        let text: String = String::from_utf8_lossy(body)
-            .trim()
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(200)
-            .collect();
-        return Err(format!("HTTP {status} from {}: {text}", agent.addr));
+/// An error status, with the start of its body (control characters removed).
+fn check_status(agent: &Agent, status: hyper::StatusCode, body: &[u8]) -> Result<(), String> {
+    if status.is_success() {
+        return Ok(());
     }
+    let text: String = String::from_utf8_lossy(body)
+        .trim()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect();
+    Err(format!("HTTP {status} from {}: {text}", agent.addr))
+}
+
+/// An agent's `/status`, checked.
+fn parse_status(agent: &Agent, body: &[u8]) -> Result<AgentStatus, String> {
     let st: AgentStatus = serde_json::from_slice(body)
         .map_err(|e| format!("unreadable /status from {}: {e}", agent.addr))?;
-    if !st.node.is_empty() && st.node != agent.node {
+    check_node(agent, &st.node)?;
+    Ok(st)
+}
+
+/// An answer names the node it comes from; an agent reached at another node's address is
+/// refused (an empty name is taken as the asked node's).
+pub fn check_node(agent: &Agent, answered: &str) -> Result<(), String> {
+    if !answered.is_empty() && answered != agent.node {
         return Err(format!(
-            "{} answered as node {}, not {}",
-            agent.addr, st.node, agent.node
+            "{} answered as node {answered}, not {}",
+            agent.addr, agent.node
         ));
     }
-    Ok(st)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -354,8 +373,7 @@ mod tests {
                     "failures": 4, "probes": 10, "pods_answering": 2},
             "dns_paths": []
         });
-        let st =
-            parse_status(&agent(), hyper::StatusCode::OK, body.to_string().as_bytes()).unwrap();
+        let st = parse_status(&agent(), body.to_string().as_bytes()).unwrap();
         let findings: Vec<&str> = st
             .open
             .iter()
@@ -374,7 +392,7 @@ mod tests {
 
     #[test]
     fn refusals_and_strangers_are_errors_that_say_so() {
-        let e = parse_status(
+        let e = check_status(
             &agent(),
             hyper::StatusCode::UNAUTHORIZED,
             b"no token\x1b[2J",
@@ -382,10 +400,9 @@ mod tests {
         .unwrap_err();
         assert!(e.contains("HTTP 401") && e.contains("no token"), "{e}");
         assert!(!e.contains('\x1b'), "{e:?}");
-        let e =
-            parse_status(&agent(), hyper::StatusCode::OK, br#"{"node": "node-1"}"#).unwrap_err();
+        let e = parse_status(&agent(), br#"{"node": "node-1"}"#).unwrap_err();
         assert!(e.contains("answered as node node-1"), "{e}");
-        let e = parse_status(&agent(), hyper::StatusCode::OK, b"<html>").unwrap_err();
+        let e = parse_status(&agent(), b"<html>").unwrap_err();
         assert!(e.contains("unreadable /status"), "{e}");
     }
 }

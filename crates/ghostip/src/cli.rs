@@ -84,8 +84,8 @@ pub struct GlobalArgs {
     /// The kubeconfig context to use (default: the current context).
     #[arg(long, global = true, value_name = "NAME")]
     pub context: Option<String>,
-    /// Output format: `table` or `json`; `sarif` is written by `audit` only. Each command's
-    /// `--help` lists the formats it writes.
+    /// Output format: `table` (fitted to the terminal), `wide` (full columns) or `json`;
+    /// `sarif` is written by `audit` only. Each command's `--help` lists the formats it writes.
     #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = OutputFormat::Table, value_name = "FORMAT")]
     pub output: OutputFormat,
     /// Path of the history database (default: $GHOSTIP_DB, /var/lib/ghostip/ghostip.db as root,
@@ -100,8 +100,10 @@ pub struct GlobalArgs {
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
-    /// Human-readable tables.
+    /// Human-readable tables, fitted to the terminal's width (`COLUMNS`, default 80).
     Table,
+    /// The tables with full columns, nothing abbreviated or wrapped.
+    Wide,
     /// One JSON document (JSON lines for streams).
     Json,
     /// SARIF 2.1.0 (code-scanning tools); only `audit` writes it.
@@ -113,17 +115,30 @@ impl OutputFormat {
     pub fn name(self) -> &'static str {
         match self {
             OutputFormat::Table => "table",
+            OutputFormat::Wide => "wide",
             OutputFormat::Json => "json",
             OutputFormat::Sarif => "sarif",
         }
     }
+
+    /// The layout of human output on this process's stdout.
+    pub fn layout(self) -> crate::printer::Layout {
+        crate::printer::Layout::detect(self == OutputFormat::Wide)
+    }
 }
 
 /// What `-o` takes for the commands that write a table or JSON.
-pub const TABLE_OR_JSON: &[OutputFormat] = &[OutputFormat::Table, OutputFormat::Json];
+pub const TABLE_OR_JSON: &[OutputFormat] =
+    &[OutputFormat::Table, OutputFormat::Wide, OutputFormat::Json];
+/// What `-o` takes for `agent`, whose table is its logs.
+pub const AGENT_OUTPUTS: &[OutputFormat] = &[OutputFormat::Table, OutputFormat::Json];
 /// What `-o` takes for `audit`.
-pub const AUDIT_OUTPUTS: &[OutputFormat] =
-    &[OutputFormat::Table, OutputFormat::Json, OutputFormat::Sarif];
+pub const AUDIT_OUTPUTS: &[OutputFormat] = &[
+    OutputFormat::Table,
+    OutputFormat::Wide,
+    OutputFormat::Json,
+    OutputFormat::Sarif,
+];
 /// What `-o` takes for `watch`, which writes no report (its logs go to stderr).
 pub const WATCH_OUTPUTS: &[OutputFormat] = &[OutputFormat::Table];
 
@@ -140,7 +155,8 @@ fn output_parser(
 /// `-o` of the commands that write a table or one JSON document.
 #[derive(Debug, Args, Clone)]
 pub struct TableOrJson {
-    /// Output format: `table`, or `json` (one JSON document).
+    /// Output format: `table` (fitted to the terminal), `wide` (full columns), or `json`
+    /// (one JSON document).
     #[arg(id = "output", short = 'o', long = "output", global = true, value_name = "FORMAT", default_value = "table", value_parser = output_parser(TABLE_OR_JSON))]
     pub output: OutputFormat,
 }
@@ -150,15 +166,15 @@ pub struct TableOrJson {
 pub struct AgentOutput {
     /// Output format: `table` (logs only, on stderr), or `json` (also one JSON object per
     /// event on stdout).
-    #[arg(id = "output", short = 'o', long = "output", global = true, value_name = "FORMAT", default_value = "table", value_parser = output_parser(TABLE_OR_JSON))]
+    #[arg(id = "output", short = 'o', long = "output", global = true, value_name = "FORMAT", default_value = "table", value_parser = output_parser(AGENT_OUTPUTS))]
     pub output: OutputFormat,
 }
 
 /// `-o` of `ghostip audit`.
 #[derive(Debug, Args, Clone)]
 pub struct AuditOutput {
-    /// Output format: `table`, `json` (one JSON document), or `sarif` (SARIF 2.1.0, for
-    /// code-scanning tools).
+    /// Output format: `table` (fitted to the terminal), `wide` (full lines), `json` (one JSON
+    /// document), or `sarif` (SARIF 2.1.0, for code-scanning tools).
     #[arg(id = "output", short = 'o', long = "output", global = true, value_name = "FORMAT", default_value = "table", value_parser = output_parser(AUDIT_OUTPUTS))]
     pub output: OutputFormat,
 }
@@ -218,6 +234,7 @@ impl Command {
         match self {
             Command::Watch(_) => WATCH_OUTPUTS,
             Command::Audit(_) => AUDIT_OUTPUTS,
+            Command::Agent(_) => AGENT_OUTPUTS,
             _ => TABLE_OR_JSON,
         }
     }
@@ -976,8 +993,15 @@ mod tests {
         let c = parse(&["ghostip", "-o", "sarif", "check"]).unwrap();
         assert_eq!(
             c.command.check_output(c.global.output).unwrap_err(),
-            "-o sarif: `ghostip check` takes table or json (only audit writes sarif)"
+            "-o sarif: `ghostip check` takes table, wide or json (only audit writes sarif)"
         );
+        let c = parse(&["ghostip", "-o", "wide", "agent", "--node-name", "n"]).unwrap();
+        assert_eq!(
+            c.command.check_output(c.global.output).unwrap_err(),
+            "-o wide: `ghostip agent` takes table or json"
+        );
+        let c = parse(&["ghostip", "whois", "10.0.0.1", "-o", "wide"]).unwrap();
+        assert_eq!(c.global.output, OutputFormat::Wide);
         let c = parse(&["ghostip", "-o", "sarif", "audit", "-f", "x"]).unwrap();
         assert!(c.command.check_output(c.global.output).is_ok());
     }

@@ -1,7 +1,7 @@
 //! ghostip's IO adapters and commands around the pure core.
 //!
 //! `kube` watches the truth, `dns` probes DNS paths, `ledger` keeps the history in
-//! SQLite, `metrics` and `http` export state, `report` prints it, `commands` wire it
+//! SQLite, `metrics` and `http` export state, `report` and `printer` print it, `commands` wire it
 //! together for the CLI in `main.rs`.
 #![forbid(unsafe_code)]
 
@@ -17,4 +17,5 @@ pub mod http;
 pub mod kube;
 pub mod ledger;
 pub mod metrics;
+pub mod printer;
 pub mod report;

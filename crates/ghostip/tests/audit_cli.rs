@@ -8,9 +8,11 @@ use predicates::prelude::*;
 
 fn ghostip() -> assert_cmd::Command {
     let mut c = assert_cmd::Command::cargo_bin("ghostip").unwrap();
+    // Wide enough that no line wraps: the tests below read whole sentences.
     c.env_remove("KUBECONFIG")
         .env_remove("GHOSTIP_DB")
-        .env("HOME", "/nonexistent-home");
+        .env("HOME", "/nonexistent-home")
+        .env("COLUMNS", "1000");
     c
 }
 
@@ -198,7 +200,9 @@ fn other_commands_refuse_sarif() {
         .args(["whois", "10.0.0.1", "-o", "sarif"])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("[possible values: table, json]"));
+        .stderr(predicate::str::contains(
+            "[possible values: table, wide, json]",
+        ));
     ghostip()
         .args(["-o", "sarif", "whois", "10.0.0.1"])
         .assert()
@@ -312,4 +316,28 @@ fn a_directory_without_files_to_audit_is_an_error_naming_it() {
             "{}: no .yaml, .yml, .json or Corefile file in this directory",
             empty.path().display()
         )));
+}
+
+mod width_support;
+
+/// The audit listing fits 80 and 30 columns; `-o wide` keeps each finding's message on its line.
+#[test]
+fn the_listing_fits_the_terminal_and_wide_keeps_whole_lines() {
+    use width_support::{assert_fits, assert_wider};
+    let run = |columns: &str, output: &str| {
+        ghostip()
+            .env("COLUMNS", columns)
+            .args(["audit", "-o", output, "-f"])
+            .arg(case("GIP-DNS-001-pos.yaml"))
+            .assert()
+            .code(1)
+            .get_output()
+            .stdout
+            .clone()
+    };
+    assert_fits(&run("80", "table"), 80);
+    assert_fits(&run("30", "table"), 30);
+    let wide = assert_wider(&run("80", "wide"), 80);
+    let table = String::from_utf8(run("1000", "table")).unwrap();
+    assert_eq!(wide, table, "wide is the listing as it is written");
 }

@@ -51,14 +51,14 @@ fn sarif_on_a_command_that_does_not_write_it_is_exit_2_naming_what_it_takes() {
         .assert()
         .code(2)
         .stderr(predicate::str::diff(
-            "ghostip: -o sarif: `ghostip check` takes table or json (only audit writes sarif)\n",
+            "ghostip: -o sarif: `ghostip check` takes table, wide or json (only audit writes sarif)\n",
         ));
     ghostip()
         .args(["-o", "sarif", "whois", "10.0.0.1"])
         .assert()
         .code(2)
         .stderr(predicate::str::contains(
-            "`ghostip whois` takes table or json",
+            "`ghostip whois` takes table, wide or json",
         ));
     ghostip()
         .args(["-o", "json", "watch"])
@@ -73,21 +73,29 @@ fn an_unknown_format_is_exit_2_naming_the_formats() {
         .args(["check", "-o", "yaml"])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("[possible values: table, json]"));
+        .stderr(predicate::str::contains(
+            "[possible values: table, wide, json]",
+        ));
     ghostip()
         .args(["audit", "-o", "yaml", "-f", "-"])
         .assert()
         .code(2)
         .stderr(predicate::str::contains(
-            "[possible values: table, json, sarif]",
+            "[possible values: table, wide, json, sarif]",
         ));
     ghostip()
         .args(["-o", "yaml", "check"])
         .assert()
         .code(2)
         .stderr(predicate::str::contains(
-            "possible values: table, json, sarif",
+            "possible values: table, wide, json, sarif",
         ));
+    // The agent's table is its log: it takes no `wide`.
+    ghostip()
+        .args(["agent", "--node-name", "n", "-o", "wide"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("[possible values: table, json]"));
 }
 
 #[test]

@@ -16,9 +16,11 @@ use serde_json::{Value, json};
 
 fn ghostip() -> assert_cmd::Command {
     let mut c = assert_cmd::Command::cargo_bin("ghostip").unwrap();
+    // Wide enough that no line wraps: the tests below read whole lines.
     c.env_remove("KUBECONFIG")
         .env_remove("GHOSTIP_DB")
-        .env("HOME", "/nonexistent-home");
+        .env("HOME", "/nonexistent-home")
+        .env("COLUMNS", "1000");
     c
 }
 
@@ -92,6 +94,14 @@ fn truth_list(model: &GenModel, edit: impl FnOnce(&mut Vec<SliceRecord>)) -> Val
             .map(|s| slice_json(s, Some("2027-01-15T08:00:00Z"))),
     );
     json!({"apiVersion": "v1", "kind": "List", "items": items})
+}
+
+/// The truth with the first endpoint of svc-0 gone (the node still routes to it).
+fn truth_without_first_endpoint(model: &GenModel) -> String {
+    truth_list(model, |slices| {
+        slices[0].endpoints.remove(0);
+    })
+    .to_string()
 }
 
 fn spec_12_40() -> GenSpec {
@@ -331,14 +341,7 @@ fn diff_of_a_real_capture_against_its_truth_is_clean_then_stale_after_a_removal(
         )));
     // The first endpoint of svc-0 is gone from the truth; the node still routes to it.
     let gone = model.services[0].endpoints[0];
-    std::fs::write(
-        &truth,
-        truth_list(&model, |slices| {
-            slices[0].endpoints.remove(0);
-        })
-        .to_string(),
-    )
-    .unwrap();
+    std::fs::write(&truth, truth_without_first_endpoint(&model)).unwrap();
     ghostip()
         .args([
             "datapath",
@@ -354,7 +357,7 @@ fn diff_of_a_real_capture_against_its_truth_is_clean_then_stale_after_a_removal(
         .code(1)
         .stdout(predicate::str::contains(format!("{gone}")))
         .stdout(predicate::str::contains("ns-0/svc-0:http"))
-        .stdout(predicate::str::contains("47 s"));
+        .stdout(predicate::str::contains("47s"));
     let out = ghostip()
         .args(["datapath", "diff", "-o", "json", "--from-file"])
         .arg(&dump)
@@ -585,4 +588,66 @@ fn bad_input_is_exit_2_naming_the_file_and_place() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("opening /nonexistent/dump"));
+}
+
+mod width_support;
+
+/// `show` and `diff` fit 80 columns, turn into `key: value` lists at 30, and keep every value
+/// whole with `-o wide`.
+#[test]
+fn tables_fit_the_terminal_and_wide_keeps_the_full_values() {
+    use width_support::{assert_fits, assert_wider};
+    let conntrack = datapath_data("conntrack-L_netns-pods_conntrack-1.4.7.txt");
+    let iptables = datapath_data("iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt");
+    let run = |columns: &str, args: &[&str], dump: &Path, extra: &[&Path]| {
+        let mut c = ghostip();
+        c.env("COLUMNS", columns).args(args).arg(dump);
+        for e in extra {
+            c.arg("--truth").arg(e);
+        }
+        c.assert().get_output().stdout.clone()
+    };
+    let show = ["datapath", "show", "--from-file"];
+    let out = assert_fits(&run("80", &show, &conntrack, &[]), 80);
+    // Addresses break before their port rather than lose characters.
+    assert!(
+        out.contains("10.244.3.71") && out.contains(":8080"),
+        "{out}"
+    );
+    let out = assert_fits(&run("30", &show, &conntrack, &[]), 30);
+    assert!(out.contains("proto: tcp"), "{out}");
+    assert_fits(&run("80", &show, &iptables, &[]), 80);
+    assert_fits(&run("30", &show, &iptables, &[]), 30);
+
+    let dir = tempfile::tempdir().unwrap();
+    let model = GenModel::generate(&spec_12_40());
+    let truth = dir.path().join("truth.json");
+    std::fs::write(&truth, truth_without_first_endpoint(&model)).unwrap();
+    let diff = [
+        "datapath",
+        "diff",
+        "--at",
+        "2027-01-15T08:00:47Z",
+        "--from-file",
+    ];
+    let out = assert_fits(&run("80", &diff, &iptables, &[&truth]), 80);
+    assert!(out.contains("SINCE"), "{out}");
+    assert!(out.contains("47s"), "{out}");
+    let out = assert_fits(&run("30", &diff, &iptables, &[&truth]), 30);
+    assert!(out.contains("since: 47s"), "{out}");
+    let wide = [
+        "datapath",
+        "diff",
+        "-o",
+        "wide",
+        "--at",
+        "2027-01-15T08:00:47Z",
+        "--from-file",
+    ];
+    let out = assert_wider(&run("80", &wide, &iptables, &[&truth]), 80);
+    assert!(
+        out.lines()
+            .any(|l| l.contains("frontends checked: 1 stale") && l.contains("(dump: ")),
+        "{out}"
+    );
 }

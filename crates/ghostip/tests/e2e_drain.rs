@@ -58,7 +58,18 @@ fn drain_setup(dir: &Path) -> DrainSetup {
         .replace("my-app", "demo");
     let rbac_path = dir.join("drain-wait-rbac.yaml");
     std::fs::write(&rbac_path, rbac).unwrap();
-    let _ = run(lab("kubectl").args(["create", "namespace", "ghostip-agent"]));
+    for ns in ["demo", "ghostip-agent"] {
+        let _ = run(lab("kubectl").args(["create", "namespace", ns]));
+    }
+    // The namespace's default ServiceAccount, which the controller-manager creates.
+    let start = Instant::now();
+    while run(lab("kubectl").args(["-n", "demo", "get", "serviceaccount", "default"])).0 != 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no ServiceAccount demo/default within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     kubectl(&["apply", "-f", rbac_path.to_str().unwrap()]);
     let token = kubectl(&[
         "create",

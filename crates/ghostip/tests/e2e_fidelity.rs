@@ -189,6 +189,9 @@ fn check(json: bool) -> (i32, String, String) {
     cmd.args(["node-1", env!("CARGO_BIN_EXE_ghostip")]);
     if json {
         cmd.args(["-o", "json"]);
+    } else {
+        // Whole rows: at the default 80 columns the node findings become `key: value` lists.
+        cmd.args(["-o", "wide"]);
     }
     run(cmd.args(["check", "-A", "--request-timeout", "10s"]))
 }

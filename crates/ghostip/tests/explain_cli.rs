@@ -176,7 +176,10 @@ fn client_log() -> String {
 
 fn ghostip() -> Command {
     let mut c = Command::cargo_bin("ghostip").unwrap();
-    c.env_remove("GHOSTIP_DB").env("HOME", "/nonexistent-home");
+    // Wide enough that no line wraps: the tests below read whole lines.
+    c.env_remove("GHOSTIP_DB")
+        .env("HOME", "/nonexistent-home")
+        .env("COLUMNS", "1000");
     c
 }
 
@@ -1095,4 +1098,151 @@ fn control_sequences_from_a_log_never_reach_the_terminal() {
         .clone();
     let err = visible(&out.stderr);
     assert!(err.contains("gone\\x1b[2J.log"), "{err}");
+}
+
+mod width_support;
+
+/// `explain` and `whois` fit 80 columns, turn into `key: value` lists at 30, and keep every
+/// value whole with `-o wide`.
+#[test]
+fn tables_fit_the_terminal_and_wide_keeps_the_full_values() {
+    use width_support::{assert_fits, assert_wider};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ghostip.db");
+    write_ledger(&db);
+    let explain = |columns: &str, output: &str| {
+        ghostip()
+            .env("COLUMNS", columns)
+            .args(["explain", "-o", output, "--truth-history"])
+            .arg(lab_fixture("pods-watch.json"))
+            .arg(lab_fixture("client.log"))
+            .assert()
+            .code(1)
+            .get_output()
+            .stdout
+            .clone()
+    };
+    // Eleven columns: a table from 120 on, `key: value` lists at 80.
+    let out = assert_fits(&explain("120", "table"), 120);
+    assert!(out.contains("TARGET"), "{out}");
+    let out = assert_fits(&explain("80", "table"), 80);
+    assert!(out.contains("10.244.1.4"), "{out}");
+    let out = assert_fits(&explain("30", "table"), 30);
+    assert!(out.contains("target: "), "{out}");
+    let out = assert_wider(&explain("80", "wide"), 80);
+    assert!(out.contains("TARGET"), "{out}");
+
+    let whois = |columns: &str, output: &str| {
+        ghostip()
+            .env("COLUMNS", columns)
+            .arg("--db")
+            .arg(&db)
+            .args(["whois", "10.244.1.11", "--at"])
+            .arg(lt(100.5))
+            .args(["-o", output])
+            .assert()
+            .code(0)
+            .get_output()
+            .stdout
+            .clone()
+    };
+    let out = assert_fits(&whois("80", "table"), 80);
+    assert!(out.contains("shop/web-b"), "{out}");
+    // FROM and UNTIL count from --at.
+    assert!(out.contains("-1m40s"), "{out}");
+    let out = assert_fits(&whois("30", "table"), 30);
+    assert!(out.contains("pod: shop/web-b"), "{out}");
+    let out = assert_wider(&whois("80", "wide"), 80);
+    assert!(
+        out.contains("ReplicaSet/web-7c9d8f5b4") && out.contains("ReplicaSet/api-5f6a7b8c9"),
+        "{out}"
+    );
+    assert!(out.contains("2023-11-14T22:13:20"), "{out}");
+}
+
+/// A ledger kept by a node's agent also holds its conntrack findings: the flows to web-a's IP
+/// that outlived its endpoint. explain joins the failures with them.
+#[test]
+fn failures_are_joined_with_the_flows_an_agent_saw_outlive_the_endpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ledger.db");
+    write_ledger(&db);
+    {
+        let mut l = Ledger::open(&db).unwrap();
+        l.record_finding(&ghostip::ledger::FindingRecord {
+            kind: ghostip::ledger::FindingKind::Stale,
+            layer: ghostip_core::Layer::Conntrack,
+            path_id: "conntrack/node-1".into(),
+            path_kind: ghostip_core::PathKind::Conntrack,
+            service: ServiceKey::new("shop", "web"),
+            target: ghostip_core::Target::socket(ip("10.244.1.10"), 8080),
+            t0: t(100.0),
+            received: t(100.05),
+            trigger: None,
+            t0_correction: None,
+            last_seen: Some(t(107.5)),
+            converged_by: Some(t(108.0)),
+            window: Some(std::time::Duration::from_secs(8)),
+            expected_lag: Some(std::time::Duration::from_secs(1)),
+            verdict: "over-expected-lag".into(),
+            exposure: None,
+            former_pod: Some(pref("web-a")),
+        })
+        .unwrap();
+    }
+    let log = dir.path().join("client.log");
+    std::fs::write(&log, client_log()).unwrap();
+    let out = ghostip()
+        .arg("--db")
+        .arg(&db)
+        .args(["explain", "-o", "json"])
+        .arg(&log)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let x = json(&out);
+    let target = |a: &str| {
+        x["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["ip"] == a)
+            .unwrap_or_else(|| panic!("no target {a}: {x}"))
+            .clone()
+    };
+    // Five failures to web-a's IP between 100.5 and 107 s, all while the flows lived (100 to
+    // 108 s), one of them a reset.
+    let web_a = target("10.244.1.10");
+    assert_eq!(
+        web_a["agent_flows"],
+        serde_json::json!({
+            "failures_on_flows": 5,
+            "resets_on_flows": 1,
+            "paths": ["conntrack/node-1"],
+            "former_pods": ["shop/web-a"],
+            "outlived_s": [8.0, 8.0],
+        })
+    );
+    // web-b's IP: no flows were seen, nothing is claimed.
+    assert!(target("10.244.1.11").get("agent_flows").is_none());
+    let table = ghostip()
+        .env("COLUMNS", "1000")
+        .arg("--db")
+        .arg(&db)
+        .arg("explain")
+        .arg(&log)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let table = String::from_utf8(table).unwrap();
+    assert!(
+        table.contains(
+            "5 failure(s) (1 resets), all on flows the agent on node-1 saw outlive pod shop/web-a by 8 s"
+        ),
+        "{table}"
+    );
 }

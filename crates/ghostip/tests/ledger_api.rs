@@ -316,7 +316,7 @@ fn whois_says_when_the_ip_left_the_endpoints_not_the_deletion_deadline() {
     let exit = &w.left_endpoints[0];
     assert_eq!((exit.at, exit.removed), (t(100), false));
     assert_eq!(exit.service, svc());
-    let table = render_whois_table(&w, ip("10.0.0.7"), t(105));
+    let table = render_whois_table(&w, ip("10.0.0.7"), t(105), &ghostip::printer::Layout::WIDE);
     assert!(
         table.contains("terminating from 2023-11-14T22:15:00Z; left the endpoints of default/web 2023-11-14T22:15:00Z"),
         "{table}"
@@ -918,7 +918,7 @@ fn whois_table_and_json() {
     let at = parse_at("-5m", t(435)).unwrap();
     assert_eq!(at, t(135));
     let w = l.whois(ip("10.0.0.7"), at).unwrap();
-    let table = render_whois_table(&w, ip("10.0.0.7"), at);
+    let table = render_whois_table(&w, ip("10.0.0.7"), at, &ghostip::printer::Layout::WIDE);
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines[0], "IP 10.0.0.7 at 2023-11-14T22:15:35Z", "{table}");
     assert!(

@@ -74,7 +74,10 @@ pub(super) async fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<Outco
     };
     let report = audit(&inv, &cfg);
     match g.output {
-        OutputFormat::Table => print!("{}", render::table(&report)),
+        OutputFormat::Table | OutputFormat::Wide => print!(
+            "{}",
+            crate::printer::fit_text(&render::table(&report), &g.output.layout())
+        ),
         OutputFormat::Json => print_json(&render::json(&report))?,
         OutputFormat::Sarif => print_json(&render::sarif(&report, env!("CARGO_PKG_VERSION")))?,
     }

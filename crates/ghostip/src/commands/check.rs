@@ -13,7 +13,6 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use ghostip_core::engine::{Discrepancy, Engine};
 use ghostip_core::{ChangeTime, Layer, Observation, ObservationResult, ServiceKey, Target, Time};
 use serde::Serialize;
@@ -27,6 +26,7 @@ use crate::dns::names::{NameConfig, ProbeName, service_a_name, service_names};
 use crate::dns::paths::{DnsPath, PathConfig, discover};
 use crate::dns::query::{QueryConfig, QueryType, query};
 use crate::kube::{Connection, WatchScope, snapshot};
+use crate::printer::{Layout, Table, fit_text};
 use ghostip_session::ServiceFilter;
 
 /// One (service, path) comparison.
@@ -189,7 +189,7 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
             "notes": notes,
             "findings": findings,
         }))?,
-        OutputFormat::Table => print!(
+        OutputFormat::Table | OutputFormat::Wide => print!(
             "{}",
             render(
                 &rows,
@@ -197,7 +197,8 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
                 &node_findings,
                 &notes,
                 paths.len(),
-                services.len()
+                services.len(),
+                &g.output.layout(),
             )
         ),
         OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
@@ -527,10 +528,11 @@ fn render(
     notes: &[String],
     paths: usize,
     services: usize,
+    layout: &Layout,
 ) -> String {
     let mut out = String::new();
     let mut t = Table::new();
-    t.load_style(UTF8_FULL_CONDENSED).set_header(vec![
+    t.set_header(vec![
         "SERVICE", "PATH", "STATE", "STALE", "MISSING", "TTL", "DETAIL",
     ]);
     let mut by_state: BTreeMap<&str, usize> = BTreeMap::new();
@@ -546,9 +548,7 @@ fn render(
             r.error.clone().unwrap_or_default(),
         ]);
     }
-    if !rows.is_empty() {
-        let _ = writeln!(out, "{t}");
-    }
+    out.push_str(&t.render(layout));
     let counts: Vec<String> = by_state.iter().map(|(k, v)| format!("{v} {k}")).collect();
     let _ = writeln!(
         out,
@@ -561,8 +561,7 @@ fn render(
     );
     if !agents.is_empty() {
         let mut t = Table::new();
-        t.load_style(UTF8_FULL_CONDENSED)
-            .set_header(vec!["NODE", "AGENT", "STATE", "DATAPATH", "DNS", "DETAIL"]);
+        t.set_header(vec!["NODE", "AGENT", "STATE", "DATAPATH", "DNS", "DETAIL"]);
         for a in agents {
             t.add_row(vec![
                 a.node.clone(),
@@ -576,16 +575,16 @@ fn render(
                     .unwrap_or_default(),
             ]);
         }
-        let _ = writeln!(out, "\nNode agents\n{t}");
+        let _ = write!(out, "\nNode agents\n{}", t.render(layout));
     }
     if !node_findings.is_empty() {
         let mut t = Table::new();
-        t.load_style(UTF8_FULL_CONDENSED).set_header(vec![
+        t.set_header(vec![
             "NODE",
             "PATH",
             "SERVICE",
             "BACKEND",
-            "FORMER POD",
+            "POD",
             "SINCE",
             "LAST SEEN",
             "VERDICT",
@@ -605,12 +604,66 @@ fn render(
                 },
             ]);
         }
-        let _ = writeln!(out, "\nNode findings\n{t}");
+        let _ = write!(out, "\nNode findings\n{}", t.render(layout));
     }
     for n in notes {
         let _ = writeln!(out, "note: {n}");
     }
-    out
+    fit_text(&out, layout)
+}
+
+#[cfg(test)]
+mod render_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    fn rows() -> Vec<Row> {
+        let ips = |n: usize| (0..n).map(|i| format!("10.244.3.{}", 10 + i)).collect();
+        vec![
+            Row {
+                service: "shop/web-headless".into(),
+                path: "dns via 10.244.1.5 (kube-system/coredns-7db6d8ff4d-krb2q)".into(),
+                state: "stale",
+                expected: ips(2),
+                answered: ips(6),
+                stale: ips(4),
+                missing: Vec::new(),
+                min_ttl: Some(30),
+                error: None,
+            },
+            Row {
+                service: "shop/web-headless".into(),
+                path: "dns via ClusterIP 10.96.0.10 from node-2".into(),
+                state: "failed",
+                expected: ips(2),
+                answered: Vec::new(),
+                stale: Vec::new(),
+                missing: Vec::new(),
+                min_ttl: None,
+                error: Some("no answer within 2s from 10.96.0.10:53 (3 attempts)".into()),
+            },
+        ]
+    }
+
+    #[test]
+    fn the_table_fits_the_width_and_wide_keeps_it_whole() {
+        for w in [80, 30] {
+            let out = render(&rows(), &[], &[], &[], 2, 1, &Layout::fixed(w));
+            let longest = out.lines().map(|l| l.chars().count()).max().unwrap();
+            assert!(longest <= w, "{w}:\n{out}");
+            assert!(out.contains("10.244.3.13"), "{w}:\n{out}");
+        }
+        let out = render(&rows(), &[], &[], &[], 2, 1, &Layout::WIDE);
+        assert!(
+            out.contains("no answer within 2s from 10.96.0.10:53 (3 attempts)"),
+            "{out}"
+        );
+        assert!(
+            out.contains("10.244.3.10 10.244.3.11 10.244.3.12 10.244.3.13"),
+            "{out}"
+        );
+    }
 }
 
 #[cfg(test)]
@@ -695,7 +748,7 @@ mod tests {
         assert_eq!(dns.path, "dns-cluster-ip/10.96.0.10:53@node-2");
         // Two node findings and an agent that did not answer: exit 1.
         assert_eq!(count_findings(&[], &rows, &findings), 3);
-        let table = render(&[], &rows, &findings, &[], 0, 0);
+        let table = render(&[], &rows, &findings, &[], 0, 0, &Layout::WIDE);
         assert!(
             table.lines().any(|l| l.contains("node-2")
                 && l.contains("10.244.1.3:53")

@@ -11,7 +11,6 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
-use comfy_table::{Table, presets};
 use ghostip_core::{ServiceKey, Time};
 use ghostip_datapath::against_truth::{self, NodeDiff};
 use ghostip_datapath::conntrack_audit::{
@@ -28,6 +27,7 @@ use crate::cli::{
 };
 use crate::kube::truth_file::read_truth;
 use crate::ledger::{Ledger, parse_at};
+use crate::printer::{Layout, Table, fit_text};
 
 /// How much of a dump is read before `--format auto` decides.
 const PEEK: usize = 64 * 1024;
@@ -84,10 +84,14 @@ fn show(g: &GlobalArgs, src: &DumpSource) -> anyhow::Result<Outcome> {
     match g.output {
         OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
         OutputFormat::Json => print_json(&parsed)?,
-        OutputFormat::Table => match &parsed {
-            Parsed::Lb(t) => print!("{}", render_lb_table(t)),
-            Parsed::Conntrack(t) => print!("{}", render_conntrack(t)),
-        },
+        OutputFormat::Table | OutputFormat::Wide => {
+            let layout = g.output.layout();
+            let text = match &parsed {
+                Parsed::Lb(t) => render_lb_table(t),
+                Parsed::Conntrack(t) => render_conntrack(t, &layout),
+            };
+            print!("{}", fit_text(&text, &layout));
+        }
     }
     Ok(Outcome::Clean)
 }
@@ -152,9 +156,8 @@ fn warnings(skipped: &SkipStats) -> Vec<String> {
     out
 }
 
-fn render_conntrack(t: &ConntrackTable) -> String {
+fn render_conntrack(t: &ConntrackTable, layout: &Layout) -> String {
     let mut table = Table::new();
-    table.load_style(presets::NOTHING).force_no_tty();
     table.set_header(vec![
         "PROTO",
         "STATE",
@@ -164,6 +167,7 @@ fn render_conntrack(t: &ConntrackTable) -> String {
         "DNAT TO",
         "FLAGS",
     ]);
+    table.wide_only(&["TIMEOUT"]);
     let addr = |ip: IpAddr, port: Option<u16>| match port {
         Some(p) => ghostip_core::Target::socket(ip, p).to_string(),
         None => ip.to_string(),
@@ -180,7 +184,7 @@ fn render_conntrack(t: &ConntrackTable) -> String {
         table.add_row(vec![
             e.proto.clone(),
             e.state.clone().unwrap_or_default(),
-            e.timeout.map(|t| t.to_string()).unwrap_or_default(),
+            e.timeout.map(|t| format!("{t}s")).unwrap_or_default(),
             addr(e.orig.src, e.orig.sport),
             addr(e.orig.dst, e.orig.dport),
             e.dnat_target()
@@ -189,11 +193,7 @@ fn render_conntrack(t: &ConntrackTable) -> String {
             flags.join(","),
         ]);
     }
-    let mut out = String::new();
-    for line in table.lines() {
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
+    let mut out = table.render(layout);
     out.push_str(&format!(
         "{} entries; skipped: {} ignored, {} unknown\n",
         t.entries.len(),
@@ -257,11 +257,13 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
                     compared_nothing: d.compared_nothing(),
                     result: &d,
                 })?,
-                OutputFormat::Table => {
-                    print!("{}", render_node_diff(&d, &table, tf.services));
+                OutputFormat::Table | OutputFormat::Wide => {
+                    let layout = g.output.layout();
+                    let mut text = render_node_diff(&d, &table, tf.services, &layout);
                     for w in warnings(&table.skipped) {
-                        println!("warning: {w}");
+                        text.push_str(&format!("warning: {w}\n"));
                     }
+                    print!("{}", fit_text(&text, &layout));
                 }
             }
             Ok(if d.is_clean() && !d.compared_nothing() {
@@ -300,7 +302,10 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
                     compared_nothing: false,
                     result: &r,
                 })?,
-                OutputFormat::Table => print!("{}", render_conntrack_report(&r, attributed)),
+                OutputFormat::Table | OutputFormat::Wide => print!(
+                    "{}",
+                    fit_text(&render_conntrack_report(&r, attributed), &g.output.layout())
+                ),
             }
             Ok(if r.is_clean() {
                 Outcome::Clean
@@ -355,19 +360,18 @@ pub(crate) fn ownership_facts(
 }
 
 fn since(d: Option<std::time::Duration>) -> String {
-    d.map(|d| format!("{} s", d.as_secs())).unwrap_or_default()
+    d.map(|d| format!("{}s", d.as_secs())).unwrap_or_default()
 }
 
-fn render_node_diff(d: &NodeDiff, table: &LbTable, truth_services: usize) -> String {
+fn render_node_diff(
+    d: &NodeDiff,
+    table: &LbTable,
+    truth_services: usize,
+    layout: &Layout,
+) -> String {
     let mut t = Table::new();
-    t.load_style(presets::NOTHING).force_no_tty();
     t.set_header(vec![
-        "WHAT",
-        "SERVICE",
-        "FRONTEND",
-        "BACKEND",
-        "STATE",
-        "SINCE CHANGE",
+        "WHAT", "SERVICE", "FRONTEND", "BACKEND", "STATE", "SINCE",
     ]);
     let svc = |s: &ServiceKey, p: &Option<String>| match p {
         Some(p) => format!("{s}:{p}"),
@@ -434,10 +438,7 @@ fn render_node_diff(d: &NodeDiff, table: &LbTable, truth_services: usize) -> Str
         ));
     }
     if !d.is_clean() {
-        for line in t.lines() {
-            out.push_str(line.trim_end());
-            out.push('\n');
-        }
+        out.push_str(&t.render(layout));
     }
     if !d.unknown_samples.is_empty() {
         out.push_str(&format!(

@@ -99,7 +99,9 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
     match g.output {
         OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
         OutputFormat::Json => print_json(&explanation)?,
-        OutputFormat::Table => print!("{}", explanation.render_table()),
+        OutputFormat::Table | OutputFormat::Wide => {
+            print!("{}", explanation.render_table(&g.output.layout()));
+        }
     }
     if let Some(e) = explanation.read_errors.first() {
         let more = match explanation.read_errors.len() {

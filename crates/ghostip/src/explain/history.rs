@@ -2,15 +2,61 @@
 
 use std::net::IpAddr;
 
-use crate::ledger::{Ledger, LedgerError, Membership, Ownership};
+use ghostip_core::{PathKind, Time};
 
-/// Everything known about one IP: who owned it when, and which Services it was an endpoint of.
+use crate::ledger::{FindingRecord, Ledger, LedgerError, Membership, Ownership};
+
+/// Everything known about one IP: who owned it when, which Services it was an endpoint of,
+/// and the flows a node's agent saw outlive it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IpHistory {
     /// Ownership intervals, in any order (never overlapping for one IP).
     pub ownerships: Vec<Ownership>,
     /// Endpoint memberships (empty when the source has no Services).
     pub memberships: Vec<Membership>,
+    /// Conntrack flows to the IP that outlived its endpoint (a ledger kept by `ghostip
+    /// agent`; empty elsewhere).
+    pub flows: Vec<FlowWindow>,
+}
+
+/// Live conntrack flows to a removed endpoint, as a node's agent saw them: from the moment
+/// the endpoint left (`since`) to the read that found them gone (`until`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlowWindow {
+    /// The agent's path (`conntrack/node-1`).
+    pub path: String,
+    /// The Service whose endpoint it was.
+    pub service: String,
+    /// The flows' destination (`ip:port`).
+    pub target: String,
+    /// The pod that held the IP.
+    pub former_pod: Option<String>,
+    /// When the endpoint left.
+    pub since: Time,
+    /// When the flows were gone (`None`: still open when the ledger was read).
+    pub until: Option<Time>,
+}
+
+impl FlowWindow {
+    /// From a ledger finding of a conntrack path.
+    fn of(f: &FindingRecord) -> Option<Self> {
+        (f.path_kind == PathKind::Conntrack).then(|| Self {
+            path: f.path_id.clone(),
+            service: f.service.to_string(),
+            target: f.target.to_string(),
+            former_pod: f
+                .former_pod
+                .as_ref()
+                .map(|p| format!("{}/{}", p.namespace, p.name)),
+            since: f.t0,
+            until: f.converged_by.or(f.last_seen),
+        })
+    }
+
+    /// Whether `at` falls while the flows were alive after the endpoint left.
+    pub fn covers(&self, at: Time) -> bool {
+        at >= self.since && self.until.is_none_or(|u| at <= u)
+    }
 }
 
 /// A lookup failed.
@@ -49,6 +95,12 @@ impl HistorySource for Ledger {
         Ok(IpHistory {
             ownerships: self.history(ip).map_err(err)?,
             memberships: self.memberships_of(ip).map_err(err)?,
+            flows: self
+                .findings_for_ip(ip)
+                .map_err(err)?
+                .iter()
+                .filter_map(FlowWindow::of)
+                .collect(),
         })
     }
 

@@ -419,6 +419,7 @@ mod tests {
             IpHistory {
                 ownerships: vec![old],
                 memberships: vec![],
+                flows: vec![],
             },
         );
         h.insert(
@@ -426,6 +427,7 @@ mod tests {
             IpHistory {
                 ownerships: vec![new_owner, reused],
                 memberships: vec![],
+                flows: vec![],
             },
         );
         h.insert(
@@ -433,6 +435,7 @@ mod tests {
             IpHistory {
                 ownerships: vec![live],
                 memberships: vec![],
+                flows: vec![],
             },
         );
         Joiner::new(Fake {
@@ -547,6 +550,7 @@ mod tests {
         let mut h = IpHistory {
             ownerships: vec![o.clone()],
             memberships: vec![],
+            flows: vec![],
         };
         assert_eq!(
             removal_of(&o, &h.memberships).at,

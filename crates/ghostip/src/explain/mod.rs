@@ -15,10 +15,11 @@ mod report;
 mod truth_file;
 mod windows;
 
-pub use history::{HistoryError, HistorySource, IpHistory};
+pub use history::{FlowWindow, HistoryError, HistorySource, IpHistory};
 pub use join::{Joined, Joiner, OwnerState, Removal, TargetFacts, owner_at, owner_now};
 pub use report::{
-    Explainer, Explanation, HistoryInfo, ReadError, TargetSummary, TimeFilter, WindowSummary,
+    AgentFlows, Explainer, Explanation, HistoryInfo, ReadError, TargetSummary, TimeFilter,
+    WindowSummary,
 };
 pub use truth_file::{TruthHistory, TruthHistoryError};
 pub use windows::{RolloutWindow, WINDOW_GAP, Workload, rollout_windows};

@@ -9,9 +9,10 @@ use ghostip_core::Time;
 use ghostip_logs::{Aggregator, Class, ConnFailure, Kind, Report, ScanStats, classify};
 use serde::Serialize;
 
-use super::history::{HistoryError, HistorySource};
+use super::history::{FlowWindow, HistoryError, HistorySource};
 use super::join::{Joiner, Removal, TargetFacts};
 use super::windows::{RolloutWindow, rollout_windows};
+use crate::printer::{Layout, Table, fit_text};
 use crate::report::sanitize::{escape_controls, escape_controls_keep_newlines};
 
 /// Keeps failures inside `[since, until)`.
@@ -92,7 +93,7 @@ impl std::fmt::Display for ReadError {
 }
 
 /// What the join learned about one target IP (at its first failure).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TargetSummary {
     /// The IP.
     pub ip: IpAddr,
@@ -106,6 +107,84 @@ pub struct TargetSummary {
     pub owner_at_first_error: Option<TargetFacts>,
     /// Owner now.
     pub owner_now: Option<TargetFacts>,
+    /// What the node agents' conntrack reads saw of flows to it after it left (a ledger kept
+    /// by `ghostip agent`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_flows: Option<AgentFlows>,
+}
+
+/// Flows to a removed endpoint that a node's agent saw outlive it, joined with the failures.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AgentFlows {
+    /// Failures aimed at the IP while such flows were alive (after it left, before the agent
+    /// saw them gone).
+    pub failures_on_flows: u64,
+    /// Of those, resets (a pooled connection the exiting pod closed).
+    pub resets_on_flows: u64,
+    /// The agents' paths that saw them (`conntrack/node-1`).
+    pub paths: BTreeSet<String>,
+    /// The pods that held the IP.
+    pub former_pods: BTreeSet<String>,
+    /// How long the flows outlived the endpoint: the shortest and longest window, seconds
+    /// (windows still open when the ledger was read are left out).
+    pub outlived_s: Option<(f64, f64)>,
+}
+
+impl AgentFlows {
+    fn of(flows: &[FlowWindow]) -> Option<Self> {
+        if flows.is_empty() {
+            return None;
+        }
+        let spans: Vec<f64> = flows
+            .iter()
+            .filter_map(|w| {
+                w.until
+                    .map(|u| u.duration_since(w.since).as_secs_f64().max(0.0))
+            })
+            .collect();
+        let outlived_s = spans
+            .iter()
+            .copied()
+            .reduce(f64::min)
+            .zip(spans.iter().copied().reduce(f64::max));
+        Some(Self {
+            failures_on_flows: 0,
+            resets_on_flows: 0,
+            paths: flows.iter().map(|w| w.path.clone()).collect(),
+            former_pods: flows.iter().filter_map(|w| w.former_pod.clone()).collect(),
+            outlived_s,
+        })
+    }
+
+    /// "42 resets, all on flows the agent saw outlive pod demo/web-6tbbt by 18–61 s".
+    pub fn sentence(&self, errors: u64) -> String {
+        let pods: Vec<&str> = self.former_pods.iter().map(String::as_str).collect();
+        let pods = match pods.as_slice() {
+            [] => "the endpoint".to_owned(),
+            [one] => format!("pod {one}"),
+            many => format!("pods {}", many.join(", ")),
+        };
+        let by = match self.outlived_s {
+            Some((lo, hi)) if (hi - lo) < 0.5 => format!(" by {hi:.0} s"),
+            Some((lo, hi)) => format!(" by {lo:.0}–{hi:.0} s"),
+            None => String::new(),
+        };
+        let share = if self.failures_on_flows == errors {
+            "all".to_owned()
+        } else {
+            format!("{} of them", self.failures_on_flows)
+        };
+        let nodes: Vec<&str> = self
+            .paths
+            .iter()
+            .map(|p| p.strip_prefix("conntrack/").unwrap_or(p))
+            .collect();
+        format!(
+            "{errors} failure(s) ({} resets), {share} on flows the agent on {} saw outlive {pods}{by}",
+            self.resets_on_flows,
+            nodes.join(", ")
+        )
+    }
 }
 
 /// Where the history came from.
@@ -290,6 +369,11 @@ impl<'a> Explainer<'a> {
         self.agg.add_in(f, joined.class, service.as_deref(), key);
         if let Some(target) = f.target {
             let ip = target.ip().to_canonical();
+            let flows: &[FlowWindow] = self
+                .joiner
+                .as_ref()
+                .and_then(|j| j.history(ip))
+                .map_or(&[], |h| h.flows.as_slice());
             let t = self.targets.entry(ip).or_insert_with(|| TargetSummary {
                 ip,
                 errors: 0,
@@ -297,8 +381,17 @@ impl<'a> Explainer<'a> {
                 first_error: f.timestamp,
                 owner_at_first_error: joined.at_error.clone(),
                 owner_now: joined.now.clone(),
+                agent_flows: AgentFlows::of(flows),
             });
             t.errors += 1;
+            if let (Some(af), Some(at)) = (&mut t.agent_flows, f.timestamp)
+                && flows.iter().any(|w| w.covers(at))
+            {
+                af.failures_on_flows += 1;
+                if f.kind == Kind::Reset {
+                    af.resets_on_flows += 1;
+                }
+            }
         }
     }
 
@@ -541,12 +634,12 @@ impl Explanation {
     /// The table output. Everything in it that came from a log or the cluster (targets, hosts,
     /// Services, windows, pods, file names) has its control characters escaped: a log line
     /// cannot drive the reader's terminal.
-    pub fn render_table(&self) -> String {
-        let out = self.table_text();
-        escape_controls_keep_newlines(&out).into_owned()
+    pub fn render_table(&self, layout: &Layout) -> String {
+        let out = self.table_text(layout);
+        fit_text(&escape_controls_keep_newlines(&out), layout)
     }
 
-    fn table_text(&self) -> String {
+    fn table_text(&self, layout: &Layout) -> String {
         let mut out = String::new();
         let aimed = self
             .only_target
@@ -581,7 +674,17 @@ impl Explanation {
                 g.service.iter_mut().for_each(esc);
                 g.window.iter_mut().for_each(esc);
             }
-            out.push_str(&report.render_table());
+            out.push_str(&report.headline());
+            out.push_str("\n\n");
+            let mut cells = report.table_cells().into_iter();
+            let mut table = Table::new();
+            table.set_header(cells.next().unwrap_or_default());
+            table.wide_only(&["FORMATS"]);
+            for row in cells {
+                table.add_row(row);
+            }
+            out.push_str(&table.render(layout));
+            out.push_str(&report.render_footer());
         }
         let known: Vec<&TargetSummary> = self.targets.iter().filter(|t| t.known).collect();
         if !known.is_empty() {
@@ -599,6 +702,9 @@ impl Explanation {
                     t.first_error
                         .map_or("-".to_owned(), |x| x.strftime("%H:%M:%S").to_string()),
                 );
+                if let Some(af) = &t.agent_flows {
+                    let _ = writeln!(out, "    {}", escape_controls(&af.sentence(t.errors)));
+                }
             }
         }
         if let Some(h) = &self.history {
@@ -656,7 +762,7 @@ mod tests {
         assert!(x.is_finding());
         assert!(x.note.is_some());
         assert!(x.history.is_none());
-        let table = x.render_table();
+        let table = x.render_table(&Layout::fixed(80));
         assert!(table.contains("Without a ledger"), "{table}");
     }
 }

@@ -243,6 +243,7 @@ impl HistorySource for TruthHistory {
         Ok(IpHistory {
             ownerships: self.by_ip.get(&ip).cloned().unwrap_or_default(),
             memberships: Vec::new(),
+            flows: Vec::new(),
         })
     }
 

@@ -3,36 +3,31 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use comfy_table::{Table, presets};
 use ghostip_core::Time;
 
 use super::ownership::{EndReason, Ownership, Whois};
+use crate::printer::{Layout, Table, fit_text, offset};
 
-/// The `whois` answer as a table: one row each for the owner before, at and after `at`.
+/// The `whois` answer as a table laid out for `layout`: one row each for the owner before, at
+/// and after `at`.
 ///
 /// ```text
 /// IP 10.244.1.7 at 2026-01-02T15:04:05Z
 /// WHEN    POD              UID       NODE    OWNER                 FROM                  UNTIL                 NOTES
 /// before  default/web-abc  1b2c3d4e  node-1  ReplicaSet/web-7c9    2026-01-02T14:00:00Z  2026-01-02T15:00:00Z  pod gone; ended 4m5s before
 /// ```
-pub fn render_whois_table(whois: &Whois, ip: IpAddr, at: Time) -> String {
+pub fn render_whois_table(whois: &Whois, ip: IpAddr, at: Time, layout: &Layout) -> String {
     let mut table = Table::new();
-    table.load_style(presets::NOTHING).force_no_tty();
     table.set_header(vec![
         "WHEN", "POD", "UID", "NODE", "OWNER", "FROM", "UNTIL", "NOTES",
     ]);
-    table.add_row(row(whois, "before", whois.before.as_ref(), at));
-    table.add_row(row(whois, "at", whois.at_time.as_ref(), at));
-    table.add_row(row(whois, "after", whois.after.as_ref(), at));
-    for column in table.column_iter_mut() {
-        column.set_padding((0, 2));
-    }
+    table.wide_only(&["UID"]);
+    table.add_row(row(whois, "before", whois.before.as_ref(), at, layout));
+    table.add_row(row(whois, "at", whois.at_time.as_ref(), at, layout));
+    table.add_row(row(whois, "after", whois.after.as_ref(), at, layout));
     let mut out = format!("IP {} at {}\n", ip.to_canonical(), fmt_time(at));
-    for line in table.lines() {
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
+    out.push_str(&table.render(layout));
+    fit_text(&out, layout)
 }
 
 /// The `whois` answer as JSON: `{"ip", "at", "at_time", "before", "after", "left_endpoints"}`,
@@ -49,7 +44,16 @@ pub fn whois_json(whois: &Whois, ip: IpAddr, at: Time) -> serde_json::Value {
     })
 }
 
-fn row(whois: &Whois, when: &str, o: Option<&Ownership>, at: Time) -> Vec<String> {
+/// FROM and UNTIL: RFC 3339 with `-o wide`, else relative to `at` (`-5m35s`).
+fn stamp(t: Time, at: Time, layout: &Layout) -> String {
+    if layout.wide {
+        fmt_time(t)
+    } else {
+        offset(Some(t), at)
+    }
+}
+
+fn row(whois: &Whois, when: &str, o: Option<&Ownership>, at: Time, layout: &Layout) -> Vec<String> {
     let Some(o) = o else {
         let what = if when == "at" {
             "(no known owner)"
@@ -64,8 +68,8 @@ fn row(whois: &Whois, when: &str, o: Option<&Ownership>, at: Time) -> Vec<String
         _ => "-".to_string(),
     };
     let until = match o.closed {
-        Some(c) if o.approximate => format!("~{}", fmt_time(c)),
-        Some(c) => fmt_time(c),
+        Some(c) if o.approximate => format!("~{}", stamp(c, at, layout)),
+        Some(c) => stamp(c, at, layout),
         None => "(open)".to_string(),
     };
     vec![
@@ -74,7 +78,7 @@ fn row(whois: &Whois, when: &str, o: Option<&Ownership>, at: Time) -> Vec<String
         o.pod.uid.chars().take(8).collect(),
         o.node.clone().unwrap_or_else(|| "-".into()),
         owner,
-        fmt_time(o.start),
+        stamp(o.start, at, layout),
         until,
         notes(whois, when, o, at),
     ]
@@ -169,7 +173,12 @@ mod tests {
     #[test]
     fn empty_answer_still_has_three_rows() {
         let at: Time = "2026-01-02T15:04:05Z".parse().unwrap();
-        let out = render_whois_table(&Whois::default(), "10.0.0.1".parse().unwrap(), at);
+        let out = render_whois_table(
+            &Whois::default(),
+            "10.0.0.1".parse().unwrap(),
+            at,
+            &Layout::fixed(80),
+        );
         assert!(
             out.starts_with("IP 10.0.0.1 at 2026-01-02T15:04:05Z\n"),
             "{out}"

@@ -43,11 +43,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Outcome, kube_connect};
+use crate::agents::{self as node_agents, Agent, AgentClient, AgentSelector};
 use crate::cli::{DrainWaitArgs, GlobalArgs};
 use crate::dns::prober::{ProbeEvent, Prober, ProberConfig};
 use crate::dns::query::QueryConfig;
 use crate::kube::Connection;
-use agents::{Agent, AgentClient};
 use endpoint::{EndpointView, SliceUpdate};
 
 /// The annotation of the `DrainWait` Event holding the drain's JSON line.
@@ -287,21 +287,18 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
             })
             .collect();
     } else if let Some(c) = &conn {
-        match agents::find(
-            &c.client,
-            &args.agent_namespace,
-            &args.agent_selector,
-            args.agent_port,
-            timeout,
-        )
-        .await
-        {
+        let sel = AgentSelector {
+            namespace: args.agent_namespace.clone(),
+            selector: args.agent_selector.clone(),
+            port: args.agent_port,
+        };
+        match node_agents::find(&c.client, &sel, timeout).await {
             Ok(a) if a.is_empty() => model.nodes_unknown(format!(
                 "no running agent pod ({}) in namespace {}",
                 args.agent_selector, args.agent_namespace
             )),
             Ok(a) => agents = a,
-            Err(e) => model.nodes_unknown(format!("{e:#}")),
+            Err(e) => model.nodes_unknown(format!("{:#}", anyhow::Error::from(e))),
         }
     } else {
         model.nodes_unknown("no API server to find the agents");
@@ -368,7 +365,7 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
             _ = ticker.tick() => {
                 ticks += 1;
                 if !agents.is_empty() && ticks % 2 == 1 {
-                    let asks = agents.iter().map(|a| agent_client.ask(a, ip));
+                    let asks = agents.iter().map(|a| agents::ask(&agent_client, a, ip));
                     let answers = futures::future::join_all(asks).await;
                     for (a, r) in agents.iter().zip(answers) {
                         model.on_node(&a.node, r);
