@@ -282,7 +282,11 @@ fn the_netlink_reader_reads_what_conntrack_lists_and_keeps_the_pods_live_flows()
     let mut entries = Vec::new();
     let stats = lab
         .node
-        .enter(|| conntrack_reader::dump(Duration::from_secs(30), &cancel, |e| entries.push(e)))
+        .enter(|| {
+            conntrack_reader::dump(Duration::from_secs(30), &cancel, |v| {
+                entries.push(v.to_entry())
+            })
+        })
         .unwrap();
     assert_eq!(stats.entries as usize, entries.len());
     assert_eq!(stats.skipped_unknown, 0, "{stats:?}");

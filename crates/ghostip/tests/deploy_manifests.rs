@@ -682,11 +682,21 @@ fn alerts_use_metrics_ghostip_exports() {
         .unwrap();
     let rule: PrometheusRule = serde_json::from_value(doc).unwrap();
     let mut alerts = 0;
+    let mut read = BTreeSet::new();
     for r in rule.spec.groups.iter().flat_map(|g| &g.rules) {
         alerts += 1;
-        exported_metrics::check_promql(&r.alert, &r.expr, &series);
+        read.extend(exported_metrics::check_promql(&r.alert, &r.expr, &series));
     }
     assert!(alerts >= 3);
+    // The findings each layer exports have an alert: stale datapath/DNS endpoints, stuck
+    // paths, the conntrack layer's stale flows.
+    for metric in [
+        "ghostip_stale_endpoints",
+        "ghostip_stuck_paths",
+        "ghostip_stale_flows",
+    ] {
+        assert!(read.contains(metric), "no alert reads {metric}: {read:?}");
+    }
 }
 
 /// deploy/krew/ghostip.yaml, as far as krew's `Plugin` (v1alpha2) goes (unknown fields rejected).

@@ -364,6 +364,21 @@ fn agent_reports_a_pooled_connection_to_a_deleted_pod_until_it_closes() {
             .unwrap()
             >= 1.0
     );
+    // `/v1/ips/{ip}` lists it beside the datapath's answer: the client sent it to the pod
+    // directly, stale since the pod left the Service.
+    let answer: Value = serde_json::from_str(&n1.http(&format!("/v1/ips/{backend}"))).unwrap();
+    eprintln!("node-1 /v1/ips/{backend}: {answer}");
+    let listed = serde_json::json!({
+        "node": "node-1",
+        "client": f["client_ip"],
+        "client_pod": "ctdemo/ct-client",
+        "original_dst": target,
+        "since": f["left_at"],
+    });
+    assert!(
+        answer["stale_flows"].as_array().unwrap().contains(&listed),
+        "{answer}"
+    );
     n1.wait_for("conntrack tracking", Duration::from_secs(10), |v| {
         is_conntrack_tracking(v, "opened", &target)
     });
@@ -372,6 +387,12 @@ fn agent_reports_a_pooled_connection_to_a_deleted_pod_until_it_closes() {
     assert!(
         ct2["stale_flows"].as_array().unwrap().is_empty(),
         "node-2: {ct2}"
+    );
+    let answer: Value = serde_json::from_str(&n2.http(&format!("/v1/ips/{backend}"))).unwrap();
+    assert_eq!(
+        answer["stale_flows"],
+        serde_json::json!([]),
+        "node-2: {answer}"
     );
 
     // Stays reported while the connection is open.

@@ -5,8 +5,9 @@
 //! IPv4 and IPv6 in one dump). The socket is `rustix`'s safe netlink socket; no program is
 //! run and no `unsafe` is used. Datagrams are read into one 64 KiB buffer (the kernel's
 //! dump batches are at most 32 KiB) and handed to
-//! [`NetlinkDecoder`](ghostip_datapath::conntrack_netlink::NetlinkDecoder) as they come,
-//! so memory does not grow with the table.
+//! [`ViewDecoder`](ghostip_datapath::conntrack_netlink::ViewDecoder) as they come, which
+//! hands each entry over as a borrowed view without allocating: memory does not grow with
+//! the table and decoding costs no allocation per entry.
 //!
 //! A dump counts only when it is **complete**: it ended with `NLMSG_DONE`, no message
 //! carried `NLM_F_DUMP_INTR` (the kernel's mark of a dump that raced with table changes),
@@ -21,8 +22,8 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ghostip_datapath::conntrack_netlink::NetlinkDecoder;
-use ghostip_datapath::{CtEntry, ParseError};
+use ghostip_datapath::ParseError;
+use ghostip_datapath::conntrack_netlink::{CtView, ViewDecoder};
 use ghostip_session::layers::conntrack::flows::{CollectedFlows, FlowCollector};
 use rustix::io::Errno;
 use rustix::net::netlink::{self, SocketAddrNetlink};
@@ -264,7 +265,7 @@ fn scan(datagram: &[u8]) -> Result<Headers, ReadError> {
 pub fn dump(
     timeout: Duration,
     cancel: &AtomicBool,
-    mut f: impl FnMut(CtEntry),
+    mut f: impl FnMut(&CtView<'_>),
 ) -> Result<DumpStats, ReadError> {
     let started = Instant::now();
     let fd = rustix::net::socket_with(
@@ -283,7 +284,7 @@ pub fn dump(
         .map_err(|e| ReadError::from_errno(e, "send"))?;
 
     let mut stats = DumpStats::default();
-    let mut decoder = NetlinkDecoder::new();
+    let mut decoder = ViewDecoder::new();
     let mut buf = vec![0u8; BUFFER];
     let mut entries = 0u64;
     loop {
@@ -339,7 +340,7 @@ pub fn read_flows(
     cancel: &AtomicBool,
 ) -> Result<FlowRead, ReadError> {
     let mut collector = FlowCollector::new(clients);
-    let stats = dump(timeout, cancel, |e| collector.push(&e))?;
+    let stats = dump(timeout, cancel, |v| collector.push_view(v))?;
     let before = thread_cpu();
     let flows = collector.finish();
     let mut stats = stats;

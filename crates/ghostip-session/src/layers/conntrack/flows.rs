@@ -1,7 +1,8 @@
 //! The conntrack entries that count, aggregated while the dump streams: live TCP and UDP flows whose client is a pod of this node, one record per (protocol, client, destination, backend).
 //!
-//! Pure: [`FlowCollector::push`] takes each decoded [`CtEntry`] as the netlink decoder hands
-//! it over and keeps only what the join needs, so memory follows the number of distinct
+//! Pure: [`FlowCollector::push_view`] takes each flow as the netlink decoder hands it over
+//! (a borrowed [`CtView`], nothing allocated per entry; [`FlowCollector::push`] takes an
+//! owned [`CtEntry`] of a text dump the same way) and keeps only what the join needs, so memory follows the number of distinct
 //! flows of this node's pods, not the size of the table (100 000 entries of a few clients
 //! talking to a few backends are a few records).
 //!
@@ -18,7 +19,8 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use ghostip_core::{Protocol, Target};
-use ghostip_datapath::CtEntry;
+use ghostip_datapath::conntrack_netlink::CtView;
+use ghostip_datapath::{CtEntry, CtTuple};
 
 /// One flow as the join sees it: who sends, where it sent, where it goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -81,6 +83,12 @@ pub struct FlowCollector {
     counted: u64,
 }
 
+/// `CTA_PROTOINFO_TCP_STATE` values of `ESTABLISHED` and `SYN_SENT`.
+const TCP_ESTABLISHED: u8 = 3;
+const TCP_SYN_SENT: u8 = 1;
+const IPPROTO_TCP: u8 = 6;
+const IPPROTO_UDP: u8 = 17;
+
 fn protocol(e: &CtEntry) -> Option<Protocol> {
     if e.event.as_deref() == Some("DESTROY") {
         return None;
@@ -88,6 +96,19 @@ fn protocol(e: &CtEntry) -> Option<Protocol> {
     match e.proto.as_str() {
         "udp" => Some(Protocol::Udp),
         "tcp" if matches!(e.state.as_deref(), Some("ESTABLISHED" | "SYN_SENT")) => {
+            Some(Protocol::Tcp)
+        }
+        _ => None,
+    }
+}
+
+fn view_protocol(v: &CtView<'_>) -> Option<Protocol> {
+    if v.is_destroy() {
+        return None;
+    }
+    match v.proto {
+        IPPROTO_UDP => Some(Protocol::Udp),
+        IPPROTO_TCP if matches!(v.tcp_state, Some(TCP_ESTABLISHED | TCP_SYN_SENT)) => {
             Some(Protocol::Tcp)
         }
         _ => None,
@@ -113,9 +134,31 @@ impl FlowCollector {
 
     /// Takes one entry of the dump.
     pub fn push(&mut self, e: &CtEntry) {
+        self.add(protocol(e), &e.orig, &e.reply, e.unreplied, e.timeout);
+    }
+
+    /// Takes one flow of a netlink dump as the decoder hands it over.
+    pub fn push_view(&mut self, v: &CtView<'_>) {
+        self.add(
+            view_protocol(v),
+            &v.orig,
+            &v.reply,
+            v.unreplied(),
+            v.timeout,
+        );
+    }
+
+    fn add(
+        &mut self,
+        proto: Option<Protocol>,
+        orig: &CtTuple,
+        reply: &CtTuple,
+        unreplied: bool,
+        timeout: Option<u32>,
+    ) {
         self.entries += 1;
-        let Some(proto) = protocol(e) else { return };
-        let client = e.orig.src.to_canonical();
+        let Some(proto) = proto else { return };
+        let client = orig.src.to_canonical();
         if !self.clients.contains(&client) {
             return;
         }
@@ -123,13 +166,13 @@ impl FlowCollector {
         let key = FlowKey {
             proto,
             client,
-            dst: target(e.orig.dst, e.orig.dport),
-            backend: target(e.reply.src, e.reply.sport),
+            dst: target(orig.dst, orig.dport),
+            backend: target(reply.src, reply.sport),
         };
         let c = self.flows.entry(key).or_default();
         c.entries = c.entries.saturating_add(1);
-        c.unreplied = c.unreplied.saturating_add(u32::from(e.unreplied));
-        c.max_timeout = c.max_timeout.max(e.timeout);
+        c.unreplied = c.unreplied.saturating_add(u32::from(unreplied));
+        c.max_timeout = c.max_timeout.max(timeout);
     }
 
     /// The flows, sorted by key.
@@ -230,6 +273,62 @@ icmp     1 29 src=10.244.1.10 dst=10.244.3.71 type=8 code=0 id=7 src=10.244.3.71
         // The node's own address is never a client, whatever else is.
         assert!(collect(&[]).flows.is_empty());
         assert_eq!(collect(&["10.244.2.9"]).counted, 1);
+    }
+
+    /// The view of an entry as the netlink decoder would hand it over.
+    fn view_of(e: &CtEntry) -> CtView<'static> {
+        use ghostip_datapath::conntrack_netlink::{CtMessageKind, IPS_ASSURED, IPS_SEEN_REPLY};
+        let state = [
+            "NONE",
+            "SYN_SENT",
+            "SYN_RECV",
+            "ESTABLISHED",
+            "FIN_WAIT",
+            "CLOSE_WAIT",
+        ];
+        CtView {
+            kind: if e.event.as_deref() == Some("DESTROY") {
+                CtMessageKind::Delete
+            } else {
+                CtMessageKind::New
+            },
+            family: 2,
+            proto: e.proto_num,
+            orig: e.orig.clone(),
+            reply: e.reply.clone(),
+            tcp_state: e
+                .state
+                .as_deref()
+                .and_then(|s| state.iter().position(|n| *n == s))
+                .map(|i| u8::try_from(i).unwrap()),
+            status: if e.unreplied { 0 } else { IPS_SEEN_REPLY }
+                | if e.assured { IPS_ASSURED } else { 0 },
+            timeout: e.timeout,
+            mark: e.mark,
+            zone: e.zone,
+            id: e.id,
+            use_count: e.use_count,
+            secctx: None,
+        }
+    }
+
+    /// The netlink path keeps the same flows as the text path, `[DESTROY]` included.
+    #[test]
+    fn views_are_collected_like_entries() {
+        let destroy = "[DESTROY] udp      17 src=10.244.1.10 dst=10.96.0.10 sport=40001 dport=53 src=10.244.3.53 dst=10.244.1.10 sport=53 dport=40001\n";
+        let table = ghostip_datapath::conntrack::parse_str(&format!("{DUMP}{destroy}")).unwrap();
+        for clients in [&["10.244.1.10"][..], &["10.244.2.9"], &[]] {
+            let ips = || clients.iter().map(|ip| ip.parse::<IpAddr>().unwrap());
+            let (mut a, mut b) = (FlowCollector::new(ips()), FlowCollector::new(ips()));
+            for e in &table.entries {
+                a.push(e);
+                b.push_view(&view_of(e));
+            }
+            let (a, b) = (a.finish(), b.finish());
+            assert_eq!(a, b, "{clients:?}");
+            assert_eq!(a.entries, 9);
+        }
+        assert_eq!(collect(&["10.244.1.10"]).counted, 4);
     }
 
     /// `[DESTROY]` events (a `conntrack -E` capture) are flows that ended.

@@ -131,6 +131,23 @@ pub(super) struct IpView {
     /// The open, unconverged stale trackings of this node's datapath with this target IP,
     /// as `service -> target`.
     pub holding: Vec<String>,
+    /// The conntrack layer's confirmed stale flows of this node's pods to this IP.
+    pub stale_flows: Vec<IpStaleFlow>,
+}
+
+/// A confirmed stale conntrack flow to the asked IP, as `GET /v1/ips/{ip}` lists it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(super) struct IpStaleFlow {
+    pub node: String,
+    /// The client's address.
+    pub client: IpAddr,
+    /// The client pod (`namespace/name`), `null` when the address is no known pod.
+    pub client_pod: Option<String>,
+    /// Where the client sent the flow: the Service address when it was DNATed, else the
+    /// endpoint itself.
+    pub original_dst: String,
+    /// When the endpoint left its Service, else the first read that saw the flow.
+    pub since: Time,
 }
 
 /// The answer for `ip` from the status document.
@@ -152,6 +169,19 @@ pub(super) fn ip_view(st: &AgentStatus, ip: IpAddr) -> IpView {
                     && t.ip.to_canonical() == ip
             })
             .map(|t| format!("{} -> {}", t.service, t.target))
+            .collect(),
+        stale_flows: st
+            .conntrack
+            .stale_flows
+            .iter()
+            .filter(|f| f.confirmed && f.target.ip.to_canonical() == ip)
+            .map(|f| IpStaleFlow {
+                node: st.node.clone(),
+                client: f.client_ip,
+                client_pod: f.client_pod.as_ref().map(ToString::to_string),
+                original_dst: f.via.unwrap_or(f.target).to_string(),
+                since: f.left_at.unwrap_or(f.first_seen),
+            })
             .collect(),
     }
 }
@@ -290,6 +320,8 @@ mod tests {
     use super::*;
     use axum::body::Body;
     use axum::extract::Request;
+    use ghostip_core::{PodRef, Protocol, ServiceKey, Target};
+    use ghostip_session::layers::conntrack::StaleFlow;
     use tower::ServiceExt as _;
 
     fn t(s: &str) -> Time {
@@ -378,6 +410,7 @@ mod tests {
                     "demo/web -> 10.244.1.7:8080",
                     "demo/api -> 10.244.1.7:9090",
                 ],
+                "stale_flows": [],
             })
         );
         let (_, v) = get_json(status(), "/v1/ips/10.244.1.8").await;
@@ -422,6 +455,7 @@ mod tests {
                 "datapath": null,
                 "error": "no datapath detected (iptables: not found)",
                 "holding": [],
+                "stale_flows": [],
             })
         );
     }
@@ -439,6 +473,98 @@ mod tests {
                 "{v}"
             );
         }
+    }
+
+    /// A confirmed stale conntrack flow from `client` to `target`.
+    fn flow(client: &str, via: Option<&str>, target: &str, left_at: Option<&str>) -> StaleFlow {
+        let sock = |s: &str| {
+            let a: std::net::SocketAddr = s.parse().unwrap();
+            Target::socket(a.ip(), a.port())
+        };
+        StaleFlow {
+            service: ServiceKey::new("demo", "web"),
+            proto: Protocol::Tcp,
+            client_ip: client.parse().unwrap(),
+            client_pod: None,
+            via: via.map(sock),
+            target: sock(target),
+            former_owner: Some("demo/web-0".into()),
+            left_at: left_at.map(t),
+            first_seen: t("2026-03-19T08:00:11Z"),
+            last_seen: t("2026-03-19T08:00:15Z"),
+            outlived_by: None,
+            entries: 1,
+            unreplied: 0,
+            max_timeout_s: Some(431_999),
+            confirmed: true,
+        }
+    }
+
+    /// The conntrack layer's confirmed stale flows to the IP are listed with the node, the
+    /// client, where the client sent them and since when; flows to other IPs and
+    /// unconfirmed ones are not.
+    #[tokio::test]
+    async fn an_ip_lists_the_confirmed_stale_conntrack_flows_to_it() {
+        let mut st = status();
+        let mut pooled = flow(
+            "10.244.2.10",
+            Some("10.96.5.5:80"),
+            "10.244.1.7:8080",
+            Some("2026-03-19T08:00:10Z"),
+        );
+        pooled.client_pod = Some(PodRef {
+            namespace: "demo".into(),
+            name: "order-7c9".into(),
+            uid: "u1".into(),
+        });
+        let direct = flow("10.244.2.11", None, "10.244.1.7:8080", None);
+        let mut unconfirmed = flow("10.244.2.12", Some("10.96.5.5:80"), "10.244.1.7:8080", None);
+        unconfirmed.confirmed = false;
+        st.conntrack.stale_flows = vec![
+            pooled,
+            flow(
+                "10.244.2.10",
+                Some("10.96.5.5:80"),
+                "10.244.1.70:8080",
+                None,
+            ),
+            direct,
+            unconfirmed,
+            flow("fd00::10", Some("[fd00::96]:80"), "[fd00::7]:8080", None),
+        ];
+        let (code, v) = get_json(st.clone(), "/v1/ips/10.244.1.7").await;
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(
+            v["stale_flows"],
+            serde_json::json!([
+                {
+                    "node": "node-2",
+                    "client": "10.244.2.10",
+                    "client_pod": "demo/order-7c9",
+                    "original_dst": "10.96.5.5:80",
+                    "since": "2026-03-19T08:00:10Z",
+                },
+                {
+                    "node": "node-2",
+                    "client": "10.244.2.11",
+                    "client_pod": null,
+                    "original_dst": "10.244.1.7:8080",
+                    "since": "2026-03-19T08:00:11Z",
+                },
+            ])
+        );
+        // The datapath's answer is unchanged beside them.
+        assert_eq!(v["holding"].as_array().map(Vec::len), Some(2));
+        let v = ip_view(&st, "fd00:0:0:0:0:0:0:7".parse().unwrap());
+        assert_eq!(v.stale_flows.len(), 1);
+        assert_eq!(v.stale_flows[0].original_dst, "[fd00::96]:80");
+        let v = ip_view(&st, "::ffff:10.244.1.70".parse().unwrap());
+        assert_eq!(v.stale_flows.len(), 1);
+        assert!(
+            ip_view(&st, "10.244.1.9".parse().unwrap())
+                .stale_flows
+                .is_empty()
+        );
     }
 
     #[test]
