@@ -23,6 +23,7 @@ mod conntrack;
 mod datapath;
 mod dns_health;
 mod metrics;
+mod reads;
 mod status;
 
 use std::collections::BTreeMap;
