@@ -22,7 +22,7 @@ use ghostip_core::engine::{Discrepancy, Engine};
 use ghostip_core::{ChangeTime, Layer, Observation, ObservationResult, ServiceKey, Time};
 use serde::Serialize;
 
-use super::{Outcome, kube_connect, print_json};
+use super::{Outcome, kube_connect, print_json, service_filter};
 use crate::agents::{self, Agent, AgentClient, AgentSelector, AgentStatus};
 use crate::cli::{AgentsArgs, CheckArgs, GlobalArgs, OutputFormat};
 use crate::clock::SystemClock;
@@ -99,16 +99,7 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
         .await
         .context("reading the truth")?;
     let at = snap.at;
-    let filter = ServiceFilter {
-        namespace: args.scope.namespace.clone(),
-        only: None,
-        selector: args
-            .scope
-            .selector
-            .as_deref()
-            .map(ServiceFilter::parse_selector)
-            .unwrap_or_default(),
-    };
+    let filter = service_filter(&args.scope);
     let path_cfg = PathConfig {
         pods: !args.dns.no_pod_paths,
         cluster_ip: !args.dns.no_cluster_ip,
@@ -530,24 +521,17 @@ fn count_findings(rows: &[Row], agents: &[AgentRow], node_findings: &[NodeFindin
         + agents.iter().filter(|a| a.state == "failed").count()
 }
 
+/// Whether `-n`/`-l` select the Service; one the truth does not know (an agent's view may
+/// be ahead of the snapshot) is in scope unless a label selector is given.
 fn filter_matches(
     f: &ServiceFilter,
     truth: &ghostip_core::truth::Truth,
     key: &ghostip_core::ServiceKey,
 ) -> bool {
-    if f.namespace.as_ref().is_some_and(|ns| ns != &key.namespace) {
-        return false;
+    match truth.service(key) {
+        Some(_) => f.matches(truth, key),
+        None => f.namespace.as_ref().is_none_or(|ns| ns == &key.namespace) && f.selector.is_empty(),
     }
-    let Some(svc) = truth.service(key) else {
-        return f.selector.is_empty();
-    };
-    f.selector.iter().all(|(k, v, neg)| {
-        let hit = match v {
-            Some(v) => svc.labels.get(k) == Some(v),
-            None => svc.labels.contains_key(k),
-        };
-        hit != *neg
-    })
 }
 
 fn clock(t: Option<Time>) -> String {
