@@ -29,7 +29,7 @@ use crate::clock::SystemClock;
 use crate::dns::budget::Budget;
 use crate::dns::names::{NameConfig, ProbeName, service_a_name, service_names};
 use crate::dns::paths::{DnsPath, PathConfig, discover};
-use crate::dns::query::{QueryConfig, QueryType, query};
+use crate::dns::query::{QueryConfig, query};
 use crate::kube::{Connection, WatchScope, snapshot};
 use crate::printer::{Layout, Table, fit_text};
 use ghostip_session::ServiceFilter;
@@ -340,17 +340,9 @@ async fn dns_rows(
 /// A question as a row names it: `A`, `AAAA`, or `SRV _http._tcp` (the SRV name's port and
 /// protocol labels).
 fn question(name: &ProbeName) -> String {
-    match name.qtype {
-        QueryType::Srv => {
-            let labels: Vec<String> = name
-                .name
-                .iter()
-                .take(2)
-                .map(|l| String::from_utf8_lossy(l).into_owned())
-                .collect();
-            format!("SRV {}", labels.join("."))
-        }
-        q => q.as_str().to_string(),
+    match name.srv_port() {
+        Some((port, proto)) => format!("SRV _{port}._{proto}"),
+        None => name.qtype.as_str().to_string(),
     }
 }
 

@@ -317,22 +317,13 @@ pub fn answer_scope(
         QueryType::A => Some(Scope::Ipv4),
         QueryType::Aaaa => Some(Scope::Ipv6),
         QueryType::Srv if names.srv => {
-            let labels: Vec<String> = probe
-                .name
-                .iter()
-                .take(2)
-                .map(|l| String::from_utf8_lossy(l).to_ascii_lowercase())
-                .collect();
-            let [port_name, proto] = labels.as_slice() else {
-                return None;
-            };
-            let port_name = port_name.strip_prefix('_')?;
-            let proto = proto.strip_prefix('_')?;
+            let (port_name, proto) = probe.srv_port()?;
             let ports: BTreeSet<u16> = truth
                 .slices_of(service)
                 .flat_map(|s| s.ports.iter())
                 .filter(|p| {
-                    p.name.as_deref() == Some(port_name) && protocol_label(p.protocol) == proto
+                    p.name.as_deref() == Some(port_name.as_str())
+                        && protocol_label(p.protocol) == proto
                 })
                 .map(|p| p.port)
                 .collect();
