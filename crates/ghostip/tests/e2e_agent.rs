@@ -17,7 +17,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod lab_support;
-use lab_support::agent::{Agent, AgentOptions};
+use lab_support::agent::{Agent, AgentOptions, WITHOUT_NET_ADMIN};
 use lab_support::{lab, lab_ready, run};
 
 use ghostip::ledger::Ledger;
@@ -289,11 +289,7 @@ fn agent_without_net_admin_names_the_capability_and_keeps_probing_dns() {
         "node-1",
         AgentOptions {
             port: 9755,
-            wrapper: &[
-                "setpriv",
-                "--bounding-set=-net_admin,-net_raw",
-                "--inh-caps=-net_admin,-net_raw",
-            ],
+            wrapper: WITHOUT_NET_ADMIN,
             extra: &["--datapath", "iptables"],
             ..AgentOptions::default()
         },

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod lab_support;
 mod netns_support;
-use lab_support::agent::{Agent, AgentOptions};
+use lab_support::agent::{Agent, AgentOptions, WITHOUT_NET_ADMIN};
 use lab_support::{lab, lab_ready, run};
 
 use ghostip::ledger::Ledger;
@@ -333,11 +333,7 @@ fn agent_without_net_admin_says_conntrack_is_unreadable_once() {
         "node-1",
         AgentOptions {
             port: 9766,
-            wrapper: &[
-                "setpriv",
-                "--bounding-set=-net_admin,-net_raw",
-                "--inh-caps=-net_admin,-net_raw",
-            ],
+            wrapper: WITHOUT_NET_ADMIN,
             ..AgentOptions::default()
         },
     );

@@ -36,6 +36,14 @@ impl Default for AgentOptions<'_> {
     }
 }
 
+/// A [`AgentOptions::wrapper`] that starts the agent without CAP_NET_ADMIN and CAP_NET_RAW
+/// (dropped from the bounding and inheritable sets of the root agent with setpriv).
+pub const WITHOUT_NET_ADMIN: &[&str] = &[
+    "setpriv",
+    "--bounding-set=-net_admin,-net_raw",
+    "--inh-caps=-net_admin,-net_raw",
+];
+
 /// A node's address in the lab (`lab/lib.sh`'s `node_ip`).
 pub fn node_ip(node: &str) -> String {
     let n: u8 = node.trim_start_matches("node-").parse().unwrap();
