@@ -10,6 +10,8 @@
     missing_docs
 )]
 
+pub mod prober;
+
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
