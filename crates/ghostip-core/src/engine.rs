@@ -929,20 +929,28 @@ impl Engine {
                 .collect()
         };
 
-        for (target, ttl, change) in stale_now {
-            // An answer from before the change was right to hold it (answers can arrive
-            // after the truth event that removed the target).
+        let wrong = stale_now
+            .into_iter()
+            .map(|(t, ttl, change)| (t, Discrepancy::Stale, ttl, change))
+            .chain(
+                missing_now
+                    .into_iter()
+                    .map(|(t, change)| (t, Discrepancy::Missing, None, change)),
+            );
+        for (target, kind, ttl, change) in wrong {
+            // An answer from before the change was right to hold (or lack) the target
+            // (answers can arrive after the truth event that changed it).
             if change.is_some_and(|c| c.t0 > obs.at) {
                 continue;
             }
-            let key = (obs.path, sid, target, Discrepancy::Stale);
+            let key = (obs.path, sid, target, kind);
             if !self.open.contains_key(&key) {
                 self.open_tracking(
                     obs.path,
                     sid,
                     &obs.service,
                     target,
-                    Discrepancy::Stale,
+                    kind,
                     change,
                     obs.at,
                     &mut events,
@@ -957,32 +965,6 @@ impl Engine {
                     t.predicted_expiry =
                         obs.at.checked_add(Duration::from_secs(u64::from(ttl))).ok();
                 }
-                t.last_wrong = Some(obs.at);
-                if t.converged_by.take().is_some() {
-                    t.reappearances += 1;
-                    events.push(EngineEvent::Reappeared(t.clone()));
-                }
-            }
-        }
-        for (target, change) in missing_now {
-            if change.is_some_and(|c| c.t0 > obs.at) {
-                continue;
-            }
-            let key = (obs.path, sid, target, Discrepancy::Missing);
-            if !self.open.contains_key(&key) {
-                self.open_tracking(
-                    obs.path,
-                    sid,
-                    &obs.service,
-                    target,
-                    Discrepancy::Missing,
-                    change,
-                    obs.at,
-                    &mut events,
-                );
-            }
-            if let Some(t) = self.open.get_mut(&key) {
-                t.expected_lag = expected_lag;
                 t.last_wrong = Some(obs.at);
                 if t.converged_by.take().is_some() {
                     t.reappearances += 1;

@@ -5,6 +5,8 @@
 //! `dns_prober.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod dns_support;
+
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -12,6 +14,7 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dns_support::prober::Running;
 use ghostip::clock::{Clock, TokioClock};
 use ghostip::dns::{
     DnsAnswer, DnsPath, DnsTransport, ProbeCommand, ProbeEvent, ProbeName, ProbePath, ProbeSource,
@@ -100,14 +103,7 @@ impl Recorder {
     }
 }
 
-struct Harness {
-    commands: mpsc::Sender<ProbeCommand>,
-    events: Arc<Mutex<Vec<ProbeEvent>>>,
-    stats: Arc<ProbeStats>,
-    cancel: CancellationToken,
-    task: JoinHandle<()>,
-    clock: TokioClock,
-}
+type Harness = Running;
 
 impl Harness {
     /// The wall time `secs` from now on the harness's clock.
@@ -120,27 +116,7 @@ impl Harness {
 
     fn start(config: ProberConfig, transport: Recorder) -> Self {
         let clock = TokioClock::anchored(Instant::now(), "2026-11-30T05:00:00Z".parse().unwrap());
-        let prober = Prober::with_transport(config, transport, clock);
-        let stats = prober.stats();
-        let (commands, command_rx) = mpsc::channel(16);
-        let (event_tx, mut event_rx) = mpsc::channel(64);
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&events);
-        tokio::spawn(async move {
-            while let Some(e) = event_rx.recv().await {
-                sink.lock().unwrap().push(e);
-            }
-        });
-        let cancel = CancellationToken::new();
-        let task = tokio::spawn(prober.run(command_rx, event_tx, cancel.clone()));
-        Self {
-            commands,
-            events,
-            stats,
-            cancel,
-            task,
-            clock,
-        }
+        Running::spawn(config, transport, clock)
     }
 
     async fn send(&self, cmd: ProbeCommand) {

@@ -92,19 +92,7 @@ fn at(s: i64) -> Time {
 /// What the server answers: A and AAAA of the Service name, and its SRV name with one
 /// record per address on port 8080.
 fn serve(zone: &Zone, addrs: &[&str]) {
-    zone.set_addrs(NAME, addrs, 30);
-    let targets: Vec<(String, u16, &str)> = addrs
-        .iter()
-        .map(|a| {
-            let host = a.replace(['.', ':'], "-");
-            (format!("{host}.{NAME}"), 8080, *a)
-        })
-        .collect();
-    let targets: Vec<(&str, u16, &str)> = targets
-        .iter()
-        .map(|(h, p, a)| (h.as_str(), *p, *a))
-        .collect();
-    zone.set_srv(SRV_NAME, &targets, 30);
+    zone.set_service(NAME, SRV_NAME, 8080, addrs, 30);
 }
 
 /// A session whose only DNS path is `server`, synced with the Service and its two slices.

@@ -8,6 +8,7 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dns_support::prober::Running;
 use dns_support::{Behavior, CachingFront, FakeDns, TestServer, Zone, blackhole_udp, ip, name};
 use ghostip::clock::{Clock, TokioClock};
 use ghostip::dns::{
@@ -21,42 +22,9 @@ use tokio_util::sync::CancellationToken;
 
 const WEB: &str = "web.prod.svc.cluster.local.";
 
-struct Running {
-    commands: mpsc::Sender<ProbeCommand>,
-    events: Arc<Mutex<Vec<ProbeEvent>>>,
-    stats: Arc<ProbeStats>,
-    cancel: CancellationToken,
-    task: JoinHandle<()>,
-    clock: TokioClock,
-}
-
 fn start(config: ProberConfig, query: QueryConfig) -> Running {
-    let clock = TokioClock::new();
-    let prober = Prober::with_transport(
-        config,
-        ghostip::dns::HickoryTransport { config: query },
-        clock,
-    );
-    let stats = prober.stats();
-    let (commands, command_rx) = mpsc::channel(16);
-    let (event_tx, mut event_rx) = mpsc::channel(256);
-    let events = Arc::new(Mutex::new(Vec::new()));
-    let sink = Arc::clone(&events);
-    tokio::spawn(async move {
-        while let Some(e) = event_rx.recv().await {
-            sink.lock().unwrap().push(e);
-        }
-    });
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn(prober.run(command_rx, event_tx, cancel.clone()));
-    Running {
-        commands,
-        events,
-        stats,
-        cancel,
-        task,
-        clock,
-    }
+    let transport = ghostip::dns::HickoryTransport { config: query };
+    Running::spawn(config, transport, TokioClock::new())
 }
 
 fn path(idx: u32, kind: PathKind, server: std::net::SocketAddr) -> ProbePath {

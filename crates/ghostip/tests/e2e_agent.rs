@@ -13,14 +13,12 @@
 //! `GHOSTIP_LAB=1 cargo test --release -p ghostip --test e2e_agent -- --ignored --test-threads=1`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::fs::File;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod lab_support;
-use lab_support::{KillOnDrop, lab, lab_ready, run};
+use lab_support::agent::{Agent, AgentOptions, WITHOUT_NET_ADMIN};
+use lab_support::{lab, lab_ready, run};
 
 use ghostip::ledger::Ledger;
 use serde_json::Value;
@@ -30,137 +28,6 @@ fn unix_ms() -> u128 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis()
-}
-
-/// One agent in a node's namespace, its JSON lines going to a file.
-struct Agent {
-    node: String,
-    child: KillOnDrop,
-    out: PathBuf,
-    db: PathBuf,
-    port: u16,
-}
-
-impl Agent {
-    fn start(dir: &Path, node: &str) -> Agent {
-        Agent::start_with(dir, node, &[], &[], 9754)
-    }
-
-    /// `wrapper` runs before the binary (e.g. setpriv); `extra` are agent flags.
-    fn start_with(dir: &Path, node: &str, wrapper: &[&str], extra: &[&str], port: u16) -> Agent {
-        let out = dir.join(format!("{node}-{port}.jsonl"));
-        let err = dir.join(format!("{node}-{port}.log"));
-        let db = dir.join(format!("{node}-{port}.db"));
-        let listen = format!("127.0.0.1:{port}");
-        let child = lab("exec")
-            .arg(node)
-            .args(wrapper)
-            .args([env!("CARGO_BIN_EXE_ghostip"), "-o", "json", "--db"])
-            .arg(&db)
-            .args([
-                "agent",
-                "--node-name",
-                node,
-                "--listen",
-                &listen,
-                "--min-audit-period",
-                "5s",
-                "--dns-health-interval",
-                "1s",
-            ])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(File::create(&out).unwrap())
-            .stderr(File::create(&err).unwrap())
-            .spawn()
-            .expect("spawn the agent");
-        Agent {
-            node: node.to_string(),
-            child: KillOnDrop(Some(child)),
-            out,
-            db,
-            port,
-        }
-    }
-
-    fn lines(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.out)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    }
-
-    /// Polls the JSON lines until `pred` holds for one of them (at most `limit`).
-    fn wait_for(&self, what: &str, limit: Duration, pred: impl Fn(&Value) -> bool) -> Value {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = self.lines().into_iter().find(|v| pred(v)) {
-                return v;
-            }
-            if start.elapsed() > limit {
-                self.dump();
-                panic!("{}: no {what} within {limit:?}", self.node);
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    fn http(&self, path: &str) -> String {
-        let (code, out, err) = run(lab("exec").args([
-            &self.node,
-            "curl",
-            "-sS",
-            "--max-time",
-            "5",
-            &format!("http://127.0.0.1:{}{path}", self.port),
-        ]));
-        assert_eq!(code, 0, "{}: GET {path}: {err}", self.node);
-        out
-    }
-
-    fn status(&self) -> Value {
-        serde_json::from_str(&self.http("/status")).unwrap()
-    }
-
-    /// `GET /v1/ips/{ip}`: what the node's datapath holds of one IP.
-    fn ip(&self, ip: IpAddr) -> Value {
-        serde_json::from_str(&self.http(&format!("/v1/ips/{ip}"))).unwrap()
-    }
-
-    fn metric(&self, prefix: &str) -> Option<f64> {
-        self.http("/metrics")
-            .lines()
-            .find(|l| l.starts_with(prefix))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-    }
-
-    fn dump(&self) {
-        let log = std::fs::read_to_string(self.out.with_extension("log")).unwrap_or_default();
-        let out = std::fs::read_to_string(&self.out).unwrap_or_default();
-        let tail = |s: &str| {
-            s.lines()
-                .rev()
-                .take(40)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
-        eprintln!(
-            "--- {} JSON lines (tail)\n{}\n--- {} log (tail)\n{}",
-            self.node,
-            tail(&out),
-            self.node,
-            tail(&log)
-        );
-    }
-
-    /// SIGTERM; returns the exit code and how long the exit took.
-    fn terminate(&mut self) -> (Option<i32>, Duration) {
-        self.child.terminate()
-    }
 }
 
 /// Restarts kube-proxy on node-2 even when an assertion failed.
@@ -420,13 +287,12 @@ fn agent_without_net_admin_names_the_capability_and_keeps_probing_dns() {
     let mut a = Agent::start_with(
         dir.path(),
         "node-1",
-        &[
-            "setpriv",
-            "--bounding-set=-net_admin,-net_raw",
-            "--inh-caps=-net_admin,-net_raw",
-        ],
-        &["--datapath", "iptables"],
-        9755,
+        AgentOptions {
+            port: 9755,
+            wrapper: WITHOUT_NET_ADMIN,
+            extra: &["--datapath", "iptables"],
+            ..AgentOptions::default()
+        },
     );
     let err = a.wait_for("reader error", Duration::from_secs(60), |v| {
         v["event"] == "reader-error"

@@ -16,15 +16,14 @@
 //! `GHOSTIP_LAB=1 cargo test -p ghostip --test e2e_conntrack -- --ignored --test-threads=1`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod lab_support;
 mod netns_support;
+use lab_support::agent::{Agent, AgentOptions, WITHOUT_NET_ADMIN};
 use lab_support::{lab, lab_ready, run};
 
 use ghostip::ledger::Ledger;
@@ -54,120 +53,9 @@ impl Drop for Namespace {
     }
 }
 
-/// One agent in a node's namespace, its JSON lines going to a file.
-struct Agent {
-    node: String,
-    child: Option<Child>,
-    out: PathBuf,
-    db: PathBuf,
-    port: u16,
-}
-
-impl Agent {
-    fn start(dir: &Path, node: &str, wrapper: &[&str], port: u16) -> Agent {
-        let out = dir.join(format!("{node}-{port}.jsonl"));
-        let db = dir.join(format!("{node}-{port}.db"));
-        let child = lab("exec")
-            .arg(node)
-            .args(wrapper)
-            .args([env!("CARGO_BIN_EXE_ghostip"), "-o", "json", "--db"])
-            .arg(&db)
-            .args(["agent", "--node-name", node, "--listen"])
-            .arg(format!("127.0.0.1:{port}"))
-            .args(["--min-audit-period", "5s", "--dns-health-interval", "2s"])
-            .stdin(Stdio::null())
-            .stdout(File::create(&out).unwrap())
-            .stderr(File::create(out.with_extension("log")).unwrap())
-            .spawn()
-            .expect("spawn the agent");
-        Agent {
-            node: node.to_string(),
-            child: Some(child),
-            out,
-            db,
-            port,
-        }
-    }
-
-    fn lines(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.out)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    }
-
-    /// Polls the JSON lines until `pred` holds for one of them (at most `limit`).
-    fn wait_for(&self, what: &str, limit: Duration, pred: impl Fn(&Value) -> bool) -> Value {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = self.lines().into_iter().find(|v| pred(v)) {
-                return v;
-            }
-            if start.elapsed() > limit {
-                let log =
-                    std::fs::read_to_string(self.out.with_extension("log")).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(30).collect();
-                eprintln!("--- {} log (newest first)\n{}", self.node, tail.join("\n"));
-                panic!("{}: no {what} within {limit:?}", self.node);
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    fn http(&self, path: &str) -> String {
-        let (code, out, err) = run(lab("exec").args([
-            &self.node,
-            "curl",
-            "-sS",
-            "--max-time",
-            "5",
-            &format!("http://127.0.0.1:{}{path}", self.port),
-        ]));
-        assert_eq!(code, 0, "{}: GET {path}: {err}", self.node);
-        out
-    }
-
-    fn conntrack(&self) -> Value {
-        let st: Value = serde_json::from_str(&self.http("/status")).unwrap();
-        st["conntrack"].clone()
-    }
-
-    fn metric(&self, name: &str) -> Option<f64> {
-        self.http("/metrics")
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-    }
-
-    /// SIGTERM; the exit code.
-    fn terminate(&mut self) -> Option<i32> {
-        let mut child = self.child.take().expect("running");
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let start = Instant::now();
-        loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                return st.code();
-            }
-            if start.elapsed() > Duration::from_secs(15) {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// The conntrack part of an agent's `/status`.
+fn conntrack(agent: &Agent) -> Value {
+    agent.status()["conntrack"].clone()
 }
 
 const MANIFESTS: &str = "\
@@ -298,8 +186,15 @@ fn agent_reports_a_pooled_connection_to_a_deleted_pod_until_it_closes() {
     let _ns = Namespace;
     let (backend, client_netns) = deploy(dir.path());
     let target = format!("{backend}:8080");
-    let mut n1 = Agent::start(dir.path(), "node-1", &[], 9764);
-    let mut n2 = Agent::start(dir.path(), "node-2", &[], 9765);
+    let on = |node, port| {
+        let opts = AgentOptions {
+            port,
+            ..AgentOptions::default()
+        };
+        Agent::start_with(dir.path(), node, opts)
+    };
+    let mut n1 = on("node-1", 9764);
+    let mut n2 = on("node-2", 9765);
     for a in [&n1, &n2] {
         a.wait_for("synced line", Duration::from_secs(60), |v| {
             v["event"] == "synced"
@@ -346,7 +241,7 @@ fn agent_reports_a_pooled_connection_to_a_deleted_pod_until_it_closes() {
     assert_eq!(opened["proto"], "TCP");
     assert_eq!(opened["former_owner"], "ctdemo/ct-backend", "{opened}");
     assert_eq!(opened["confirmed"], true);
-    let ct = n1.conntrack();
+    let ct = conntrack(&n1);
     let flows = ct["stale_flows"].as_array().unwrap();
     let f = flows
         .iter()
@@ -383,7 +278,7 @@ fn agent_reports_a_pooled_connection_to_a_deleted_pod_until_it_closes() {
         is_conntrack_tracking(v, "opened", &target)
     });
     // node-2 only forwards the flow: not its pod, not its finding.
-    let ct2 = n2.conntrack();
+    let ct2 = conntrack(&n2);
     assert!(
         ct2["stale_flows"].as_array().unwrap().is_empty(),
         "node-2: {ct2}"
@@ -397,7 +292,7 @@ fn agent_reports_a_pooled_connection_to_a_deleted_pod_until_it_closes() {
 
     // Stays reported while the connection is open.
     std::thread::sleep(Duration::from_secs(6));
-    let ct = n1.conntrack();
+    let ct = conntrack(&n1);
     assert!(
         ct["stale_flows"]
             .as_array()
@@ -422,14 +317,14 @@ fn agent_reports_a_pooled_connection_to_a_deleted_pod_until_it_closes() {
     });
     eprintln!("tracking closed: {closed}");
     assert_eq!(closed["verdict"], "over expected lag", "{closed}");
-    assert!(n1.conntrack()["stale_flows"].as_array().unwrap().is_empty());
+    assert!(conntrack(&n1)["stale_flows"].as_array().unwrap().is_empty());
     assert_eq!(
         n1.metric("ghostip_stale_flows{layer=\"conntrack\",node=\"node-1\"}"),
         Some(0.0)
     );
 
     for a in [&mut n1, &mut n2] {
-        assert_eq!(a.terminate(), Some(0), "{}", a.node);
+        assert_eq!(a.terminate().0, Some(0), "{}", a.node);
     }
     let ledger = Ledger::open_existing(&n1.db).unwrap();
     let findings = ledger.findings_for_ip(backend).unwrap();
@@ -454,15 +349,14 @@ fn agent_without_net_admin_says_conntrack_is_unreadable_once() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut a = Agent::start(
+    let mut a = Agent::start_with(
         dir.path(),
         "node-1",
-        &[
-            "setpriv",
-            "--bounding-set=-net_admin,-net_raw",
-            "--inh-caps=-net_admin,-net_raw",
-        ],
-        9766,
+        AgentOptions {
+            port: 9766,
+            wrapper: WITHOUT_NET_ADMIN,
+            ..AgentOptions::default()
+        },
     );
     let err = a.wait_for("conntrack error", Duration::from_secs(60), |v| {
         v["event"] == "conntrack-error"
@@ -472,7 +366,7 @@ fn agent_without_net_admin_says_conntrack_is_unreadable_once() {
     a.wait_for("healthy DNS", Duration::from_secs(60), |v| {
         v["event"] == "dns-health" && v["state"] == "healthy"
     });
-    let ct = a.conntrack();
+    let ct = conntrack(&a);
     assert_eq!(ct["missing_capability"], "CAP_NET_ADMIN", "{ct}");
     assert!(ct["path"].is_null(), "{ct}");
     assert!(
@@ -485,5 +379,5 @@ fn agent_without_net_admin_says_conntrack_is_unreadable_once() {
         .filter(|v| v["event"] == "conntrack-error")
         .count();
     assert_eq!(errors, 1, "said once");
-    assert_eq!(a.terminate(), Some(0));
+    assert_eq!(a.terminate().0, Some(0));
 }

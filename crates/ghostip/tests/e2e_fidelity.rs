@@ -19,14 +19,12 @@
 //! while holding the lab lock.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod lab_support;
+use lab_support::agent::{Agent, AgentOptions, node_ip};
 use lab_support::{KillOnDrop, lab, lab_ready, node1_metrics, run, start_watch};
 
 use ghostip::ledger::Ledger;
@@ -61,82 +59,6 @@ fn scenario(name: &str, args: &[&str]) -> Value {
 
 fn kubectl(args: &[&str]) -> (i32, String, String) {
     run(lab("kubectl").args(args))
-}
-
-/// A node's address (`lab/lib.sh`'s `node_ip`).
-fn node_ip(node: &str) -> String {
-    let n: u8 = node.trim_start_matches("node-").parse().unwrap();
-    format!("10.200.0.{}", 10 + n)
-}
-
-/// One agent in a node's namespace, listening on the node's address, its JSON lines going
-/// to a file.
-struct Agent {
-    node: String,
-    _child: KillOnDrop,
-    out: PathBuf,
-    err: PathBuf,
-}
-
-impl Agent {
-    fn start(dir: &Path, node: &str) -> Agent {
-        let out = dir.join(format!("{node}.jsonl"));
-        let err = dir.join(format!("{node}.log"));
-        let listen = format!("{}:9754", node_ip(node));
-        let child = lab("exec")
-            .arg(node)
-            .args([env!("CARGO_BIN_EXE_ghostip"), "-o", "json", "--db"])
-            .arg(dir.join(format!("{node}.db")))
-            .args([
-                "agent",
-                "--node-name",
-                node,
-                "--listen",
-                &listen,
-                "--min-audit-period",
-                "5s",
-                "--dns-health-interval",
-                "1s",
-            ])
-            .stdin(Stdio::null())
-            .stdout(File::create(&out).unwrap())
-            .stderr(File::create(&err).unwrap())
-            .spawn()
-            .expect("spawn the agent");
-        Agent {
-            node: node.to_string(),
-            _child: KillOnDrop(Some(child)),
-            out,
-            err,
-        }
-    }
-
-    fn lines(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.out)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    }
-
-    fn wait_for(&self, what: &str, limit: Duration, pred: impl Fn(&Value) -> bool) -> Value {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = self.lines().into_iter().find(|v| pred(v)) {
-                return v;
-            }
-            if start.elapsed() > limit {
-                let log = std::fs::read_to_string(&self.err).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(30).collect();
-                panic!(
-                    "{}: no {what} within {limit:?}; log tail:\n{}",
-                    self.node,
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                );
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
 }
 
 /// The hostNetwork pods `ghostip check` finds the agents by (the DaemonSet's namespace and
@@ -229,8 +151,17 @@ fn a_stale_node_is_over_its_lag_while_open_and_check_names_it() {
         std::thread::sleep(Duration::from_millis(500));
     }
 
-    let n1 = Agent::start(dir.path(), "node-1");
-    let n2 = Agent::start(dir.path(), "node-2");
+    // On the node's address (so they ask for a bearer token), where `check` calls them.
+    let on_node_address = |node| {
+        let host = node_ip(node);
+        let opts = AgentOptions {
+            host: &host,
+            ..AgentOptions::default()
+        };
+        Agent::start_with(dir.path(), node, opts)
+    };
+    let n1 = on_node_address("node-1");
+    let n2 = on_node_address("node-2");
     let mut audit_period_s: f64 = 0.0;
     for a in [&n1, &n2] {
         a.wait_for("synced line", Duration::from_secs(60), |v| {

@@ -22,13 +22,12 @@ use kube::api::{Api, ListParams};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Outcome, kube_connect, print_json};
+use super::{Outcome, kube_connect, print_json, service_filter};
 use crate::audit::inventory::InputProblem;
 use crate::audit::load::{FileKind, add_manifest};
 use crate::audit::{AuditConfig, Inventory, Origin, Severity, audit, render};
 use crate::cli::{AuditArgs, GlobalArgs, OutputFormat};
 use crate::kube::{ConfigMapRef, Connection, KubeError};
-use ghostip_session::ServiceFilter;
 
 const PAGE_SIZE: u32 = 500;
 
@@ -62,15 +61,11 @@ pub(super) async fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<Outco
             anyhow::bail!("no files to audit: {}", why.join("; "));
         }
     }
+    let filter = service_filter(&args.scope);
     let cfg = AuditConfig {
         zone: args.zone.clone(),
-        namespace: args.scope.namespace.clone(),
-        selector: args
-            .scope
-            .selector
-            .as_deref()
-            .map(ServiceFilter::parse_selector)
-            .unwrap_or_default(),
+        namespace: filter.namespace,
+        selector: filter.selector,
     };
     let report = audit(&inv, &cfg);
     match g.output {

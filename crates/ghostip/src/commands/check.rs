@@ -1,5 +1,10 @@
 //! `ghostip check`: one-shot judgment of every path it can reach against the truth now: each headless Service's answers on each DNS path, each DNS path's own answer for the DNS Service, and each node's datapath and DNS health as the node agents judge them.
 //!
+//! Each headless Service is asked every question the DNS layer asks (A; AAAA with IPv6
+//! endpoints; SRV of each named port unless `--no-srv`), and each answer is judged for the
+//! targets it speaks for ([`answer_scope`]): A against the IPv4 endpoints, AAAA against the
+//! IPv6 ones, SRV against the named port's `ip:port`.
+//!
 //! A path that fails to answer is a finding like a stale one (exit 1): from where `check`
 //! runs, clients of that path fail too. The agents (`ghostip agent`, one per node) are found
 //! as pods and asked for their `/status`; their open trackings over the expected lag (or
@@ -14,25 +19,28 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use ghostip_core::engine::{Discrepancy, Engine};
-use ghostip_core::{ChangeTime, Layer, Observation, ObservationResult, ServiceKey, Target, Time};
+use ghostip_core::{ChangeTime, Layer, Observation, ObservationResult, ServiceKey, Time};
 use serde::Serialize;
 
-use super::{Outcome, kube_connect, print_json};
+use super::{Outcome, kube_connect, print_json, service_filter};
 use crate::agents::{self, Agent, AgentClient, AgentSelector, AgentStatus};
 use crate::cli::{AgentsArgs, CheckArgs, GlobalArgs, OutputFormat};
 use crate::clock::SystemClock;
 use crate::dns::budget::Budget;
 use crate::dns::names::{NameConfig, ProbeName, service_a_name, service_names};
 use crate::dns::paths::{DnsPath, PathConfig, discover};
-use crate::dns::query::{QueryConfig, QueryType, query};
+use crate::dns::query::{QueryConfig, query};
 use crate::kube::{Connection, WatchScope, snapshot};
 use crate::printer::{Layout, Table, fit_text};
 use ghostip_session::ServiceFilter;
+use ghostip_session::layers::dns::{answer_scope, desired_answers};
 
-/// One (service, path) comparison.
+/// One (service, question, path) comparison.
 #[derive(Debug, Serialize)]
 struct Row {
     service: String,
+    /// The question asked: `A`, `AAAA`, or `SRV _port._proto` of a named port.
+    query: String,
     path: String,
     state: &'static str,
     expected: Vec<String>,
@@ -91,16 +99,7 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
         .await
         .context("reading the truth")?;
     let at = snap.at;
-    let filter = ServiceFilter {
-        namespace: args.scope.namespace.clone(),
-        only: None,
-        selector: args
-            .scope
-            .selector
-            .as_deref()
-            .map(ServiceFilter::parse_selector)
-            .unwrap_or_default(),
-    };
+    let filter = service_filter(&args.scope);
     let path_cfg = PathConfig {
         pods: !args.dns.no_pod_paths,
         cluster_ip: !args.dns.no_cluster_ip,
@@ -111,7 +110,7 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
     let paths = discover(&snap.truth, &path_cfg);
     let names_cfg = NameConfig {
         zone: args.dns.zone.clone(),
-        ..NameConfig::default()
+        srv: !args.dns.no_srv,
     };
     let services: Vec<_> = snap
         .truth
@@ -231,11 +230,12 @@ impl Prober {
     }
 }
 
-/// What an observation says for a row: answered IPs, smallest TTL, error.
+/// What an observation says for a row: answered targets (IPs; `ip:port` of an SRV answer),
+/// smallest TTL, error.
 fn answer(result: &ObservationResult) -> (Vec<String>, Option<u32>, Option<String>) {
     match result {
         ObservationResult::Held(held) => (
-            held.iter().map(|h| h.target.ip.to_string()).collect(),
+            held.iter().map(|h| h.target.to_string()).collect(),
             held.iter().filter_map(|h| h.ttl).min(),
             None,
         ),
@@ -253,9 +253,11 @@ fn row_state(error: Option<&str>, stale: &[String], missing: &[String]) -> &'sta
     }
 }
 
-/// Each headless Service's A answer on each path, judged by the same engine as watch and
-/// rollout: the truth now is the baseline, every path is observed once, and whatever does
-/// not match opens a tracking.
+/// Each headless Service's answers on each path, judged by the same engine and the same
+/// scopes as watch and rollout: the truth now is the baseline (the DNS layer's desired
+/// answers), every question of the Service (A; AAAA with IPv6 endpoints; SRV of each named
+/// port unless `--no-srv`) is asked once on every path, each answer is judged for the
+/// targets it speaks for, and whatever does not match opens a tracking.
 async fn dns_rows(
     truth: &ghostip_core::truth::Truth,
     paths: &[DnsPath],
@@ -269,66 +271,79 @@ async fn dns_rows(
         .iter()
         .map(|p| engine.add_path(p.info.clone(), Duration::from_secs(5)))
         .collect();
+    let mut desired = BTreeMap::new();
     for key in services {
-        let set = truth
-            .dns_answers(key)
-            .into_iter()
-            .filter(std::net::IpAddr::is_ipv4)
-            .map(Target::ip)
-            .collect();
-        engine.set_desired(Layer::Dns, key, set, ChangeTime::received_at(at));
+        let set = desired_answers(truth, key, names_cfg);
+        engine.set_desired(Layer::Dns, key, set.clone(), ChangeTime::received_at(at));
+        desired.insert(key, set);
     }
     engine.truth_synced(at);
     let mut rows = Vec::new();
     for key in services {
         let names = service_names(truth, key, names_cfg)
             .with_context(|| format!("building DNS names of {key}"))?;
-        let Some(name) = names.iter().find(|n| n.qtype == QueryType::A) else {
-            continue;
-        };
-        let expected: Vec<String> = truth
-            .dns_answers(key)
-            .iter()
-            .filter(|i| i.is_ipv4())
-            .map(|i| i.to_string())
-            .collect();
-        for (path, pidx) in paths.iter().zip(&idx) {
-            let (result, now, latency) = prober.ask(path, name).await;
-            let (answered, min_ttl, error) = answer(&result);
-            engine.observe(&Observation {
-                path: *pidx,
-                service: key.clone(),
-                at: now,
-                result,
-                latency: Some(latency),
-            });
-            let open: Vec<_> = engine
-                .open_trackings()
-                .filter(|t| t.path == *pidx && &t.service == key)
-                .collect();
-            let of_kind = |kind| -> Vec<String> {
-                open.iter()
-                    .filter(|t| t.kind == kind)
-                    .map(|t| t.target.to_string())
-                    .collect()
+        for name in &names {
+            let Some(scope) = answer_scope(truth, key, name, names_cfg) else {
+                continue;
             };
-            let stale = of_kind(Discrepancy::Stale);
-            let missing = of_kind(Discrepancy::Missing);
-            let state = row_state(error.as_deref(), &stale, &missing);
-            rows.push(Row {
-                service: key.to_string(),
-                path: path.info.description.clone(),
-                state,
-                expected: expected.clone(),
-                answered,
-                stale,
-                missing,
-                min_ttl,
-                error,
-            });
+            let expected: Vec<String> = desired
+                .get(key)
+                .into_iter()
+                .flatten()
+                .filter(|t| scope.contains(t))
+                .map(ToString::to_string)
+                .collect();
+            for (path, pidx) in paths.iter().zip(&idx) {
+                let (result, now, latency) = prober.ask(path, name).await;
+                let (answered, min_ttl, error) = answer(&result);
+                engine.observe_scoped(
+                    &Observation {
+                        path: *pidx,
+                        service: key.clone(),
+                        at: now,
+                        result,
+                        latency: Some(latency),
+                    },
+                    &scope,
+                );
+                let open: Vec<_> = engine
+                    .open_trackings()
+                    .filter(|t| t.path == *pidx && &t.service == key && scope.contains(&t.target))
+                    .collect();
+                let of_kind = |kind| -> Vec<String> {
+                    open.iter()
+                        .filter(|t| t.kind == kind)
+                        .map(|t| t.target.to_string())
+                        .collect()
+                };
+                let stale = of_kind(Discrepancy::Stale);
+                let missing = of_kind(Discrepancy::Missing);
+                let state = row_state(error.as_deref(), &stale, &missing);
+                rows.push(Row {
+                    service: key.to_string(),
+                    query: question(name),
+                    path: path.info.description.clone(),
+                    state,
+                    expected: expected.clone(),
+                    answered,
+                    stale,
+                    missing,
+                    min_ttl,
+                    error,
+                });
+            }
         }
     }
     Ok(rows)
+}
+
+/// A question as a row names it: `A`, `AAAA`, or `SRV _http._tcp` (the SRV name's port and
+/// protocol labels).
+fn question(name: &ProbeName) -> String {
+    match name.srv_port() {
+        Some((port, proto)) => format!("SRV _{port}._{proto}"),
+        None => name.qtype.as_str().to_string(),
+    }
 }
 
 /// Each path's answer for the DNS Service's own name (its ClusterIP): a path is judged even
@@ -372,6 +387,7 @@ async fn dns_service_rows(
         let state = row_state(error.as_deref(), &stale, &missing);
         rows.push(Row {
             service: dns_service.to_string(),
+            query: question(name),
             path: path.info.description.clone(),
             state,
             expected: expected.clone().unwrap_or_default(),
@@ -497,24 +513,17 @@ fn count_findings(rows: &[Row], agents: &[AgentRow], node_findings: &[NodeFindin
         + agents.iter().filter(|a| a.state == "failed").count()
 }
 
+/// Whether `-n`/`-l` select the Service; one the truth does not know (an agent's view may
+/// be ahead of the snapshot) is in scope unless a label selector is given.
 fn filter_matches(
     f: &ServiceFilter,
     truth: &ghostip_core::truth::Truth,
     key: &ghostip_core::ServiceKey,
 ) -> bool {
-    if f.namespace.as_ref().is_some_and(|ns| ns != &key.namespace) {
-        return false;
+    match truth.service(key) {
+        Some(_) => f.matches(truth, key),
+        None => f.namespace.as_ref().is_none_or(|ns| ns == &key.namespace) && f.selector.is_empty(),
     }
-    let Some(svc) = truth.service(key) else {
-        return f.selector.is_empty();
-    };
-    f.selector.iter().all(|(k, v, neg)| {
-        let hit = match v {
-            Some(v) => svc.labels.get(k) == Some(v),
-            None => svc.labels.contains_key(k),
-        };
-        hit != *neg
-    })
 }
 
 fn clock(t: Option<Time>) -> String {
@@ -533,13 +542,14 @@ fn render(
     let mut out = String::new();
     let mut t = Table::new();
     t.set_header(vec![
-        "SERVICE", "PATH", "STATE", "STALE", "MISSING", "TTL", "DETAIL",
+        "SERVICE", "QUERY", "PATH", "STATE", "STALE", "MISSING", "TTL", "DETAIL",
     ]);
     let mut by_state: BTreeMap<&str, usize> = BTreeMap::new();
     for r in rows {
         *by_state.entry(r.state).or_default() += 1;
         t.add_row(vec![
             r.service.clone(),
+            r.query.clone(),
             r.path.clone(),
             r.state.to_uppercase(),
             r.stale.join(" "),
@@ -623,6 +633,7 @@ mod render_tests {
         vec![
             Row {
                 service: "shop/web-headless".into(),
+                query: "A".into(),
                 path: "dns via 10.244.1.5 (kube-system/coredns-7db6d8ff4d-krb2q)".into(),
                 state: "stale",
                 expected: ips(2),
@@ -634,6 +645,7 @@ mod render_tests {
             },
             Row {
                 service: "shop/web-headless".into(),
+                query: "A".into(),
                 path: "dns via ClusterIP 10.96.0.10 from node-2".into(),
                 state: "failed",
                 expected: ips(2),
@@ -773,6 +785,7 @@ mod tests {
     fn row(state: &'static str, error: Option<&str>) -> Row {
         Row {
             service: "kube-system/kube-dns".into(),
+            query: "A".into(),
             path: "ClusterIP 10.96.0.10".into(),
             state,
             expected: vec!["10.96.0.10".into()],

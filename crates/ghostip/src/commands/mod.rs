@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use ghostip_core::engine::EngineConfig;
 
-use crate::cli::{Cli, Command, DnsArgs, GlobalArgs};
+use crate::cli::{Cli, Command, DnsArgs, GlobalArgs, Scope};
 use crate::dns::{NameConfig, PathConfig};
 use crate::kube::{ConnectOptions, Connection, KubeError};
 use crate::ledger::{Ledger, LedgerError};
@@ -123,6 +123,19 @@ pub(crate) fn probe_settings(d: &DnsArgs, sweep: Duration) -> anyhow::Result<Pro
         sweep,
         query_timeout: d.query_timeout,
     })
+}
+
+/// The Services `-n` and `-l` select.
+pub(crate) fn service_filter(scope: &Scope) -> ServiceFilter {
+    ServiceFilter {
+        namespace: scope.namespace.clone(),
+        only: None,
+        selector: scope
+            .selector
+            .as_deref()
+            .map(ServiceFilter::parse_selector)
+            .unwrap_or_default(),
+    }
 }
 
 pub(crate) fn session_config(filter: ServiceFilter, record_timeline: bool) -> SessionConfig {

@@ -17,7 +17,7 @@ use ghostip_core::engine::{Discrepancy, EngineEvent, Tracking, Verdict};
 use ghostip_core::truth::ServiceChange;
 use ghostip_core::{Layer, Time};
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
@@ -27,7 +27,7 @@ use crate::dns::connect::ConnectProber;
 use crate::dns::prober::{ProbeCommand, ProbeEvent, ProbeStats, Prober, ProberConfig};
 use crate::dns::query::QueryConfig;
 use crate::kube::{Received, ResourceKind, SyncTransition, TruthEvent, TruthKey, TruthObject};
-use crate::ledger::{FindingKind, FindingRecord, LedgerOp, LedgerSender};
+use crate::ledger::{FindingKind, FindingRecord, LedgerOp, LedgerSender, LedgerWriter};
 use crate::metrics::{ErrorLabels, Metrics, QueryLabels, StaleLabels, StuckLabels};
 use ghostip_session::layers::dns::DnsModel;
 use ghostip_session::{Actions, ConnectRequest, Session};
@@ -458,6 +458,31 @@ impl Pipeline {
     pub fn shutdown(&mut self) {
         self.cancel.cancel();
         self.connect_tasks.abort_all();
+    }
+
+    /// A clean shutdown within `flush` + 2 s: stops probing, flushes the ledger (at most
+    /// `flush`), waits for the HTTP server (at most 1 s) and closes the ledger writer (at most
+    /// 1 s; what it committed is safe either way).
+    pub async fn close(
+        mut self,
+        flush: Duration,
+        server: JoinHandle<std::io::Result<()>>,
+        writer: LedgerWriter,
+    ) {
+        self.shutdown();
+        let _ = tokio::time::timeout(flush, self.flush()).await;
+        drop(self);
+        let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
+        let closed = tokio::time::timeout(
+            Duration::from_secs(1),
+            tokio::task::spawn_blocking(move || writer.close()),
+        )
+        .await;
+        if closed.is_err() {
+            tracing::warn!(
+                "the ledger writer did not finish within the shutdown deadline; committed data is safe"
+            );
+        }
     }
 }
 

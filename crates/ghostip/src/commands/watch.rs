@@ -14,13 +14,15 @@ use ghostip_core::Time;
 use tokio_util::sync::CancellationToken;
 
 use super::pipeline::{Pipeline, Step};
-use super::{Outcome, dns_model, kube_connect, open_ledger, probe_settings, session_config};
+use super::{
+    Outcome, dns_model, kube_connect, open_ledger, probe_settings, service_filter, session_config,
+};
 use crate::cli::{GlobalArgs, WatchArgs};
 use crate::clock::SystemClock;
 use crate::kube::{SyncState, WatchScope, watch_truth};
 use crate::ledger::{LedgerWriter, RetentionPruner, WriterOptions};
 use crate::metrics::Metrics;
-use ghostip_session::{ServiceFilter, Session};
+use ghostip_session::Session;
 
 pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outcome> {
     let conn = kube_connect(g).await?;
@@ -52,16 +54,7 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
         ..WatchScope::default()
     };
     let truth = watch_truth(&conn, &scope, Arc::new(SystemClock));
-    let filter = ServiceFilter {
-        namespace: args.scope.namespace.clone(),
-        only: None,
-        selector: args
-            .scope
-            .selector
-            .as_deref()
-            .map(ServiceFilter::parse_selector)
-            .unwrap_or_default(),
-    };
+    let filter = service_filter(&args.scope);
     let session = Session::new(
         session_config(filter, false),
         SyncState::new(Time::now(), scope.kinds()),
@@ -103,20 +96,7 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
         }
     }
     // Clean shutdown within 5 s: stop probing, flush the ledger with a deadline.
-    p.shutdown();
-    let _ = tokio::time::timeout(Duration::from_secs(3), p.flush()).await;
-    drop(p);
-    let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
-    let closed = tokio::time::timeout(
-        Duration::from_secs(1),
-        tokio::task::spawn_blocking(move || writer.close()),
-    )
-    .await;
-    if closed.is_err() {
-        tracing::warn!(
-            "the ledger writer did not finish within the shutdown deadline; committed data is safe"
-        );
-    }
+    p.close(Duration::from_secs(3), server, writer).await;
     tracing::info!("ghostip watch stopped");
     Ok(Outcome::Clean)
 }

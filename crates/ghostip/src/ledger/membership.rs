@@ -269,18 +269,14 @@ pub(crate) fn finish_relist(
     relists: &mut Relists,
     at: Time,
 ) -> Result<usize, Inner> {
-    let at_ns = to_ns(at)?;
-    if !relists.active(RelistKind::Memberships) {
-        return Ok(0);
-    }
-    let closed = conn
-        .prepare_cached(
-            "UPDATE memberships SET end_t0_ns = ?1, end_received_ns = ?1, approximate = 1 \
-             WHERE end_received_ns IS NULL AND id NOT IN (SELECT id FROM temp.membership_relist_seen)",
-        )?
-        .execute([at_ns])?;
-    relist::end(conn, relists, RelistKind::Memberships)?;
-    Ok(closed)
+    Ok(relist::finish(
+        conn,
+        relists,
+        RelistKind::Memberships,
+        to_ns(at)?,
+        "UPDATE memberships SET end_t0_ns = ?1, end_received_ns = ?1, approximate = 1 \
+         WHERE end_received_ns IS NULL AND id NOT IN (SELECT id FROM temp.membership_relist_seen)",
+    )?)
 }
 
 /// Every membership of `ip` in any Service, oldest first.

@@ -413,19 +413,15 @@ pub(crate) fn finish_relist(
     relists: &mut Relists,
     at: Time,
 ) -> Result<usize, Inner> {
-    let at_ns = to_ns(at)?;
-    if !relists.active(RelistKind::Pods) {
-        return Ok(0);
-    }
-    let closed = conn
-        .prepare_cached(
-            "UPDATE ip_intervals SET closed_ns = max(?1, start_ns), end_reason = 'relist', \
-             gone_ns = coalesce(gone_ns, ?1), approximate = 1 \
-             WHERE closed_ns IS NULL AND id NOT IN (SELECT id FROM temp.pod_relist_seen)",
-        )?
-        .execute([at_ns])?;
-    relist::end(conn, relists, RelistKind::Pods)?;
-    Ok(closed)
+    Ok(relist::finish(
+        conn,
+        relists,
+        RelistKind::Pods,
+        to_ns(at)?,
+        "UPDATE ip_intervals SET closed_ns = max(?1, start_ns), end_reason = 'relist', \
+         gone_ns = coalesce(gone_ns, ?1), approximate = 1 \
+         WHERE closed_ns IS NULL AND id NOT IN (SELECT id FROM temp.pod_relist_seen)",
+    )?)
 }
 
 /// Who owned `ip` at `at`, with the owners just before and after.

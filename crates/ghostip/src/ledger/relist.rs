@@ -90,6 +90,24 @@ pub(crate) fn mark(conn: &Connection, kind: RelistKind, id: i64) -> rusqlite::Re
     Ok(())
 }
 
+/// Finishes a running relist of `kind`: `close`, an UPDATE given the end time in ns as
+/// `?1`, ends the open rows it did not see; how many it ended. Without a running relist of
+/// `kind`, nothing.
+pub(crate) fn finish(
+    conn: &Connection,
+    relists: &mut Relists,
+    kind: RelistKind,
+    at_ns: i64,
+    close: &str,
+) -> rusqlite::Result<usize> {
+    if !relists.active(kind) {
+        return Ok(0);
+    }
+    let closed = conn.prepare_cached(close)?.execute([at_ns])?;
+    end(conn, relists, kind)?;
+    Ok(closed)
+}
+
 /// Ends a relist.
 pub(crate) fn end(
     conn: &Connection,

@@ -10,6 +10,8 @@
     missing_docs
 )]
 
+pub mod prober;
+
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -103,6 +105,24 @@ impl Zone {
             .unwrap()
             .records
             .retain(|(k, _), _| *k != n);
+    }
+
+    /// What CoreDNS answers for a headless Service with one named port: A and AAAA of `owner`
+    /// from `addrs`, and its SRV name `srv` with one record per address on `port`, each
+    /// target a name under `owner` (`10-244-1-5.<owner>`) with its address in the additional
+    /// section.
+    pub fn set_service(&self, owner: &str, srv: &str, port: u16, addrs: &[&str], ttl: u32) {
+        self.set_addrs(owner, addrs, ttl);
+        let hosts: Vec<String> = addrs
+            .iter()
+            .map(|a| format!("{}.{owner}", a.replace(['.', ':'], "-")))
+            .collect();
+        let targets: Vec<(&str, u16, &str)> = hosts
+            .iter()
+            .zip(addrs)
+            .map(|(h, a)| (h.as_str(), port, *a))
+            .collect();
+        self.set_srv(srv, &targets, ttl);
     }
 
     /// (answers, additionals, rcode) for a question.

@@ -108,38 +108,10 @@ impl DnsModel {
         self.min_burst_until = Some(until);
     }
 
-    /// Which of `service`'s desired targets an answer to `probe` speaks for: A answers the
-    /// IPv4 endpoints, AAAA the IPv6 ones, SRV `_name._proto` the `ip:port` of the ports
-    /// named so. `None` (not judged): an SRV name of no port the truth knows, or SRV
-    /// answers while SRV names are not probed (their targets are not desired).
+    /// Which of `service`'s desired targets an answer to `probe` speaks for (see
+    /// [`answer_scope`]).
     pub fn scope(&self, truth: &Truth, service: &ServiceKey, probe: &ProbeName) -> Option<Scope> {
-        match probe.qtype {
-            QueryType::A => Some(Scope::Ipv4),
-            QueryType::Aaaa => Some(Scope::Ipv6),
-            QueryType::Srv if self.cfg.names.srv => {
-                let labels: Vec<String> = probe
-                    .name
-                    .iter()
-                    .take(2)
-                    .map(|l| String::from_utf8_lossy(l).to_ascii_lowercase())
-                    .collect();
-                let [port_name, proto] = labels.as_slice() else {
-                    return None;
-                };
-                let port_name = port_name.strip_prefix('_')?;
-                let proto = proto.strip_prefix('_')?;
-                let ports: BTreeSet<u16> = truth
-                    .slices_of(service)
-                    .flat_map(|s| s.ports.iter())
-                    .filter(|p| {
-                        p.name.as_deref() == Some(port_name) && protocol_label(p.protocol) == proto
-                    })
-                    .map(|p| p.port)
-                    .collect();
-                (!ports.is_empty()).then(|| Scope::Ports(ports.into_iter().collect()))
-            }
-            QueryType::Srv => None,
-        }
+        answer_scope(truth, service, probe, &self.cfg.names)
     }
 
     /// The Corefile's expected lag, if one was seen, and why it is missing otherwise.
@@ -227,38 +199,6 @@ impl DnsModel {
         self.update_lags(cx);
     }
 
-    /// The answers every DNS path should give for `key`: its endpoints' IPs (each family is
-    /// judged by its own question, see [`DnsModel::scope`]) and, with SRV probing, their
-    /// `ip:port` for every named port.
-    fn desired(&self, truth: &Truth, key: &ServiceKey) -> BTreeSet<Target> {
-        let mut desired: BTreeSet<Target> =
-            truth.dns_answers(key).into_iter().map(Target::ip).collect();
-        if self.cfg.names.srv
-            && let Some(svc) = truth.service(key)
-            && svc.headless
-        {
-            for slice in truth
-                .slices_of(key)
-                .filter(|s| s.address_type != AddressType::Fqdn)
-            {
-                let named = slice
-                    .ports
-                    .iter()
-                    .filter(|p| p.name.as_deref().is_some_and(|n| !n.is_empty()));
-                for port in named {
-                    desired.extend(
-                        slice
-                            .endpoints
-                            .iter()
-                            .filter(|e| e.ready() || svc.publish_not_ready)
-                            .map(|e| Target::socket(e.ip(), port.port)),
-                    );
-                }
-            }
-        }
-        desired
-    }
-
     fn set_desired(
         &mut self,
         cx: &mut LayerCx<'_>,
@@ -266,7 +206,7 @@ impl DnsModel {
         c: &ServiceChange,
         now: Time,
     ) {
-        let desired = self.desired(cx.truth, key);
+        let desired = desired_answers(cx.truth, key, &self.cfg.names);
         let burst = self.burst_duration();
         let change = cx.set_desired(Layer::Dns, key, desired, c.at, burst);
         if !change.events {
@@ -327,6 +267,69 @@ impl DnsModel {
             })
             .collect();
         self.outbox.push(ProbeCommand::SetPaths(probe_paths));
+    }
+}
+
+/// The answers every DNS path should give for `key`: its endpoints' IPs (each family is
+/// judged by its own question, see [`answer_scope`]) and, with SRV names probed
+/// (`names.srv`), their `ip:port` for every named port.
+pub fn desired_answers(truth: &Truth, key: &ServiceKey, names: &NameConfig) -> BTreeSet<Target> {
+    let mut desired: BTreeSet<Target> =
+        truth.dns_answers(key).into_iter().map(Target::ip).collect();
+    if names.srv
+        && let Some(svc) = truth.service(key)
+        && svc.headless
+    {
+        for slice in truth
+            .slices_of(key)
+            .filter(|s| s.address_type != AddressType::Fqdn)
+        {
+            let named = slice
+                .ports
+                .iter()
+                .filter(|p| p.name.as_deref().is_some_and(|n| !n.is_empty()));
+            for port in named {
+                desired.extend(
+                    slice
+                        .endpoints
+                        .iter()
+                        .filter(|e| e.ready() || svc.publish_not_ready)
+                        .map(|e| Target::socket(e.ip(), port.port)),
+                );
+            }
+        }
+    }
+    desired
+}
+
+/// Which of `service`'s desired targets ([`desired_answers`]) an answer to `probe` speaks
+/// for: A answers the IPv4 endpoints, AAAA the IPv6 ones, SRV `_name._proto` the `ip:port`
+/// of the ports named so. `None` (not judged): an SRV name of no port the truth knows, or
+/// SRV answers while SRV names are not probed (`names.srv` off: their targets are not
+/// desired).
+pub fn answer_scope(
+    truth: &Truth,
+    service: &ServiceKey,
+    probe: &ProbeName,
+    names: &NameConfig,
+) -> Option<Scope> {
+    match probe.qtype {
+        QueryType::A => Some(Scope::Ipv4),
+        QueryType::Aaaa => Some(Scope::Ipv6),
+        QueryType::Srv if names.srv => {
+            let (port_name, proto) = probe.srv_port()?;
+            let ports: BTreeSet<u16> = truth
+                .slices_of(service)
+                .flat_map(|s| s.ports.iter())
+                .filter(|p| {
+                    p.name.as_deref() == Some(port_name.as_str())
+                        && protocol_label(p.protocol) == proto
+                })
+                .map(|p| p.port)
+                .collect();
+            (!ports.is_empty()).then(|| Scope::Ports(ports.into_iter().collect()))
+        }
+        QueryType::Srv => None,
     }
 }
 

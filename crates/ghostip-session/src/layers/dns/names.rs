@@ -80,6 +80,24 @@ pub struct ProbeName {
     pub qtype: QueryType,
 }
 
+impl ProbeName {
+    /// An SRV name's port and protocol, its first two labels without their underscores
+    /// (`("http", "tcp")` of `_http._tcp.web.prod.svc.cluster.local.`), lower-cased; `None`
+    /// for an A or AAAA name, or an SRV name not of that form.
+    pub fn srv_port(&self) -> Option<(String, String)> {
+        if self.qtype != QueryType::Srv {
+            return None;
+        }
+        let mut labels = self
+            .name
+            .iter()
+            .map(|l| String::from_utf8_lossy(l).to_ascii_lowercase());
+        let port = labels.next()?.strip_prefix('_')?.to_string();
+        let proto = labels.next()?.strip_prefix('_')?.to_string();
+        Some((port, proto))
+    }
+}
+
 impl fmt::Display for ProbeName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.qtype, self.name)
@@ -233,5 +251,21 @@ mod tests {
         let n = service_a_name(&key, &NameConfig::default()).unwrap();
         assert_eq!(n.qtype, QueryType::A);
         assert_eq!(n.name.to_ascii(), "kube-dns.kube-system.svc.cluster.local.");
+    }
+
+    /// An SRV name gives its port and protocol; an A name, or an SRV name without the
+    /// underscored labels, none.
+    #[test]
+    fn the_port_and_protocol_of_an_srv_name() {
+        let probe = |name: &str, qtype| ProbeName {
+            name: Name::from_ascii(name).unwrap(),
+            qtype,
+        };
+        let srv = probe("_HTTP._tcp.web.prod.svc.cluster.local.", QueryType::Srv);
+        assert_eq!(srv.srv_port(), Some(("http".into(), "tcp".into())));
+        let a = probe("_http._tcp.web.prod.svc.cluster.local.", QueryType::A);
+        assert_eq!(a.srv_port(), None);
+        let bare = probe("web.prod.svc.cluster.local.", QueryType::Srv);
+        assert_eq!(bare.srv_port(), None);
     }
 }

@@ -1,7 +1,8 @@
 //! The agent's conntrack adapter: reads the node's conntrack table over netlink within the CPU cap, feeds each complete read to the layer's pure model, and reports the stale flows.
 //!
-//! Reads are paced like the datapath's, by their own [`ReadSchedule`] and [`CostCap`]
-//! (same `--max-cpu`, `--min-audit-period`, `--max-audit-period`, `--reread-interval`,
+//! Reads are paced like the datapath's, by their own
+//! [`ReadSchedule`](crate::agent::cost::ReadSchedule) and
+//! [`CostCap`](crate::agent::cost::CostCap) (same `--max-cpu`, `--min-audit-period`, `--max-audit-period`, `--reread-interval`,
 //! `--reread-for`): after a truth change that removed an endpoint, re-reads while the
 //! path has unconverged trackings or a flow waits for its confirming read; otherwise a
 //! periodic audit whose period follows the measured cost. Each read runs on a blocking
@@ -19,21 +20,17 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use ghostip_core::{
-    FailureReason, Layer, Observation, ObservationResult, PathIdx, Protocol, ServiceKey, Target,
-    Time,
-};
+use ghostip_core::{Layer, PathIdx, Protocol, ServiceKey, Target, Time};
 use ghostip_session::layers::conntrack::{ConntrackModel, ReadOutcome, StaleFlow};
 use serde::Serialize;
-use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
 use super::super::pipeline::Pipeline;
-use super::datapath::{Outputs, cost_cap};
+use super::datapath::Outputs;
 use super::metrics::{AgentMetrics, ConntrackErrorLabels, ConntrackReadLabels, StaleFlowLabels};
+use super::reads::Reads;
 use super::status::{Printer, emit_events, lock};
 use crate::agent::conntrack_reader::{self, FlowRead, ReadError};
-use crate::agent::cost::{CostCap, ReadReason, ReadSchedule};
+use crate::agent::cost::ReadReason;
 use crate::agent::readers::{thread_cpu, thread_cpu_since};
 use crate::cli::AgentArgs;
 use crate::ledger::LedgerOp;
@@ -124,8 +121,6 @@ fn print(printer: &Printer, line: &CtLine<'_>) {
     }
 }
 
-type ReadResult = (ReadReason, Time, Result<FlowRead, ReadError>);
-
 /// A stale flow's identity across reads.
 type FlowId = (ServiceKey, Protocol, IpAddr, Option<Target>, Target);
 
@@ -137,16 +132,7 @@ fn flow_id(f: &StaleFlow) -> FlowId {
 pub(super) struct ConntrackReads {
     node: String,
     lag: Duration,
-    /// The Service failed reads are attributed to (a read has none of its own).
-    failure_service: ServiceKey,
-    cap: CostCap,
-    schedule: ReadSchedule,
-    read_tx: mpsc::Sender<ReadResult>,
-    read_rx: mpsc::Receiver<ReadResult>,
-    tasks: JoinSet<()>,
-    last_error: Option<String>,
-    timeout: Duration,
-    kill: Arc<AtomicBool>,
+    reads: Reads<Result<FlowRead, ReadError>>,
     /// Stale flows reported, to report their end.
     reported: BTreeSet<FlowId>,
 }
@@ -160,19 +146,10 @@ impl ConntrackReads {
         failure_service: ServiceKey,
         kill: Arc<AtomicBool>,
     ) -> Self {
-        let (read_tx, read_rx) = mpsc::channel(4);
         Self {
             node: node.to_string(),
             lag: args.datapath_lag,
-            failure_service,
-            cap: cost_cap(args),
-            schedule: ReadSchedule::new(args.reread_interval, args.reread_for),
-            read_tx,
-            read_rx,
-            tasks: JoinSet::new(),
-            last_error: None,
-            timeout: args.read_timeout,
-            kill,
+            reads: Reads::new(args, failure_service, kill),
             reported: BTreeSet::new(),
         }
     }
@@ -190,7 +167,7 @@ impl ConntrackReads {
             .layer_mut::<ConntrackModel>()
             .is_some_and(ConntrackModel::take_removed);
         if removed && synced {
-            self.schedule.on_change(now);
+            self.reads.schedule.on_change(now);
         }
     }
 
@@ -200,26 +177,19 @@ impl ConntrackReads {
             return;
         };
         let busy = model.unconverged(&p.session.engine) || model.pending();
-        if synced
-            && let Some(reason) = self.schedule.due(now, busy)
-            && self.cap.may_read(now)
-        {
-            self.schedule.started(now);
+        if let Some(reason) = self.reads.begin(now, synced, busy) {
             let clients = model.client_ips();
-            let tx = self.read_tx.clone();
-            let timeout = self.timeout;
-            let kill = Arc::clone(&self.kill);
-            self.tasks.spawn_blocking(move || {
-                let r = conntrack_reader::read_flows(clients, timeout, &kill);
-                let _ = tx.blocking_send((reason, now, r));
+            let timeout = self.reads.timeout;
+            let kill = Arc::clone(&self.reads.kill);
+            self.reads.spawn_blocking(reason, now, move || {
+                conntrack_reader::read_flows(clients, timeout, &kill)
             });
         }
-        while self.tasks.try_join_next().is_some() {}
     }
 
     /// Feeds the reads that finished to the model, the ledger, the metrics and `/status`.
     pub async fn finish_reads(&mut self, p: &mut Pipeline, out: &Outputs<'_>, now: Time) {
-        while let Ok((reason, started, result)) = self.read_rx.try_recv() {
+        while let Some((reason, started, result)) = self.reads.next() {
             match result {
                 Ok(read) => self.read_done(p, out, reason, started, read, now).await,
                 Err(ReadError::Cancelled) => {}
@@ -259,9 +229,9 @@ impl ConntrackReads {
         let join_cpu = thread_cpu_since(before);
         let s = &read.stats;
         let cost = s.dump_cpu + s.parse_cpu + join_cpu;
-        self.cap.record(now, cost);
-        let period = self.cap.audit_period();
-        self.schedule.finished(now, period);
+        self.reads.cap.record(now, cost);
+        let period = self.reads.cap.audit_period();
+        self.reads.schedule.finished(now, period);
         self.record(p, out, &outcome).await;
         emit_events(out.printer, p, &actions.events);
         p.act(actions).await;
@@ -282,7 +252,7 @@ impl ConntrackReads {
             withheld: outcome.withheld,
             skipped_unknown: s.skipped_unknown,
         };
-        if self.last_error.take().is_some() {
+        if self.reads.recovered() {
             tracing::info!(node = %self.node, "conntrack readable again");
         }
         let (stale, unconfirmed) = self.report_flows(p, out);
@@ -317,7 +287,7 @@ impl ConntrackReads {
                 view,
                 stale,
                 unconfirmed,
-                totals: self.cap.totals(),
+                totals: self.reads.cap.totals(),
                 period,
             },
         );
@@ -392,14 +362,14 @@ impl ConntrackReads {
     async fn read_failed(&mut self, p: &mut Pipeline, out: &Outputs<'_>, e: &ReadError, now: Time) {
         let unreadable = e.is_unreadable();
         let period = if unreadable {
-            self.cap.config().max_period
+            self.reads.cap.config().max_period
         } else {
-            self.cap.audit_period()
+            self.reads.cap.audit_period()
         };
-        self.schedule.finished(now, period);
+        self.reads.schedule.finished(now, period);
         let text = e.to_string();
         let capability = e.missing_capability();
-        if self.last_error.as_deref() != Some(text.as_str()) {
+        if self.reads.new_error(&text) {
             tracing::error!(node = %self.node, error = %text, capability = capability.unwrap_or(""), "reading conntrack failed; the other layers keep running");
             print(
                 out.printer,
@@ -408,7 +378,6 @@ impl ConntrackReads {
                     capability,
                 },
             );
-            self.last_error = Some(text.clone());
         }
         if let Some(path) = Self::path(p) {
             if unreadable {
@@ -423,23 +392,7 @@ impl ConntrackReads {
                 self.reported.clear();
             } else {
                 // One bad read: counted by the engine, never read as staleness.
-                let obs = Observation {
-                    path,
-                    service: self.failure_service.clone(),
-                    at: now,
-                    result: ObservationResult::Failed(FailureReason::Unreadable(text.clone())),
-                    latency: None,
-                };
-                let _ = p.session.observe(&obs);
-                if let Some(info) = p.session.engine.path(path) {
-                    let _ = out
-                        .ledger
-                        .send(LedgerOp::Observation {
-                            path: info.clone(),
-                            observation: obs,
-                        })
-                        .await;
-                }
+                self.reads.observe_failure(p, out, path, now, &text).await;
             }
         }
         publish_error(&self.node, out.metrics, &mut lock(out.status).conntrack, e);
@@ -447,7 +400,7 @@ impl ConntrackReads {
 
     /// Stops reads in flight.
     pub fn shutdown(&mut self) {
-        self.tasks.abort_all();
+        self.reads.shutdown();
     }
 }
 

@@ -9,18 +9,17 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use ghostip_core::{FailureReason, Observation, ObservationResult, PathInfo, ServiceKey, Time};
-use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use ghostip_core::{PathInfo, ServiceKey, Time};
 
 use super::super::pipeline::Pipeline;
 use super::metrics::{AgentMetrics, ReadErrorLabels, ReadLabels};
+use super::reads::Reads;
 use super::status::{Line, Printer, ReadView, SharedStatus, emit_events, lock};
 use crate::agent::DatapathModel;
 use ghostip_datapath::RunsIn;
 
 use crate::agent::cilium::{CiliumTarget, read_cilium};
-use crate::agent::cost::{CostCap, CostConfig, ReadReason, ReadSchedule};
+use crate::agent::cost::{CostCap, CostConfig, ReadReason};
 use crate::agent::readers::{self, Datapath, ReadOutcome, ReaderError};
 use crate::cli::{AgentArgs, DatapathChoice};
 use crate::ledger::{LedgerOp, LedgerSender};
@@ -102,24 +101,13 @@ pub(super) async fn choose_source(
     (Some(source), None)
 }
 
-type ReadResult = (ReadReason, Time, Result<ReadOutcome, ReaderError>);
-
 /// The datapath reads of one node.
 pub(super) struct DatapathReads {
     source: Source,
     path: PathInfo,
-    /// The Service observations of a failed read are attributed to (it has none of its own).
-    failure_service: ServiceKey,
-    cap: CostCap,
-    schedule: ReadSchedule,
-    read_tx: mpsc::Sender<ReadResult>,
-    read_rx: mpsc::Receiver<ReadResult>,
-    tasks: JoinSet<()>,
-    last_error: Option<String>,
+    reads: Reads<Result<ReadOutcome, ReaderError>>,
     /// The detection read counts as the first one once the truth is synced.
     pending_first: Option<(Time, ReadOutcome)>,
-    timeout: Duration,
-    kill: Arc<AtomicBool>,
 }
 
 impl DatapathReads {
@@ -144,20 +132,11 @@ impl DatapathReads {
         let mut model = DatapathModel::new(node, idx);
         model.set_family(source.datapath().family());
         p.session.register(model);
-        let (read_tx, read_rx) = mpsc::channel(4);
         Self {
             source,
             path: info,
-            failure_service,
-            cap: cost_cap(args),
-            schedule: ReadSchedule::new(args.reread_interval, args.reread_for),
-            read_tx,
-            read_rx,
-            tasks: JoinSet::new(),
-            last_error: None,
+            reads: Reads::new(args, failure_service, kill),
             pending_first: first_read.map(|o| (Time::now(), o)),
-            timeout: args.read_timeout,
-            kill,
         }
     }
 
@@ -172,7 +151,7 @@ impl DatapathReads {
             .layer_mut::<DatapathModel>()
             .is_some_and(DatapathModel::take_changed);
         if changed && synced {
-            self.schedule.on_change(now);
+            self.reads.schedule.on_change(now);
         }
     }
 
@@ -186,10 +165,10 @@ impl DatapathReads {
     ) {
         let mut results = Vec::new();
         if synced && let Some((at, o)) = self.pending_first.take() {
-            self.schedule.started(at);
+            self.reads.schedule.started(at);
             results.push((ReadReason::Initial, at, Ok(o)));
         }
-        while let Ok(r) = self.read_rx.try_recv() {
+        while let Some(r) = self.reads.next() {
             results.push(r);
         }
         for (reason, started, result) in results {
@@ -219,9 +198,9 @@ impl DatapathReads {
         };
         let diff_cpu = readers::thread_cpu_since(before);
         // The audit's cost: the dump program, the parse and the diff.
-        self.cap.record(now, o.cpu() + diff_cpu);
-        let period = self.cap.audit_period();
-        self.schedule.finished(now, period);
+        self.reads.cap.record(now, o.cpu() + diff_cpu);
+        let period = self.reads.cap.audit_period();
+        self.reads.schedule.finished(now, period);
         for obs in model_out.recorded {
             let _ = out
                 .ledger
@@ -284,8 +263,8 @@ impl DatapathReads {
             audit_period_s: period.as_secs_f64(),
             stale_now,
         });
-        self.last_error = None;
-        let (reads, spent) = self.cap.totals();
+        self.reads.recovered();
+        let (reads, spent) = self.reads.cap.totals();
         let mut st = lock(out.status);
         st.last_read = view;
         st.audit_period_s = period.as_secs_f64();
@@ -303,8 +282,8 @@ impl DatapathReads {
         now: Time,
     ) {
         let dp = self.name();
-        let period = self.cap.audit_period();
-        self.schedule.finished(now, period);
+        let period = self.reads.cap.audit_period();
+        self.reads.schedule.finished(now, period);
         out.metrics
             .read_errors
             .get_or_create(&ReadErrorLabels {
@@ -313,34 +292,18 @@ impl DatapathReads {
             })
             .inc();
         let text = e.to_string();
-        if self.last_error.as_deref() != Some(text.as_str()) {
+        if self.reads.new_error(&text) {
             tracing::error!(datapath = dp, error = %text, capability = e.missing_capability().unwrap_or(""), "reading the datapath failed; DNS probing continues");
             out.printer.line(&Line::ReaderError {
                 datapath: dp,
                 error: text.clone(),
                 capability: e.missing_capability(),
             });
-            self.last_error = Some(text.clone());
         }
         // The datapath is unreadable: say so to the engine (counted, not stale).
-        let obs = Observation {
-            path: p
-                .session
-                .layer::<DatapathModel>()
-                .map_or(ghostip_core::PathIdx(0), DatapathModel::path),
-            service: self.failure_service.clone(),
-            at: now,
-            result: ObservationResult::Failed(FailureReason::Unreadable(text.clone())),
-            latency: None,
-        };
-        let _ = p.session.observe(&obs);
-        let _ = out
-            .ledger
-            .send(LedgerOp::Observation {
-                path: self.path.clone(),
-                observation: obs,
-            })
-            .await;
+        if let Some(path) = p.session.layer::<DatapathModel>().map(DatapathModel::path) {
+            self.reads.observe_failure(p, out, path, now, &text).await;
+        }
         let mut st = lock(out.status);
         st.datapath_error = Some(text);
         st.missing_capability = e.missing_capability().map(str::to_string);
@@ -352,26 +315,18 @@ impl DatapathReads {
             .session
             .layer::<DatapathModel>()
             .is_some_and(|m| m.unconverged(&p.session.engine));
-        if synced
-            && let Some(reason) = self.schedule.due(now, unconverged)
-            && self.cap.may_read(now)
-        {
-            self.schedule.started(now);
-            let src = self.source.clone();
-            let tx = self.read_tx.clone();
-            let timeout = self.timeout;
-            let kill = Arc::clone(&self.kill);
-            self.tasks.spawn(async move {
-                let r = src.read(timeout, kill).await;
-                let _ = tx.send((reason, now, r)).await;
-            });
+        if let Some(reason) = self.reads.begin(now, synced, unconverged) {
+            let read = self
+                .source
+                .clone()
+                .read(self.reads.timeout, Arc::clone(&self.reads.kill));
+            self.reads.spawn(reason, now, read);
         }
-        while self.tasks.try_join_next().is_some() {}
     }
 
     /// Stops reads in flight.
     pub fn shutdown(&mut self) {
-        self.tasks.abort_all();
+        self.reads.shutdown();
     }
 }
 

@@ -23,6 +23,7 @@ mod conntrack;
 mod datapath;
 mod dns_health;
 mod metrics;
+mod reads;
 mod status;
 
 use std::collections::BTreeMap;
@@ -317,24 +318,11 @@ fn report_open(p: &Pipeline, printer: &Printer, status: &SharedStatus, open_befo
 
 /// Clean shutdown within 5 s: kill readers, stop probing, flush the ledger with a deadline.
 async fn shut_down(
-    mut p: Pipeline,
+    p: Pipeline,
     writer: LedgerWriter,
     server: JoinHandle<std::io::Result<()>>,
     kill_readers: &AtomicBool,
 ) {
     kill_readers.store(true, Ordering::Relaxed);
-    p.shutdown();
-    let _ = tokio::time::timeout(Duration::from_secs(2), p.flush()).await;
-    drop(p);
-    let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
-    let closed = tokio::time::timeout(
-        Duration::from_secs(1),
-        tokio::task::spawn_blocking(move || writer.close()),
-    )
-    .await;
-    if closed.is_err() {
-        tracing::warn!(
-            "the ledger writer did not finish within the shutdown deadline; committed data is safe"
-        );
-    }
+    p.close(Duration::from_secs(2), server, writer).await;
 }
