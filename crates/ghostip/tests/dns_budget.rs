@@ -18,17 +18,14 @@ use dns_support::prober::Running;
 use ghostip::clock::{Clock, TokioClock};
 use ghostip::dns::{
     DnsAnswer, DnsPath, DnsTransport, ProbeCommand, ProbeEvent, ProbeName, ProbePath, ProbeSource,
-    ProbeStats, Prober, ProberConfig, QueryError, QueryType, ServiceNames, Transport,
+    ProberConfig, QueryError, QueryType, ServiceNames, Transport,
 };
 use ghostip_core::{
     FailureReason, HeldTarget, ObservationResult, PathIdx, PathKind, ServiceKey, Target, Time,
 };
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::Name;
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 /// One query as the transport saw it.
 #[derive(Clone, Debug)]

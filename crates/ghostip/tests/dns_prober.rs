@@ -5,20 +5,16 @@ mod dns_support;
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dns_support::prober::Running;
 use dns_support::{Behavior, CachingFront, FakeDns, TestServer, Zone, blackhole_udp, ip, name};
 use ghostip::clock::{Clock, TokioClock};
 use ghostip::dns::{
-    DnsPath, ProbeCommand, ProbeEvent, ProbeName, ProbePath, ProbeStats, Prober, ProberConfig,
-    QueryConfig, QueryType, ServiceNames, Transport,
+    DnsPath, ProbeCommand, ProbeEvent, ProbeName, ProbePath, ProberConfig, QueryConfig, QueryType,
+    ServiceNames, Transport,
 };
 use ghostip_core::{FailureReason, ObservationResult, PathIdx, PathKind, ServiceKey, Target, Time};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 const WEB: &str = "web.prod.svc.cluster.local.";
 

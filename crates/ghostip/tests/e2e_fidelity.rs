@@ -19,6 +19,9 @@
 //! while holding the lab lock.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+use std::fs::File;
+use std::path::Path;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -341,18 +344,8 @@ fn an_api_server_outage_is_a_gap_within_seconds_and_windows_keep_their_promise()
         })
     };
     // The DNS servers ghostip probes, asked by dig as well.
-    let (_, pods, _) = kubectl(&[
-        "-n",
-        "kube-system",
-        "get",
-        "pods",
-        "-l",
-        "k8s-app=kube-dns",
-        "-o",
-        "jsonpath={.items[*].status.podIP}",
-    ]);
     let mut servers = vec!["10.96.0.10".to_string()];
-    servers.extend(pods.split_whitespace().map(str::to_string));
+    servers.extend(lab_support::coredns_pod_ips());
     let dig_log = dir.path().join("dig.log");
     let mut digs = start_dig_loop(&servers, "web.demo.svc.cluster.local", 300, &dig_log);
     let started_ms = unix_ms();
