@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use ghostip::cli::{Cli, Command};
 use ghostip::commands::{self, Outcome};
+use ghostip::report::sanitize::escape_controls_keep_newlines;
 
 fn main() -> ExitCode {
     // As `ghostip`, or as `kubectl ghostip` through a file named kubectl-ghostip.
@@ -38,7 +39,12 @@ fn main() -> ExitCode {
         Ok(Outcome::Finding) => ExitCode::from(1),
         Err(e) => {
             // `ghostip: <what failed>: <cause>`, then a hint where one helps.
-            eprintln!("ghostip: {e:#}");
+            // The causes may quote a file name or a cluster object: their control characters
+            // are escaped, as in every other output.
+            eprintln!(
+                "ghostip: {}",
+                escape_controls_keep_newlines(&format!("{e:#}"))
+            );
             if let Some(hint) = commands::hint_for(&e) {
                 eprintln!("hint: {hint}");
             }

@@ -51,6 +51,8 @@ use std::io::IsTerminal as _;
 
 use ghostip_core::Time;
 
+use crate::report::sanitize::escape_controls_keep_newlines;
+
 /// Below this many columns, tables print as `key: value` lists.
 pub const PLAIN_BELOW: usize = 40;
 /// The width when stdout is not a terminal and `COLUMNS` is unset.
@@ -554,6 +556,17 @@ pub fn wrap(text: &str, w: usize, indent: usize) -> Vec<String> {
         lines.push(line);
     }
     lines.iter().map(|l| l.trim_end().to_string()).collect()
+}
+
+/// Writes a command's human output to stdout, every control character that is not one of its
+/// own line breaks escaped ([`escape_controls_keep_newlines`]): names, log excerpts and Corefile
+/// text come from outside the program, and a terminal would act on an `ESC [2J` in them. Every
+/// table and text output goes through here; JSON does not need it.
+pub fn print_text(text: &str) {
+    use std::io::Write as _;
+    let text = escape_controls_keep_newlines(text);
+    // A closed pipe (`ghostip audit | head`) is not an error worth a panic.
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
 /// Every line of `text` wrapped to the layout's width (unchanged with `-o wide`): the safety

@@ -341,3 +341,39 @@ fn the_listing_fits_the_terminal_and_wide_keeps_whole_lines() {
     let table = String::from_utf8(run("1000", "table")).unwrap();
     assert_eq!(wide, table, "wide is the listing as it is written");
 }
+
+#[test]
+fn control_characters_from_manifests_and_file_names_are_escaped() {
+    // A manifest is data from outside: a name holding `ESC [2J` would clear the reader's
+    // screen if printed as it is.
+    let text = std::fs::read_to_string(case("GIP-TERM-001-pos.yaml"))
+        .unwrap()
+        .replacen("name: worker", "name: \"work\\e[2Jer\"", 1);
+    assert!(
+        text.contains("\\e[2J"),
+        "the case names its Deployment worker"
+    );
+    let out = ghostip()
+        .args(["audit", "-f", "-"])
+        .write_stdin(text)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    assert!(!out.contains('\x1b'), "{out:?}");
+    assert!(out.contains("demo/work\\x1b[2Jer"), "{out}");
+
+    // An error quoting a file name: the same on stderr.
+    let err = ghostip()
+        .args(["audit", "-f", "/nonexistent/gone\x1b]0;pwned\x07.yaml"])
+        .assert()
+        .code(2)
+        .get_output()
+        .stderr
+        .clone();
+    let err = String::from_utf8(err).unwrap();
+    assert!(!err.contains('\x1b') && !err.contains('\x07'), "{err:?}");
+    assert!(err.contains("gone\\x1b]0;pwned\\x07.yaml"), "{err}");
+}

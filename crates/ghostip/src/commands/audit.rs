@@ -69,9 +69,8 @@ pub(super) async fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<Outco
     };
     let report = audit(&inv, &cfg);
     match g.output {
-        OutputFormat::Table | OutputFormat::Wide => print!(
-            "{}",
-            crate::printer::fit_text(&render::table(&report), &g.output.layout())
+        OutputFormat::Table | OutputFormat::Wide => crate::printer::print_text(
+            &crate::printer::fit_text(&render::table(&report), &g.output.layout()),
         ),
         OutputFormat::Json => print_json(&render::json(&report))?,
         OutputFormat::Sarif => print_json(&render::sarif(&report, env!("CARGO_PKG_VERSION")))?,

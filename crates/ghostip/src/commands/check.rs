@@ -188,18 +188,15 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
             "notes": notes,
             "findings": findings,
         }))?,
-        OutputFormat::Table | OutputFormat::Wide => print!(
-            "{}",
-            render(
-                &rows,
-                &agent_rows,
-                &node_findings,
-                &notes,
-                paths.len(),
-                services.len(),
-                &g.output.layout(),
-            )
-        ),
+        OutputFormat::Table | OutputFormat::Wide => crate::printer::print_text(&render(
+            &rows,
+            &agent_rows,
+            &node_findings,
+            &notes,
+            paths.len(),
+            services.len(),
+            &g.output.layout(),
+        )),
         OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
     }
     Ok(if findings > 0 {

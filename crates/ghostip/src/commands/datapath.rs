@@ -90,7 +90,7 @@ fn show(g: &GlobalArgs, src: &DumpSource) -> anyhow::Result<Outcome> {
                 Parsed::Lb(t) => render_lb_table(t),
                 Parsed::Conntrack(t) => render_conntrack(t, &layout),
             };
-            print!("{}", fit_text(&text, &layout));
+            crate::printer::print_text(&fit_text(&text, &layout));
         }
     }
     Ok(Outcome::Clean)
@@ -263,7 +263,7 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
                     for w in warnings(&table.skipped) {
                         text.push_str(&format!("warning: {w}\n"));
                     }
-                    print!("{}", fit_text(&text, &layout));
+                    crate::printer::print_text(&fit_text(&text, &layout));
                 }
             }
             Ok(if d.is_clean() && !d.compared_nothing() {
@@ -318,7 +318,7 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
                     for w in &warnings {
                         text.push_str(&format!("warning: {w}\n"));
                     }
-                    print!("{}", fit_text(&text, &g.output.layout()));
+                    crate::printer::print_text(&fit_text(&text, &g.output.layout()));
                 }
             }
             Ok(if r.is_clean() {

@@ -100,7 +100,7 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
         OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
         OutputFormat::Json => print_json(&explanation)?,
         OutputFormat::Table | OutputFormat::Wide => {
-            print!("{}", explanation.render_table(&g.output.layout()));
+            crate::printer::print_text(&explanation.render_table(&g.output.layout()));
         }
     }
     if let Some(e) = explanation.read_errors.first() {

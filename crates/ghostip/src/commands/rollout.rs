@@ -393,12 +393,12 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
     match g.output {
         OutputFormat::Json => print_json(&report)?,
         OutputFormat::Table | OutputFormat::Wide => {
-            print!("{}", report::render_table(&report, &g.output.layout()));
+            crate::printer::print_text(&report::render_table(&report, &g.output.layout()));
             if std::io::stdout().is_terminal() {
                 let width = crate::printer::Layout::detect(false).width;
                 let picture = report::picture::picture(&report, width);
                 if !picture.is_empty() {
-                    print!("\n{picture}");
+                    crate::printer::print_text(&format!("\n{picture}"));
                 }
             }
         }

@@ -16,10 +16,9 @@ pub(super) fn run(g: &GlobalArgs, args: WhoisArgs) -> anyhow::Result<Outcome> {
         .with_context(|| format!("looking up {}", args.ip))?;
     match g.output {
         OutputFormat::Json => print_json(&whois_json(&whois, args.ip, at))?,
-        OutputFormat::Table | OutputFormat::Wide => print!(
-            "{}",
-            render_whois_table(&whois, args.ip, at, &g.output.layout())
-        ),
+        OutputFormat::Table | OutputFormat::Wide => {
+            crate::printer::print_text(&render_whois_table(&whois, args.ip, at, &g.output.layout()))
+        }
         OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
     }
     // whois answers a question; finding no owner is not an error.

@@ -601,6 +601,21 @@ fn summarize_windows(report: &Report, windows: Vec<RolloutWindow>) -> Vec<Window
         .collect()
 }
 
+/// What follows the error table: each class with its count and meaning, then the ledger note.
+fn footer(report: &Report) -> String {
+    let mut out = String::new();
+    if !report.by_class.is_empty() {
+        out.push('\n');
+        for (c, n) in &report.by_class {
+            let _ = writeln!(out, "{:<20} {n:>6}  {}", c.as_str(), c.description());
+        }
+    }
+    if let Some(note) = report.ledger_note() {
+        let _ = write!(out, "\nWithout a ledger: {note}\n");
+    }
+    out
+}
+
 fn state_text(t: &TargetFacts) -> String {
     let mut s = format!("{} ({}", t.pod, serde_plain(&t.state));
     if let Some(since) = t.terminating_since {
@@ -684,7 +699,7 @@ impl Explanation {
                 table.add_row(row);
             }
             out.push_str(&table.render(layout));
-            out.push_str(&report.render_footer());
+            out.push_str(&footer(&report));
         }
         let known: Vec<&TargetSummary> = self.targets.iter().filter(|t| t.known).collect();
         if !known.is_empty() {
