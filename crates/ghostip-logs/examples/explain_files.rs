@@ -1,4 +1,4 @@
-//! Scans log files given on the command line and prints every failure, the stats and the table.
+//! Scans log files given on the command line and prints every failure, the stats and the table's cells (tab-separated).
 
 use std::fs::File;
 
@@ -45,6 +45,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .collect::<Vec<_>>()
         );
     }
-    println!("{}", agg.report(false).render_table());
+    let report = agg.report(false);
+    println!("{}", report.headline());
+    for row in report.table_cells() {
+        println!("{}", row.join("\t"));
+    }
     Ok(())
 }
