@@ -252,22 +252,10 @@ fn classic_kubeadm_corefile_keeps_removed_ips_for_the_ttl() {
     let db = dir.path().join("ledger.db");
     let html = dir.path().join("timeline.html");
     // Independent measurement on the same path, side by side.
-    let pods = run(lab("kubectl").args([
-        "-n",
-        "kube-system",
-        "get",
-        "pods",
-        "-l",
-        "k8s-app=kube-dns",
-        "-o",
-        "jsonpath={.items[*].status.podIP}",
-    ]))
-    .1;
-    let first_pod = pods
-        .split_whitespace()
+    let first_pod = lab_support::coredns_pod_ips()
+        .into_iter()
         .next()
-        .expect("a CoreDNS pod IP")
-        .to_string();
+        .expect("a CoreDNS pod IP");
     let digs = dig_loop(first_pod.clone(), 75);
     let started = Instant::now();
     let (code, report, err) = rollout(&db, Some(&html));

@@ -436,13 +436,13 @@ fn lab_client_log_with_the_captured_truth_history() {
     );
 }
 
-/// The shared corpus, read in place: the CLI finds exactly what the library finds, per input.
-#[test]
-fn shared_corpus_through_the_cli() {
+/// The files of the shared client-error corpus (read in place), sorted; `None` after a skip
+/// where the corpus is absent.
+fn shared_client_errors() -> Option<Vec<PathBuf>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/client-errors");
     if !dir.is_dir() {
         ghostip_testkit::env::skip(&format!("{} is absent", dir.display()));
-        return;
+        return None;
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
@@ -450,6 +450,15 @@ fn shared_corpus_through_the_cli() {
         .filter(|p| p.is_file())
         .collect();
     files.sort();
+    Some(files)
+}
+
+/// The shared corpus, read in place: the CLI finds exactly what the library finds, per input.
+#[test]
+fn shared_corpus_through_the_cli() {
+    let Some(files) = shared_client_errors() else {
+        return;
+    };
     let mut want = 0u64;
     for f in &files {
         let (failures, _) = ghostip_logs::scan_reader(
@@ -481,17 +490,9 @@ fn shared_corpus_through_the_cli() {
 /// ellipsis, port and server lists wrap after a comma; nothing is wider.
 #[test]
 fn shared_corpus_fits_80_columns_as_tables() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/client-errors");
-    if !dir.is_dir() {
-        ghostip_testkit::env::skip(&format!("{} is absent", dir.display()));
+    let Some(files) = shared_client_errors() else {
         return;
-    }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
+    };
     for f in &files {
         let out = ghostip()
             .env("COLUMNS", "80")

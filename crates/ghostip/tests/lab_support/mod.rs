@@ -203,3 +203,20 @@ pub fn web_pods() -> std::collections::BTreeMap<String, String> {
         })
         .collect()
 }
+
+/// The CoreDNS pods' IPs (`k8s-app=kube-dns` in kube-system), in the API server's order.
+pub fn coredns_pod_ips() -> Vec<String> {
+    kubectl(&[
+        "-n",
+        "kube-system",
+        "get",
+        "pods",
+        "-l",
+        "k8s-app=kube-dns",
+        "-o",
+        "jsonpath={.items[*].status.podIP}",
+    ])
+    .split_whitespace()
+    .map(str::to_string)
+    .collect()
+}
