@@ -20,13 +20,16 @@
 //!   then the middle of the name gives way to `…`; the address stays whole. Once one path of
 //!   the column is shortened, every path takes the short form.
 //! - `DETAIL`, `NOTES`, `FAILURES`, `KINDS`, `FLAGS`, `STALE`, `MISSING`, `FORMATS`, `PORTS`,
-//!   `FIRST`, `LAST`: wrapped onto more lines (a date and its time of day on two).
+//!   `FIRST`, `LAST`, `CLASS`: wrapped onto more lines (a date and its time of day on two; a
+//!   list after a comma, `terminating-target` after its hyphen).
 //! - addresses, numbers, durations and states (`IP`, `TARGET`, `SOURCE`, `BACKEND`, `SINCE`,
 //!   `WINDOW`, `STATE`, ...): never shortened.
 //! - any other column: middle ellipsis (`kube-system/cor…-krb2q`).
 //!
-//! When even the minimums do not fit, or the width is under [`PLAIN_BELOW`] columns, each
-//! row becomes a plain `key: value` list, wrapped to the width.
+//! When even the minimums do not fit, the columns a table marks [`Table::drop_to_fit`] give
+//! way first (`explain`'s `ERRORS`, which its `KINDS` repeat); when they still do not fit, or
+//! the width is under [`PLAIN_BELOW`] columns, each row becomes a plain `key: value` list,
+//! wrapped to the width.
 //!
 //! # Column headers
 //!
@@ -146,7 +149,7 @@ impl Fit {
         match header {
             "PATH" => Fit::Path,
             "DETAIL" | "NOTES" | "FAILURES" | "KINDS" | "FLAGS" | "STALE" | "MISSING"
-            | "FORMATS" | "PORTS" | "FIRST" | "LAST" => Fit::Wrap,
+            | "FORMATS" | "PORTS" | "FIRST" | "LAST" | "CLASS" => Fit::Wrap,
             "SOURCE" | "DESTINATION" | "DNAT TO" | "FRONTEND" | "BACKEND" | "DNS SERVER" => {
                 Fit::Addr
             }
@@ -154,8 +157,9 @@ impl Fit {
             "TARGET" => Fit::Target,
             "IP" | "SINCE" | "STATE" | "WHEN" | "TTL" | "CLIENT TTL" | "QUERIES" | "EXPECTED"
             | "EXPECTED LAG" | "PREDICTED" | "LEFT AT" | "LAST SEEN" | "ADDED AT"
-            | "SERVED FROM" | "ERRORS" | "PROTO" | "TIMEOUT" | "CLASS" | "UID" | "FROM"
-            | "UNTIL" => Fit::Keep,
+            | "SERVED FROM" | "ERRORS" | "PROTO" | "TIMEOUT" | "UID" | "FROM" | "UNTIL" => {
+                Fit::Keep
+            }
             _ => Fit::Name,
         }
     }
@@ -167,6 +171,7 @@ pub struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
     wide_only: Vec<String>,
+    drop_to_fit: Vec<String>,
 }
 
 impl Table {
@@ -192,6 +197,14 @@ impl Table {
     /// Columns shown only with `-o wide` (as `kubectl get -o wide` adds columns).
     pub fn wide_only(&mut self, headers: &[&str]) -> &mut Self {
         self.wide_only = headers.iter().map(|h| (*h).to_string()).collect();
+        self
+    }
+
+    /// Columns that give way, in this order, when even the other columns' minimums do not
+    /// fit the width: a column whose content another one repeats (`explain`'s `ERRORS`, the
+    /// sum of its `KINDS`). Shown whenever the table fits with them, and always with `-o wide`.
+    pub fn drop_to_fit(&mut self, headers: &[&str]) -> &mut Self {
+        self.drop_to_fit = headers.iter().map(|h| (*h).to_string()).collect();
         self
     }
 
@@ -238,13 +251,14 @@ impl Table {
                         .max()
                         .unwrap_or(0),
                     // Wrapped text keeps its words whole, up to a limit; a list such as
-                    // `9003,9004` breaks after a comma.
+                    // `9003,9004` breaks after a comma, a compound (`terminating-target`)
+                    // after its hyphen.
                     Fit::Wrap => {
                         let word = self
                             .rows
                             .iter()
                             .flat_map(|r| r[c].split([' ', '\n']))
-                            .flat_map(|w| w.split_inclusive(','))
+                            .flat_map(breaks)
                             .map(|w| w.chars().count())
                             .max()
                             .unwrap_or(0);
@@ -285,6 +299,9 @@ impl Table {
                 })
                 .collect();
             if min.iter().sum::<usize>() > avail {
+                if let Some(c) = (0..cols).find(|&c| self.drop_to_fit.contains(&self.header[c])) {
+                    return self.without(c).render(layout);
+                }
                 return self.render_plain(layout);
             }
             let mut total: usize = widths.iter().sum();
@@ -352,6 +369,21 @@ impl Table {
     }
 
     /// The table without its wide-only columns.
+    /// The table without column `c`.
+    fn without(&self, c: usize) -> Table {
+        let pick = |r: &Vec<String>| {
+            let mut r = r.clone();
+            r.remove(c);
+            r
+        };
+        Table {
+            header: pick(&self.header),
+            rows: self.rows.iter().map(pick).collect(),
+            wide_only: self.wide_only.clone(),
+            drop_to_fit: self.drop_to_fit.clone(),
+        }
+    }
+
     fn without_wide_only(&self) -> Table {
         let keep: Vec<usize> = (0..self.header.len())
             .filter(|&c| !self.wide_only.contains(&self.header[c]))
@@ -361,6 +393,7 @@ impl Table {
             header: pick(&self.header),
             rows: self.rows.iter().map(pick).collect(),
             wide_only: Vec::new(),
+            drop_to_fit: self.drop_to_fit.clone(),
         }
     }
 
@@ -502,6 +535,35 @@ pub fn abbreviate_path(desc: &str, w: usize) -> String {
     }
 }
 
+/// Whether a word may break after `head` (its characters so far): after a comma (`9003,`), or
+/// after a hyphen that follows a letter (`terminating-`, not the `2026-` of a date).
+fn break_after(head: &[char]) -> bool {
+    match head {
+        [.., ','] => true,
+        [.., before, '-'] => before.is_alphabetic(),
+        _ => false,
+    }
+}
+
+/// The pieces of `word` between the places [`break_after`] allows.
+fn breaks(word: &str) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    let mut head: Vec<char> = Vec::new();
+    for (i, c) in word.char_indices() {
+        head.push(c);
+        if break_after(&head) {
+            let end = i + c.len_utf8();
+            pieces.push(&word[start..end]);
+            start = end;
+        }
+    }
+    if start < word.len() || pieces.is_empty() {
+        pieces.push(&word[start..]);
+    }
+    pieces
+}
+
 /// `text` broken into lines of at most `w` characters at spaces (words longer than a line
 /// are cut), continuation lines indented by `indent` more than the first line's own indent.
 pub fn wrap(text: &str, w: usize, indent: usize) -> Vec<String> {
@@ -535,12 +597,13 @@ pub fn wrap(text: &str, w: usize, indent: usize) -> Vec<String> {
                 fresh = true;
                 continue;
             }
-            // A word longer than a whole line: cut it, after a comma where one fits.
+            // A word longer than a whole line: cut it, after a comma or a hyphen where one
+            // fits.
             let room = w.saturating_sub(len).max(1).min(word.len());
-            let cut = word[..room]
-                .iter()
-                .rposition(|c| *c == ',')
-                .map_or(room, |i| i + 1);
+            let cut = (1..=room)
+                .rev()
+                .find(|&i| break_after(&word[..i]))
+                .unwrap_or(room);
             let rest = word.split_off(cut);
             line.extend(&word);
             lines.push(std::mem::take(&mut line));
@@ -819,6 +882,42 @@ mod tests {
                 assert!(l.chars().count() <= w, "{w}: {l:?}");
             }
         }
+    }
+
+    #[test]
+    fn long_words_break_after_a_comma_or_a_hyphen_between_letters() {
+        assert_eq!(
+            wrap("terminating-target", 14, 0),
+            ["terminating-", "target"]
+        );
+        assert_eq!(wrap("9003,9004,9005", 10, 0), ["9003,9004,", "9005"]);
+        // A date keeps its hyphens: it is cut where the width ends, not at `2026-`.
+        assert_eq!(wrap("2026-11-30", 8, 0), ["2026-11-", "30"]);
+        assert_eq!(breaks("terminating-target"), ["terminating-", "target"]);
+        assert_eq!(breaks("2026-11-30"), ["2026-11-30"]);
+        assert_eq!(breaks("a,b"), ["a,", "b"]);
+        assert_eq!(breaks(""), [""]);
+    }
+
+    #[test]
+    fn a_column_marked_drop_to_fit_gives_way_before_the_table_becomes_lists() {
+        let mut t = Table::new();
+        t.set_header(vec!["TARGET", "CLASS", "ERRORS", "KINDS"]);
+        t.drop_to_fit(&["ERRORS"]);
+        t.add_row(vec!["10.244.1.4", "terminating-target", "17", "17 timeout"]);
+        let fits = t.render(&Layout::fixed(80));
+        assert!(
+            fits.starts_with("TARGET") && fits.contains("ERRORS"),
+            "{fits}"
+        );
+        // 10 + 12 + 6 + 7 and three gaps do not fit 40; without ERRORS they do.
+        let narrow = t.render(&Layout::fixed(40));
+        assert!(
+            narrow.starts_with("TARGET") && !narrow.contains("ERRORS"),
+            "{narrow}"
+        );
+        assert!(narrow.lines().any(|l| l.trim() == "target"), "{narrow}");
+        assert!(narrow.lines().all(|l| l.chars().count() <= 40), "{narrow}");
     }
 
     proptest::proptest! {

@@ -695,6 +695,8 @@ impl Explanation {
             let mut table = Table::new();
             table.set_header(cells.next().unwrap_or_default());
             table.wide_only(&["FORMATS"]);
+            // KINDS holds the counts per kind: at a narrow width the sum goes first.
+            table.drop_to_fit(&["ERRORS"]);
             for row in cells {
                 table.add_row(row);
             }
