@@ -19,11 +19,14 @@ use std::path::Path;
 use std::process::Command;
 
 mod lab_support;
+use lab_support::agent::{Agent, AgentOptions};
 use lab_support::{lab, lab_ready, run, start_watch, stop};
 
 use serde_json::Value;
 
 const WATCH_PORT: u16 = 19756;
+/// The port of the agent on the client's node (node-1).
+const AGENT_PORT: u16 = 19757;
 
 /// Runs the scenario; returns its exit code and its `RESULT` JSON.
 fn scenario(args: &[&str]) -> (i32, Value) {
@@ -143,6 +146,19 @@ fn a_jvm_client_keeps_calling_removed_pods_and_explain_names_each_layer() {
         &dir.path().join("watch.log"),
     );
     eprintln!("ghostip watch: ledger {}", db.display());
+    // The agent of the client's node: it reads node-1's conntrack table, and its ledger keeps
+    // the flows that outlived their endpoint.
+    let mut agent = Agent::start_with(
+        dir.path(),
+        "node-1",
+        AgentOptions {
+            port: AGENT_PORT,
+            ..AgentOptions::default()
+        },
+    );
+    agent.wait_for("synced line", std::time::Duration::from_secs(60), |v| {
+        v["event"] == "synced"
+    });
     let (code, r) = scenario(&[
         "--jvm-ttl",
         "30",
@@ -163,6 +179,9 @@ fn a_jvm_client_keeps_calling_removed_pods_and_explain_names_each_layer() {
         tail()
     );
     stop(&mut watch);
+    let (agent_exit, _) = agent.terminate();
+    assert_eq!(agent_exit, Some(0), "node-1's agent on SIGTERM");
+    let node1_db = agent.db.clone();
     if let Some(capture) = std::env::var_os("GHOSTIP_CAPTURE") {
         let capture = std::path::PathBuf::from(capture);
         std::fs::create_dir_all(&capture).unwrap();
@@ -266,6 +285,37 @@ fn a_jvm_client_keeps_calling_removed_pods_and_explain_names_each_layer() {
         classes.contains("terminating_target") || classes.contains("stale_client_cache"),
         "refusals: {classes:?}"
     );
+
+    // From the agent's ledger: the failures joined with the flows the agent saw outlive their
+    // endpoint on node-1. (Its truth is its node's: the owners of node-2's pods are the
+    // cluster ledger's to tell, so only the join is judged here.) How many failures fall
+    // inside those windows depends on when the client's pooled connections close; that the
+    // agent saw them outlive the endpoint does not.
+    let (code, z) = explain(&["--db", node1_db.to_str().unwrap()], &client_log);
+    assert_eq!(code, 1, "staleness found: exit 1");
+    let joined: Vec<&Value> = z["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t.get("agent_flows"))
+        .collect();
+    let on_flows: u64 = joined.iter().map(|j| count(&j["failures_on_flows"])).sum();
+    let resets: u64 = joined.iter().map(|j| count(&j["resets_on_flows"])).sum();
+    eprintln!(
+        "node-1's agent saw flows outlive {} removed endpoints; {on_flows} failures ({resets} resets) fell on them: {joined:?}",
+        joined.len()
+    );
+    assert!(
+        !joined.is_empty(),
+        "node-1's agent saw no flow of the client outlive a removed endpoint"
+    );
+    for j in &joined {
+        assert_eq!(j["paths"], serde_json::json!(["conntrack/node-1"]), "{j}");
+        for pod in j["former_pods"].as_array().unwrap() {
+            let pod = pod.as_str().unwrap().trim_start_matches("javademo/");
+            assert!(old.values().any(|p| p == pod), "{pod} was not removed: {j}");
+        }
+    }
     if count(&r["errors"]["timeout"]) > 0 {
         assert!(
             classes.contains("blackholed"),
