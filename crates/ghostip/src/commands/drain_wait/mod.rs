@@ -525,13 +525,46 @@ async fn headless_names(
     if !headless {
         return None;
     }
-    let name = Name::from_ascii(ServiceKey::new(ns, svc).dns_name(zone)).ok()?;
+    let ports: Vec<(String, String)> = s
+        .spec
+        .as_ref()
+        .and_then(|sp| sp.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            let name = p.name.as_deref().filter(|n| !n.is_empty())?;
+            let proto = p.protocol.as_deref().unwrap_or("TCP").to_ascii_lowercase();
+            Some((name.to_string(), proto))
+        })
+        .collect();
+    let names = probe_names(&ServiceKey::new(ns, svc).dns_name(zone), ip, &ports);
+    Some((s, names))
+}
+
+/// What drain-wait asks of a headless Service named `base`: A or AAAA by the family of `ip`
+/// (an answer of the other family says nothing of this IP), and SRV for each named port
+/// (`_http._tcp.<base>`, whose targets' addresses come in the additional section). Names
+/// that do not parse are left out.
+fn probe_names(base: &str, ip: IpAddr, named_ports: &[(String, String)]) -> Vec<ProbeName> {
     let qtype = if ip.is_ipv4() {
         QueryType::A
     } else {
         QueryType::Aaaa
     };
-    Some((s, vec![ProbeName { name, qtype }]))
+    let mut names: Vec<ProbeName> = Name::from_ascii(base)
+        .ok()
+        .map(|name| ProbeName { name, qtype })
+        .into_iter()
+        .collect();
+    for (port, proto) in named_ports {
+        if let Ok(name) = Name::from_ascii(format!("_{port}._{proto}.{base}")) {
+            names.push(ProbeName {
+                name,
+                qtype: QueryType::Srv,
+            });
+        }
+    }
+    names
 }
 
 /// Established connections to the listening ports of this network namespace.
@@ -619,4 +652,43 @@ async fn record_event(
         .await
         .map_err(|_| anyhow::anyhow!("no answer within {} ms", timeout.as_millis()))??;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_headless_service_is_asked_by_family_and_by_named_port() {
+        let base = "web.demo.svc.cluster.local.";
+        let ports = [
+            ("http".to_string(), "tcp".to_string()),
+            ("metrics".to_string(), "udp".to_string()),
+        ];
+        let asked = |ip: &str| -> Vec<String> {
+            probe_names(base, ip.parse().unwrap(), &ports)
+                .iter()
+                .map(|p| format!("{} {}", p.qtype.as_str(), p.name))
+                .collect()
+        };
+        assert_eq!(
+            asked("10.244.1.3"),
+            [
+                "A web.demo.svc.cluster.local.",
+                "SRV _http._tcp.web.demo.svc.cluster.local.",
+                "SRV _metrics._udp.web.demo.svc.cluster.local.",
+            ]
+        );
+        assert_eq!(
+            asked("fd00:10:244::3")[0],
+            "AAAA web.demo.svc.cluster.local."
+        );
+        // No named port: the address query alone.
+        assert_eq!(
+            probe_names(base, "10.244.1.3".parse().unwrap(), &[]).len(),
+            1
+        );
+    }
 }
