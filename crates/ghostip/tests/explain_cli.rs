@@ -1167,7 +1167,8 @@ fn tables_fit_the_terminal_and_wide_keeps_the_full_values() {
     // given way; `key: value` lists only at 30.
     let out = assert_fits(&explain("120", "table"), 120);
     assert!(
-        out.lines().any(|l| l.starts_with("TARGET") && l.contains("ERRORS")),
+        out.lines()
+            .any(|l| l.starts_with("TARGET") && l.contains("ERRORS")),
         "{out}"
     );
     let out = assert_fits(&explain("80", "table"), 80);
@@ -1175,10 +1176,15 @@ fn tables_fit_the_terminal_and_wide_keeps_the_full_values() {
     let header: Vec<&str> = header.map_or(vec![], |h| h.split_whitespace().collect());
     assert_eq!(
         header,
-        ["TARGET", "PORTS", "CLASS", "WINDOW", "KINDS", "FIRST", "LAST"],
+        [
+            "TARGET", "PORTS", "CLASS", "WINDOW", "KINDS", "FIRST", "LAST"
+        ],
         "{out}"
     );
-    assert!(out.contains("10.244.1.4") && out.contains("terminating-"), "{out}");
+    assert!(
+        out.contains("10.244.1.4") && out.contains("terminating-"),
+        "{out}"
+    );
     let out = assert_fits(&explain("30", "table"), 30);
     assert!(out.contains("target: "), "{out}");
     let out = assert_wider(&explain("80", "wide"), 80);
