@@ -368,31 +368,28 @@ impl Table {
         out
     }
 
-    /// The table without its wide-only columns.
     /// The table without column `c`.
     fn without(&self, c: usize) -> Table {
-        let pick = |r: &Vec<String>| {
-            let mut r = r.clone();
-            r.remove(c);
-            r
-        };
+        self.keep_columns(|i, _| i != c)
+    }
+
+    /// The table without its wide-only columns.
+    fn without_wide_only(&self) -> Table {
+        let mut t = self.keep_columns(|_, h| !self.wide_only.iter().any(|w| w == h));
+        t.wide_only.clear();
+        t
+    }
+
+    /// The table with only the columns `keep(index, header)` accepts.
+    fn keep_columns(&self, keep: impl Fn(usize, &str) -> bool) -> Table {
+        let cols: Vec<usize> = (0..self.header.len())
+            .filter(|&c| keep(c, &self.header[c]))
+            .collect();
+        let pick = |r: &Vec<String>| cols.iter().map(|&c| r[c].clone()).collect();
         Table {
             header: pick(&self.header),
             rows: self.rows.iter().map(pick).collect(),
             wide_only: self.wide_only.clone(),
-            drop_to_fit: self.drop_to_fit.clone(),
-        }
-    }
-
-    fn without_wide_only(&self) -> Table {
-        let keep: Vec<usize> = (0..self.header.len())
-            .filter(|&c| !self.wide_only.contains(&self.header[c]))
-            .collect();
-        let pick = |r: &Vec<String>| keep.iter().map(|&c| r[c].clone()).collect();
-        Table {
-            header: pick(&self.header),
-            rows: self.rows.iter().map(pick).collect(),
-            wide_only: Vec::new(),
             drop_to_fit: self.drop_to_fit.clone(),
         }
     }
