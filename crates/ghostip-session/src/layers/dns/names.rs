@@ -189,10 +189,8 @@ pub fn service_names(
             let Some(port_name) = port.name.as_deref().filter(|n| !n.is_empty()) else {
                 continue;
             };
-            let proto = protocol_label(port.protocol);
-            let srv = format!("_{port_name}._{proto}.{base}");
             names.push(ProbeName {
-                name: parse(key, &srv)?,
+                name: parse(key, &srv_name(port_name, port.protocol, &base))?,
                 qtype: QueryType::Srv,
             });
         }
@@ -220,6 +218,12 @@ pub fn sweep_names(truth: &Truth, config: &NameConfig) -> Vec<ServiceNames> {
             }
         })
         .collect()
+}
+
+/// The SRV name of a Service's named port: `_http._tcp.<base>`, `base` being the Service's
+/// own name (`web.demo.svc.cluster.local.`).
+pub fn srv_name(port_name: &str, protocol: Protocol, base: &str) -> String {
+    format!("_{port_name}._{}.{base}", protocol_label(protocol))
 }
 
 /// The protocol's label in an SRV name (`_tcp`, `_udp`, `_sctp`), without the underscore.

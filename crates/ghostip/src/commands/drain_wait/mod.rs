@@ -29,10 +29,11 @@ use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use ghostip_core::truth::ServicePort;
 use ghostip_core::{PathIdx, ServiceKey, Time};
 use ghostip_datapath::socket_table::SocketTable;
 use ghostip_session::drain::{Decision, DrainConfig, DrainModel, LayerView, Release};
-use ghostip_session::layers::dns::names::{ProbeName, QueryType};
+use ghostip_session::layers::dns::names::{ProbeName, QueryType, srv_name};
 use ghostip_session::layers::dns::probe::{ProbeCommand, ProbePath};
 use hickory_proto::rr::Name;
 use k8s_openapi::api::core::v1::{Event, ObjectReference, Pod, Service};
@@ -502,8 +503,8 @@ fn audit_budget(corefiles: &[String], service: &Service, zone: &str) -> Option<(
     ))
 }
 
-/// The DNS names of a headless Service the IP belongs to (A or AAAA by its family), with
-/// the Service.
+/// The DNS names of a headless Service the IP belongs to ([`probe_names`]), with the
+/// Service; `None` for a Service that is not headless or cannot be read.
 async fn headless_names(
     conn: &Connection,
     ns: &str,
@@ -517,54 +518,37 @@ async fn headless_names(
         .await
         .ok()?
         .ok()??;
-    let headless = s
-        .spec
-        .as_ref()
-        .and_then(|sp| sp.cluster_ip.as_deref())
-        .is_some_and(|c| c == "None");
-    if !headless {
+    let record = crate::kube::convert::service_record(&s).ok()?;
+    if !record.headless {
         return None;
     }
-    let ports: Vec<(String, String)> = s
-        .spec
-        .as_ref()
-        .and_then(|sp| sp.ports.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|p| {
-            let name = p.name.as_deref().filter(|n| !n.is_empty())?;
-            let proto = p.protocol.as_deref().unwrap_or("TCP").to_ascii_lowercase();
-            Some((name.to_string(), proto))
-        })
-        .collect();
-    let names = probe_names(&ServiceKey::new(ns, svc).dns_name(zone), ip, &ports);
+    let names = probe_names(&record.key.dns_name(zone), ip, &record.ports);
     Some((s, names))
 }
 
 /// What drain-wait asks of a headless Service named `base`: A or AAAA by the family of `ip`
 /// (an answer of the other family says nothing of this IP), and SRV for each named port
-/// (`_http._tcp.<base>`, whose targets' addresses come in the additional section). Names
-/// that do not parse are left out.
-fn probe_names(base: &str, ip: IpAddr, named_ports: &[(String, String)]) -> Vec<ProbeName> {
+/// (whose targets' addresses come in the additional section). Names that do not parse are
+/// left out.
+fn probe_names(base: &str, ip: IpAddr, ports: &[ServicePort]) -> Vec<ProbeName> {
     let qtype = if ip.is_ipv4() {
         QueryType::A
     } else {
         QueryType::Aaaa
     };
-    let mut names: Vec<ProbeName> = Name::from_ascii(base)
-        .ok()
-        .map(|name| ProbeName { name, qtype })
-        .into_iter()
-        .collect();
-    for (port, proto) in named_ports {
-        if let Ok(name) = Name::from_ascii(format!("_{port}._{proto}.{base}")) {
-            names.push(ProbeName {
-                name,
-                qtype: QueryType::Srv,
-            });
-        }
-    }
-    names
+    let srv = ports.iter().filter_map(|p| {
+        let port_name = p.name.as_deref().filter(|n| !n.is_empty())?;
+        Some((srv_name(port_name, p.protocol, base), QueryType::Srv))
+    });
+    std::iter::once((base.to_string(), qtype))
+        .chain(srv)
+        .filter_map(|(name, qtype)| {
+            Some(ProbeName {
+                name: Name::from_ascii(name).ok()?,
+                qtype,
+            })
+        })
+        .collect()
 }
 
 /// Established connections to the listening ports of this network namespace.
@@ -663,9 +647,16 @@ mod tests {
     #[test]
     fn a_headless_service_is_asked_by_family_and_by_named_port() {
         let base = "web.demo.svc.cluster.local.";
+        let port = |name: &str, protocol| ServicePort {
+            name: Some(name.to_string()),
+            port: 8080,
+            protocol,
+            node_port: None,
+        };
         let ports = [
-            ("http".to_string(), "tcp".to_string()),
-            ("metrics".to_string(), "udp".to_string()),
+            port("http", ghostip_core::Protocol::Tcp),
+            port("metrics", ghostip_core::Protocol::Udp),
+            port("", ghostip_core::Protocol::Tcp),
         ];
         let asked = |ip: &str| -> Vec<String> {
             probe_names(base, ip.parse().unwrap(), &ports)
