@@ -175,7 +175,10 @@ func (s *server) handleKeepAlive(c net.Conn) {
 			<-make(chan struct{})
 		}
 		line, err := r.ReadString('\n')
-		if err != nil && s.isDraining() {
+		// The drain's deadline wakes this read, but a request arriving in the
+		// same instant can still be returned by it: a line read once the drain
+		// has begun is left unanswered as well.
+		if s.isDraining() {
 			<-make(chan struct{})
 		}
 		if !isHTTPRequest(line) {
