@@ -191,6 +191,8 @@ fn a_jvm_client_keeps_calling_removed_pods_and_explain_names_each_layer() {
             (Path::new(pods_watch), "pods-watch.json"),
             (watch_log.as_path(), "watch.log"),
             (db.as_path(), "ledger.db"),
+            (node1_db.as_path(), "agent-node-1.db"),
+            (agent.out_path(), "agent-node-1.jsonl"),
         ] {
             let _ = std::fs::copy(from, capture.join(to));
         }

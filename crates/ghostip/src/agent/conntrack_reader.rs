@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use ghostip_datapath::ParseError;
 use ghostip_datapath::conntrack_netlink::{CtView, ViewDecoder};
-use ghostip_session::layers::conntrack::flows::{CollectedFlows, FlowCollector};
+use ghostip_session::layers::conntrack::flows::{CollectedFlows, FlowCollector, TcpTimeouts};
 use rustix::io::Errno;
 use rustix::net::netlink::{self, SocketAddrNetlink};
 use rustix::net::sockopt::{self, Timeout};
@@ -332,6 +332,16 @@ pub fn dump(
     Ok(stats)
 }
 
+/// The TCP conntrack timeouts of this network namespace, read before each dump (kube-proxy
+/// may change them while the agent runs); the kernel's defaults where they cannot be read.
+fn tcp_timeouts() -> TcpTimeouts {
+    let read = |name: &str| std::fs::read_to_string(format!("/proc/sys/net/netfilter/{name}")).ok();
+    TcpTimeouts::from_sysctls(
+        read("nf_conntrack_tcp_timeout_syn_sent").as_deref(),
+        read("nf_conntrack_tcp_timeout_established").as_deref(),
+    )
+}
+
 /// Dumps the table and keeps the flows sent by `clients` (this node's pod addresses),
 /// aggregated; the collector's CPU counts as parsing.
 pub fn read_flows(
@@ -339,7 +349,7 @@ pub fn read_flows(
     timeout: Duration,
     cancel: &AtomicBool,
 ) -> Result<FlowRead, ReadError> {
-    let mut collector = FlowCollector::new(clients);
+    let mut collector = FlowCollector::with_timeouts(clients, tcp_timeouts());
     let stats = dump(timeout, cancel, |v| collector.push_view(v))?;
     let before = thread_cpu();
     let flows = collector.finish();

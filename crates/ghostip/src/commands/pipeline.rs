@@ -454,6 +454,24 @@ impl Pipeline {
         }
     }
 
+    /// Brings the ledger's findings of the trackings still open (over their expected lag,
+    /// or stuck) up to now: their last observation while wrong, so a reader of the ledger
+    /// after this process ends sees how long they lasted, not when they first became
+    /// findings.
+    pub async fn record_open_findings(&self) {
+        let Some(l) = &self.ledger else { return };
+        let records: Vec<FindingRecord> = self
+            .session
+            .engine
+            .open_trackings()
+            .filter(|t| t.verdict.is_finding())
+            .filter_map(|t| self.finding(t, t.verdict == Verdict::Stuck))
+            .collect();
+        for rec in records {
+            let _ = l.send(LedgerOp::Finding(rec)).await;
+        }
+    }
+
     /// Stops background tasks.
     pub fn shutdown(&mut self) {
         self.cancel.cancel();
@@ -470,7 +488,11 @@ impl Pipeline {
         writer: LedgerWriter,
     ) {
         self.shutdown();
-        let _ = tokio::time::timeout(flush, self.flush()).await;
+        let _ = tokio::time::timeout(flush, async {
+            self.record_open_findings().await;
+            self.flush().await;
+        })
+        .await;
         drop(self);
         let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
         let closed = tokio::time::timeout(

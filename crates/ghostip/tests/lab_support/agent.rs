@@ -111,6 +111,11 @@ impl Agent {
         }
     }
 
+    /// The file its JSON lines go to.
+    pub fn out_path(&self) -> &Path {
+        &self.out
+    }
+
     /// The JSON lines written so far.
     pub fn lines(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.out)

@@ -10,6 +10,9 @@
 //! - it is not a `[DESTROY]` event;
 //! - it is UDP (any entry: a client still sends), or TCP in `ESTABLISHED` or `SYN_SENT`
 //!   (a connection that carries traffic or is being opened; closing states do not count);
+//!   a `SYN_SENT` entry only while its last SYN is at most [`SYN_SENT_LIVE_S`] old: a
+//!   client that gave up on a connect closes its socket without a packet, and the kernel
+//!   keeps the entry for its whole timeout (120 s by default) although nothing is sent;
 //! - its original source is one of the given client addresses (this node's pods). Flows
 //!   from the node itself (host-network processes, ghostip's own connect and DNS probes)
 //!   and flows that only pass through the node (a remote client's, to a pod here) are
@@ -17,6 +20,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
+use std::time::Duration;
 
 use ghostip_core::{Protocol, Target};
 use ghostip_datapath::conntrack_netlink::CtView;
@@ -52,6 +56,66 @@ pub struct FlowCounts {
     pub unreplied: u32,
     /// Longest remaining timeout among them, in seconds.
     pub max_timeout: Option<u32>,
+    /// Time since the newest packet among its TCP entries, in seconds: the state's timeout
+    /// less the remaining one (the kernel re-arms the timeout on every packet). `None` for
+    /// UDP (its timeout depends on whether a reply was ever seen).
+    pub idle_s: Option<u32>,
+}
+
+/// How long a `SYN_SENT` entry counts after its last SYN: a connect in progress sends its
+/// SYNs 1 s and 3 s after the first, so a client with a connect timeout up to 3 s is
+/// followed exactly; a longer connect waits 4 s, 8 s, … between SYNs and may drop out of
+/// one read between two of them.
+pub const SYN_SENT_LIVE_S: u32 = 3;
+
+/// The node's TCP conntrack timeouts (`net.netfilter.nf_conntrack_tcp_timeout_*`), in
+/// seconds: what a fresh packet re-arms an entry's timeout to, in each state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpTimeouts {
+    /// `nf_conntrack_tcp_timeout_syn_sent`.
+    pub syn_sent: u32,
+    /// `nf_conntrack_tcp_timeout_established` (kube-proxy sets it to 1 day by default).
+    pub established: u32,
+}
+
+impl Default for TcpTimeouts {
+    /// The kernel's defaults: 120 s and 5 days.
+    fn default() -> Self {
+        Self {
+            syn_sent: 120,
+            established: 432_000,
+        }
+    }
+}
+
+impl TcpTimeouts {
+    /// Reads them from `/proc/sys/net/netfilter` as text; a value that is missing or not a
+    /// number keeps the kernel's default.
+    pub fn from_sysctls(syn_sent: Option<&str>, established: Option<&str>) -> Self {
+        let d = Self::default();
+        let parse = |v: Option<&str>, default: u32| {
+            v.and_then(|v| v.trim().parse().ok()).unwrap_or(default)
+        };
+        Self {
+            syn_sent: parse(syn_sent, d.syn_sent),
+            established: parse(established, d.established),
+        }
+    }
+}
+
+/// The TCP states that count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TcpState {
+    SynSent,
+    Established,
+}
+
+impl Flow {
+    /// When its newest packet was sent, for a read made at `at`.
+    pub fn last_packet(&self, at: ghostip_core::Time) -> Option<ghostip_core::Time> {
+        let idle = Duration::from_secs(u64::from(self.counts.idle_s?));
+        at.checked_sub(idle).ok()
+    }
 }
 
 /// One aggregated flow.
@@ -78,6 +142,7 @@ pub struct CollectedFlows {
 #[derive(Debug, Default)]
 pub struct FlowCollector {
     clients: HashSet<IpAddr>,
+    timeouts: TcpTimeouts,
     flows: HashMap<FlowKey, FlowCounts>,
     entries: u64,
     counted: u64,
@@ -89,28 +154,28 @@ const TCP_SYN_SENT: u8 = 1;
 const IPPROTO_TCP: u8 = 6;
 const IPPROTO_UDP: u8 = 17;
 
-fn protocol(e: &CtEntry) -> Option<Protocol> {
+type Counted = Option<(Protocol, Option<TcpState>)>;
+
+fn protocol(e: &CtEntry) -> Counted {
     if e.event.as_deref() == Some("DESTROY") {
         return None;
     }
-    match e.proto.as_str() {
-        "udp" => Some(Protocol::Udp),
-        "tcp" if matches!(e.state.as_deref(), Some("ESTABLISHED" | "SYN_SENT")) => {
-            Some(Protocol::Tcp)
-        }
+    match (e.proto.as_str(), e.state.as_deref()) {
+        ("udp", _) => Some((Protocol::Udp, None)),
+        ("tcp", Some("ESTABLISHED")) => Some((Protocol::Tcp, Some(TcpState::Established))),
+        ("tcp", Some("SYN_SENT")) => Some((Protocol::Tcp, Some(TcpState::SynSent))),
         _ => None,
     }
 }
 
-fn view_protocol(v: &CtView<'_>) -> Option<Protocol> {
+fn view_protocol(v: &CtView<'_>) -> Counted {
     if v.is_destroy() {
         return None;
     }
-    match v.proto {
-        IPPROTO_UDP => Some(Protocol::Udp),
-        IPPROTO_TCP if matches!(v.tcp_state, Some(TCP_ESTABLISHED | TCP_SYN_SENT)) => {
-            Some(Protocol::Tcp)
-        }
+    match (v.proto, v.tcp_state) {
+        (IPPROTO_UDP, _) => Some((Protocol::Udp, None)),
+        (IPPROTO_TCP, Some(TCP_ESTABLISHED)) => Some((Protocol::Tcp, Some(TcpState::Established))),
+        (IPPROTO_TCP, Some(TCP_SYN_SENT)) => Some((Protocol::Tcp, Some(TcpState::SynSent))),
         _ => None,
     }
 }
@@ -124,10 +189,17 @@ fn target(ip: IpAddr, port: Option<u16>) -> Target {
 }
 
 impl FlowCollector {
-    /// A collector keeping the flows sent by `clients` (this node's pod IPs).
+    /// A collector keeping the flows sent by `clients` (this node's pod IPs), with the
+    /// kernel's default TCP timeouts.
     pub fn new(clients: impl IntoIterator<Item = IpAddr>) -> Self {
+        Self::with_timeouts(clients, TcpTimeouts::default())
+    }
+
+    /// A collector for a node whose TCP conntrack timeouts are `timeouts`.
+    pub fn with_timeouts(clients: impl IntoIterator<Item = IpAddr>, timeouts: TcpTimeouts) -> Self {
         Self {
             clients: clients.into_iter().map(|ip| ip.to_canonical()).collect(),
+            timeouts,
             ..Self::default()
         }
     }
@@ -150,16 +222,28 @@ impl FlowCollector {
 
     fn add(
         &mut self,
-        proto: Option<Protocol>,
+        counted: Counted,
         orig: &CtTuple,
         reply: &CtTuple,
         unreplied: bool,
         timeout: Option<u32>,
     ) {
         self.entries += 1;
-        let Some(proto) = proto else { return };
+        let Some((proto, state)) = counted else {
+            return;
+        };
         let client = orig.src.to_canonical();
         if !self.clients.contains(&client) {
+            return;
+        }
+        let idle = match (state, timeout) {
+            (Some(TcpState::SynSent), Some(t)) => Some(self.timeouts.syn_sent.saturating_sub(t)),
+            (Some(TcpState::Established), Some(t)) => {
+                Some(self.timeouts.established.saturating_sub(t))
+            }
+            _ => None,
+        };
+        if state == Some(TcpState::SynSent) && idle.is_some_and(|i| i > SYN_SENT_LIVE_S) {
             return;
         }
         self.counted += 1;
@@ -173,6 +257,10 @@ impl FlowCollector {
         c.entries = c.entries.saturating_add(1);
         c.unreplied = c.unreplied.saturating_add(u32::from(unreplied));
         c.max_timeout = c.max_timeout.max(timeout);
+        c.idle_s = match (c.idle_s, idle) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
 
     /// The flows, sorted by key.
@@ -244,7 +332,8 @@ icmp     1 29 src=10.244.1.10 dst=10.244.3.71 type=8 code=0 id=7 src=10.244.3.71
                     FlowCounts {
                         entries: 1,
                         unreplied: 0,
-                        max_timeout: Some(431_999)
+                        max_timeout: Some(431_999),
+                        idle_s: Some(1),
                     }
                 ),
                 (
@@ -254,7 +343,8 @@ icmp     1 29 src=10.244.1.10 dst=10.244.3.71 type=8 code=0 id=7 src=10.244.3.71
                     FlowCounts {
                         entries: 1,
                         unreplied: 1,
-                        max_timeout: Some(119)
+                        max_timeout: Some(119),
+                        idle_s: Some(1),
                     }
                 ),
                 (
@@ -264,7 +354,8 @@ icmp     1 29 src=10.244.1.10 dst=10.244.3.71 type=8 code=0 id=7 src=10.244.3.71
                     FlowCounts {
                         entries: 2,
                         unreplied: 1,
-                        max_timeout: Some(29)
+                        max_timeout: Some(29),
+                        idle_s: None,
                     }
                 ),
             ]
@@ -273,6 +364,61 @@ icmp     1 29 src=10.244.1.10 dst=10.244.3.71 type=8 code=0 id=7 src=10.244.3.71
         // The node's own address is never a client, whatever else is.
         assert!(collect(&[]).flows.is_empty());
         assert_eq!(collect(&["10.244.2.9"]).counted, 1);
+    }
+
+    /// A connect the client gave up on leaves its `SYN_SENT` entry behind for the state's
+    /// whole timeout without a packet: it counts only while its last SYN is at most
+    /// [`SYN_SENT_LIVE_S`] old, as the node's own timeout says; an idle `ESTABLISHED`
+    /// connection (a pooled one) counts however old its last packet.
+    #[test]
+    fn a_connect_the_client_gave_up_on_stops_counting() {
+        let dump = |syn_timeout: u32, est_timeout: u32| {
+            format!(
+                "tcp 6 {syn_timeout} SYN_SENT src=10.244.1.10 dst=10.244.3.72 sport=51001 dport=9000 [UNREPLIED] src=10.244.3.72 dst=10.244.1.10 sport=9000 dport=51001 mark=0 use=1\n\
+                 tcp 6 {est_timeout} ESTABLISHED src=10.244.1.10 dst=10.244.3.71 sport=51000 dport=8080 src=10.244.3.71 dst=10.244.1.10 sport=8080 dport=51000 [ASSURED] mark=0 use=1\n"
+            )
+        };
+        let collect = |text: &str, timeouts: TcpTimeouts| {
+            let mut c = FlowCollector::with_timeouts(["10.244.1.10".parse().unwrap()], timeouts);
+            for e in &ghostip_datapath::conntrack::parse_str(text)
+                .unwrap()
+                .entries
+            {
+                c.push(e);
+            }
+            c.finish()
+        };
+        let defaults = TcpTimeouts::default();
+        let c = collect(&dump(117, 400_000), defaults);
+        assert_eq!(
+            c.counted, 2,
+            "a SYN 3 s ago: the connect may still be waiting"
+        );
+        assert_eq!(c.flows[1].key.backend, sock("10.244.3.72:9000"));
+        assert_eq!(c.flows[1].counts.idle_s, Some(3));
+        assert_eq!(c.flows[0].counts.idle_s, Some(32_000));
+        let c = collect(&dump(116, 400_000), defaults);
+        assert_eq!(
+            (c.entries, c.counted),
+            (2, 1),
+            "4 s without a SYN: given up"
+        );
+        assert_eq!(c.flows[0].key.backend, sock("10.244.3.71:8080"));
+        // kube-proxy's one-day established timeout and a shorter SYN_SENT one, as the
+        // node's sysctls give them.
+        let node = TcpTimeouts::from_sysctls(Some("60\n"), Some("86400\n"));
+        assert_eq!((node.syn_sent, node.established), (60, 86_400));
+        let c = collect(&dump(58, 86_390), node);
+        assert_eq!(c.counted, 2);
+        assert_eq!(c.flows[0].counts.idle_s, Some(10));
+        let at: ghostip_core::Time = "2026-03-19T08:00:15Z".parse().unwrap();
+        assert_eq!(
+            c.flows[1].last_packet(at),
+            Some("2026-03-19T08:00:13Z".parse().unwrap())
+        );
+        assert_eq!(collect(&dump(50, 86_390), node).counted, 1);
+        // Unreadable sysctls keep the kernel's defaults.
+        assert_eq!(TcpTimeouts::from_sysctls(None, Some("x")), defaults);
     }
 
     /// The view of an entry as the netlink decoder would hand it over.

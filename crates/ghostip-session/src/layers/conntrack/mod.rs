@@ -114,6 +114,11 @@ pub struct StaleFlow {
     pub first_seen: Time,
     /// The last complete read that saw it.
     pub last_seen: Time,
+    /// When its newest packet went out, as of `last_seen` (TCP: from the entries'
+    /// remaining timeouts, to the second): when the client last sent, which reads made
+    /// once a second can only bracket.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_packet: Option<Time>,
     /// How long the flow outlived the endpoint: from `left_at` to `last_seen`.
     #[serde(
         skip_serializing_if = "Option::is_none",
@@ -452,6 +457,7 @@ impl ConntrackModel {
                         left_at,
                         first_seen: before.map_or(at, |b| b.first_seen),
                         last_seen: at,
+                        last_packet: flow.last_packet(at),
                         outlived_by,
                         entries: flow.counts.entries,
                         unreplied: flow.counts.unreplied,

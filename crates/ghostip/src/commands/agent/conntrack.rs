@@ -14,7 +14,7 @@
 //! was readable before, its path is dropped (open trackings close unjudged) until it is
 //! readable again. Every other layer keeps running.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -100,17 +100,6 @@ enum CtLine<'a> {
         #[serde(flatten)]
         flow: &'a StaleFlow,
     },
-    /// A stale flow that is gone (closed, or the endpoint's address came back).
-    #[serde(rename = "stale-flow")]
-    StaleFlowEnded {
-        change: &'a str,
-        service: String,
-        proto: Protocol,
-        client_ip: IpAddr,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        via: Option<String>,
-        target: String,
-    },
 }
 
 fn print(printer: &Printer, line: &CtLine<'_>) {
@@ -133,8 +122,8 @@ pub(super) struct ConntrackReads {
     node: String,
     lag: Duration,
     reads: Reads<Result<FlowRead, ReadError>>,
-    /// Stale flows reported, to report their end.
-    reported: BTreeSet<FlowId>,
+    /// Stale flows reported, as last seen, to report their end.
+    reported: BTreeMap<FlowId, StaleFlow>,
 }
 
 impl ConntrackReads {
@@ -150,7 +139,7 @@ impl ConntrackReads {
             node: node.to_string(),
             lag: args.datapath_lag,
             reads: Reads::new(args, failure_service, kill),
-            reported: BTreeSet::new(),
+            reported: BTreeMap::new(),
         }
     }
 
@@ -316,10 +305,13 @@ impl ConntrackReads {
         };
         let (confirmed, waiting): (Vec<&StaleFlow>, Vec<&StaleFlow>) =
             model.stale_flows().partition(|f| f.confirmed);
-        let now: BTreeSet<FlowId> = confirmed.iter().map(|f| flow_id(f)).collect();
+        let now: BTreeMap<FlowId, StaleFlow> = confirmed
+            .iter()
+            .map(|f| (flow_id(f), (*f).clone()))
+            .collect();
         for f in confirmed
             .iter()
-            .filter(|f| !self.reported.contains(&flow_id(f)))
+            .filter(|f| !self.reported.contains_key(&flow_id(f)))
         {
             tracing::warn!(
                 node = %self.node,
@@ -341,17 +333,24 @@ impl ConntrackReads {
                 },
             );
         }
-        for id in self.reported.difference(&now) {
-            tracing::info!(node = %self.node, service = %id.0, client = %id.2, target = %id.4, "conntrack: the stale flow ended");
+        for (id, f) in self
+            .reported
+            .iter()
+            .filter(|(id, _)| !now.contains_key(*id))
+        {
+            tracing::info!(
+                node = %self.node,
+                service = %id.0,
+                client = %id.2,
+                target = %id.4,
+                last_packet = f.last_packet.map(|t| t.to_string()).unwrap_or_default(),
+                "conntrack: the stale flow ended"
+            );
             print(
                 out.printer,
-                &CtLine::StaleFlowEnded {
+                &CtLine::StaleFlow {
                     change: "cleared",
-                    service: id.0.to_string(),
-                    proto: id.1,
-                    client_ip: id.2,
-                    via: id.3.map(|v| v.to_string()),
-                    target: id.4.to_string(),
+                    flow: f,
                 },
             );
         }
@@ -512,6 +511,7 @@ mod tests {
             left_at: Some(t("2026-03-19T08:00:10Z")),
             first_seen: t("2026-03-19T08:00:11Z"),
             last_seen: t("2026-03-19T08:00:15Z"),
+            last_packet: Some(t("2026-03-19T08:00:14Z")),
             outlived_by: Some(Duration::from_secs(5)),
             entries: 2,
             unreplied: 0,
@@ -619,6 +619,7 @@ mod tests {
                 "left_at": "2026-03-19T08:00:10Z",
                 "first_seen": "2026-03-19T08:00:11Z",
                 "last_seen": "2026-03-19T08:00:15Z",
+                "last_packet": "2026-03-19T08:00:14Z",
                 "outlived_by_s": 5.0,
                 "entries": 2,
                 "unreplied": 0,

@@ -492,6 +492,7 @@ mod tests {
             left_at: left_at.map(t),
             first_seen: t("2026-03-19T08:00:11Z"),
             last_seen: t("2026-03-19T08:00:15Z"),
+            last_packet: Some(t("2026-03-19T08:00:14Z")),
             outlived_by: None,
             entries: 1,
             unreplied: 0,
