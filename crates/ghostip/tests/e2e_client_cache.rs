@@ -4,8 +4,10 @@
 //! left unread) and exit. The client's log must show both kernel refusals (listener gone, IP
 //! still routed) and resets (pooled connections the exiting pod held) aimed at the removed IPs,
 //! and `ghostip explain` must name the layer and the former pod of each, from a `kubectl get pods
-//! --watch` capture and from a ledger. Without client-side caches and with a preStop longer than
-//! the DNS budget, no call fails.
+//! --watch` capture and from a ledger. The agent of the client's node reports the flows that
+//! outlive their endpoint while the client sends them, and the last packet it saw agrees with
+//! the client's own last call within 1 s. Without client-side caches and with a preStop
+//! longer than the DNS budget, no call fails and the agent reports no stale flow.
 //!
 //! Needs a running lab (`lab/up`), `lab/build podsync registry javaclient` and root; `#[ignore]`d
 //! so plain `cargo test` never touches a cluster. Run with
@@ -22,6 +24,7 @@ mod lab_support;
 use lab_support::agent::{Agent, AgentOptions};
 use lab_support::{lab, lab_ready, run, start_watch, stop};
 
+use ghostip::ledger::FindingKind;
 use serde_json::Value;
 
 const WATCH_PORT: u16 = 19756;
@@ -324,6 +327,71 @@ fn a_jvm_client_keeps_calling_removed_pods_and_explain_names_each_layer() {
             "timeouts after the pods were gone: {classes:?}"
         );
     }
+
+    // The agent reported those flows while the client still sent them, cleared each, and
+    // its last packet agrees with the client's own last call to the IP within 1 s.
+    let agreed = flows_agree_with_the_client(&agent.lines(), &r, &old);
+    assert!(
+        agreed > 0,
+        "node-1's agent reported no stale flow of the client to compare"
+    );
+}
+
+/// The agent's `stale-flow` lines against the client's own timestamps (`by_target`): every
+/// flow reported `opened` was to a removed pod IP, first seen while the client still called
+/// it, and `cleared` before the agent stopped, its last packet within 1 s of the client's
+/// last call to that IP. Returns how many flows were compared.
+fn flows_agree_with_the_client(
+    lines: &[Value],
+    r: &Value,
+    old: &BTreeMap<String, String>,
+) -> usize {
+    let ms = |v: &Value| v.as_i64().unwrap() as f64 / 1000.0;
+    let secs = |v: &Value| {
+        let t: jiff::Timestamp = v.as_str().unwrap().parse().unwrap();
+        t.as_nanosecond() as f64 / 1e9
+    };
+    let of = |change: &str| -> Vec<&Value> {
+        lines
+            .iter()
+            .filter(|l| l["event"] == "stale-flow" && l["change"] == change)
+            .collect()
+    };
+    let (opened, cleared) = (of("opened"), of("cleared"));
+    for o in &opened {
+        let target = o["target"].as_str().unwrap();
+        let ip = target.rsplit_once(':').unwrap().0;
+        assert!(
+            old.contains_key(ip),
+            "a stale flow to {target}, not a removed pod: {o}"
+        );
+        assert_eq!(o["client_pod"], "javademo/javaclient", "{o}");
+        let by = &r["by_target"][target];
+        assert!(
+            secs(&o["first_seen"]) <= ms(&by["last_call_unix_ms"]),
+            "reported after the client's last call to {target} ({by}): {o}"
+        );
+        let c = cleared
+            .iter()
+            .find(|c| c["target"] == o["target"] && c["client_ip"] == o["client_ip"])
+            .unwrap_or_else(|| panic!("the stale flow to {target} never cleared: {o}"));
+        let last_packet = secs(&c["last_packet"]);
+        let last_call = ms(&by["last_call_unix_ms"]);
+        eprintln!(
+            "stale flow to {target}: left {} · agent first saw {} · last packet {} · cleared by {} · client's last call {:.3} s after the last packet",
+            o["left_at"],
+            o["first_seen"],
+            c["last_packet"],
+            c["last_seen"],
+            last_call - last_packet
+        );
+        assert!(
+            (last_packet - last_call).abs() <= 1.0,
+            "{target}: the agent's last packet {} against the client's last call {last_call:.3}: {c}",
+            c["last_packet"]
+        );
+    }
+    opened.len()
 }
 
 #[test]
@@ -332,6 +400,18 @@ fn without_client_caches_and_a_prestop_beyond_the_dns_budget_no_call_fails() {
     if !lab_ready() {
         return;
     }
+    let dir = tempfile::tempdir().unwrap();
+    let mut agent = Agent::start_with(
+        dir.path(),
+        "node-1",
+        AgentOptions {
+            port: AGENT_PORT,
+            ..AgentOptions::default()
+        },
+    );
+    agent.wait_for("synced line", std::time::Duration::from_secs(60), |v| {
+        v["event"] == "synced"
+    });
     let (code, r) = scenario(&[
         "--jvm-ttl",
         "0",
@@ -341,9 +421,55 @@ fn without_client_caches_and_a_prestop_beyond_the_dns_budget_no_call_fails() {
         "--corefile",
         "classic",
     ]);
+    let lines = agent.lines();
+    let (agent_exit, _) = agent.terminate();
     assert_eq!(r["expect_clean"], true, "{r}");
     assert_eq!(code, 0, "{}", r["reason"]);
     assert_eq!(count(&r["failed"]), 0, "{}", r["errors"]);
+    assert_eq!(agent_exit, Some(0), "node-1's agent on SIGTERM");
+    // No false positive: the client's flows went to endpoints still listed (terminating pods
+    // that serve through their preStop) and ended before they left; the agent read the table
+    // through the rollout and reported none of them.
+    let reads: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["event"] == "conntrack-read")
+        .collect();
+    let stale: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["event"] == "stale-flow")
+        .collect();
+    let attributed = reads.iter().map(|l| count(&l["attributed"])).max();
+    eprintln!(
+        "node-1's agent: {} conntrack reads, up to {attributed:?} flows of Services in one, {} stale-flow lines",
+        reads.len(),
+        stale.len()
+    );
+    assert!(
+        attributed.is_some_and(|n| n > 0),
+        "the agent saw the client's flows to javademo/backend"
+    );
+    assert!(stale.is_empty(), "false positives: {stale:?}");
+    let findings = ghostip::ledger::Ledger::open_existing(&agent.db)
+        .unwrap()
+        .findings_since(jiff::Timestamp::UNIX_EPOCH)
+        .unwrap();
+    // Each old pod's last flows were measured closing as it left (the window from its
+    // departure to the first read without them), all within the path's expected lag.
+    let conntrack: Vec<_> = findings
+        .iter()
+        .filter(|f| f.layer == ghostip_core::Layer::Conntrack)
+        .collect();
+    let longest = conntrack.iter().filter_map(|f| f.window).max();
+    eprintln!(
+        "node-1's ledger: {} conntrack windows, the longest {longest:?}",
+        conntrack.len()
+    );
+    assert!(
+        conntrack
+            .iter()
+            .all(|f| f.verdict == "within expected lag" && f.kind == FindingKind::Stale),
+        "conntrack findings beyond the expected lag in the agent's ledger: {conntrack:?}"
+    );
     // Not vacuous: the client did call every old pod, and each left the EndpointSlice.
     for x in r["removed"].as_array().unwrap() {
         let ip = x["ip"].as_str().unwrap();
