@@ -71,6 +71,7 @@ fn setup() -> (Engine, Vec<Observation>) {
                 .map(|i| HeldTarget {
                     target: ip(s, i),
                     ttl: Some(30),
+                    last_used: None,
                 })
                 .collect();
             Observation {

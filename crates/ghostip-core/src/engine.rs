@@ -194,7 +194,9 @@ pub struct Tracking {
     pub change: Option<ChangeTime>,
     /// When the tracking was opened (t0, or the observation that found it).
     pub opened: Time,
-    /// Last observation at which the path was still wrong about this target.
+    /// Last observation at which the path was still wrong about this target; for a stale
+    /// target whose observation said when the path last used it
+    /// ([`HeldTarget::last_used`](crate::HeldTarget::last_used)), that time.
     pub last_wrong: Option<Time>,
     /// First observation after `last_wrong` at which the path was right.
     pub converged_by: Option<Time>,
@@ -913,10 +915,10 @@ impl Engine {
         }
         let holds = |t: &Target| held.iter().any(|h| h.target == *t);
         // Stale: held but not desired. Missing: desired but not held.
-        let stale_now: Vec<(Target, Option<u32>, Option<ChangeTime>)> = held
+        let stale_now: Vec<(&crate::HeldTarget, Option<ChangeTime>)> = held
             .iter()
             .filter(|h| scope.contains(&h.target) && !desired.contains(&h.target))
-            .map(|h| (h.target, h.ttl, desired.departed(&h.target)))
+            .map(|h| (h, desired.departed(&h.target)))
             .collect();
         let missing_now: Vec<(Target, Option<ChangeTime>)> = if stale_only {
             Vec::new()
@@ -931,13 +933,13 @@ impl Engine {
 
         let wrong = stale_now
             .into_iter()
-            .map(|(t, ttl, change)| (t, Discrepancy::Stale, ttl, change))
+            .map(|(h, change)| (h.target, Discrepancy::Stale, h.ttl, h.last_used, change))
             .chain(
                 missing_now
                     .into_iter()
-                    .map(|(t, change)| (t, Discrepancy::Missing, None, change)),
+                    .map(|(t, change)| (t, Discrepancy::Missing, None, None, change)),
             );
-        for (target, kind, ttl, change) in wrong {
+        for (target, kind, ttl, used, change) in wrong {
             // An answer from before the change was right to hold (or lack) the target
             // (answers can arrive after the truth event that changed it).
             if change.is_some_and(|c| c.t0 > obs.at) {
@@ -965,7 +967,11 @@ impl Engine {
                     t.predicted_expiry =
                         obs.at.checked_add(Duration::from_secs(u64::from(ttl))).ok();
                 }
-                t.last_wrong = Some(obs.at);
+                // When the layer says when it last used the target (a flow's last packet),
+                // that is when the path was last wrong; never later than the observation,
+                // never earlier than what an earlier one said.
+                let wrong_at = used.filter(|u| *u <= obs.at).unwrap_or(obs.at);
+                t.last_wrong = Some(t.last_wrong.map_or(wrong_at, |w| w.max(wrong_at)));
                 if t.converged_by.take().is_some() {
                     t.reappearances += 1;
                     events.push(EngineEvent::Reappeared(t.clone()));

@@ -426,6 +426,22 @@ pub struct HeldTarget {
     /// Remaining TTL in seconds (DNS answers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl: Option<u32>,
+    /// When the path last used the target, where the layer knows it more closely than the
+    /// observation's own time (a conntrack flow's last packet): a stale target's window
+    /// then ends there rather than at the observation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used: Option<Time>,
+}
+
+impl HeldTarget {
+    /// A target held, with no TTL and no time of last use.
+    pub fn new(target: Target) -> Self {
+        Self {
+            target,
+            ttl: None,
+            last_used: None,
+        }
+    }
 }
 
 /// Why a path could not be read.

@@ -368,7 +368,7 @@ pub fn observations(
             at,
             result: ObservationResult::Held(
                 set.into_iter()
-                    .map(|target| HeldTarget { target, ttl: None })
+                    .map(HeldTarget::new)
                     .collect(),
             ),
             latency: None,
@@ -502,6 +502,7 @@ pub fn for_each_observation(
                     held.push(HeldTarget {
                         target: table.target(b),
                         ttl: None,
+                        last_used: None,
                     });
                 }
             }

@@ -566,6 +566,7 @@ mod tests {
                     .map(|ip| HeldTarget {
                         target: Target::ip(ip.parse().unwrap()),
                         ttl: Some(ttl),
+                        last_used: None,
                     })
                     .collect(),
             ),

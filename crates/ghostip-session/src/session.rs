@@ -713,6 +713,7 @@ cluster.local:53 {
                 result: ObservationResult::Held(vec![HeldTarget {
                     target: Target::ip("10.244.2.6".parse().unwrap()),
                     ttl: Some(30),
+                    last_used: None,
                 }]),
                 latency: None,
             });

@@ -148,6 +148,7 @@ fn main() {
                 HeldTarget {
                     target: Target::ip(ip(n)),
                     ttl: Some(30),
+                    last_used: None,
                 }
             })
             .collect();

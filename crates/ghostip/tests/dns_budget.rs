@@ -519,7 +519,8 @@ async fn observations_carry_path_index_answer_time_and_failures() {
         first.observation.result,
         ObservationResult::Held(vec![HeldTarget {
             target: Target::ip(IpAddr::V4(Ipv4Addr::new(10, 244, 0, 1))),
-            ttl: Some(30)
+            ttl: Some(30),
+            last_used: None,
         }])
     );
     assert!(

@@ -46,11 +46,13 @@ async fn a_answer_carries_ips_ttls_and_rcode() {
         vec![
             HeldTarget {
                 target: Target::ip(ip("10.244.1.7")),
-                ttl: Some(30)
+                ttl: Some(30),
+                last_used: None,
             },
             HeldTarget {
                 target: Target::ip(ip("10.244.2.9")),
-                ttl: Some(30)
+                ttl: Some(30),
+                last_used: None,
             },
         ]
     );
@@ -75,7 +77,8 @@ async fn aaaa_answer_holds_ipv6_only() {
         answer.held(),
         vec![HeldTarget {
             target: Target::ip(ip("fd00::7")),
-            ttl: Some(5)
+            ttl: Some(5),
+            last_used: None,
         }]
     );
 }
@@ -112,11 +115,13 @@ async fn srv_answer_resolves_targets_from_additionals() {
         vec![
             HeldTarget {
                 target: Target::socket(ip("10.244.1.7"), 9090),
-                ttl: Some(30)
+                ttl: Some(30),
+                last_used: None,
             },
             HeldTarget {
                 target: Target::socket(ip("10.244.2.9"), 9090),
-                ttl: Some(30)
+                ttl: Some(30),
+                last_used: None,
             },
         ]
     );

@@ -330,7 +330,7 @@ fn a_jvm_client_keeps_calling_removed_pods_and_explain_names_each_layer() {
 
     // The agent reported those flows while the client still sent them, cleared each, and
     // its last packet agrees with the client's own last call to the IP within 1 s.
-    let agreed = flows_agree_with_the_client(&agent.lines(), &r, &old);
+    let agreed = flows_agree_with_the_client(&agent.lines(), &r, &old, &node1_db);
     assert!(
         agreed > 0,
         "node-1's agent reported no stale flow of the client to compare"
@@ -340,12 +340,15 @@ fn a_jvm_client_keeps_calling_removed_pods_and_explain_names_each_layer() {
 /// The agent's `stale-flow` lines against the client's own timestamps (`by_target`): every
 /// flow reported `opened` was to a removed pod IP, first seen while the client still called
 /// it, and `cleared` before the agent stopped, its last packet within 1 s of the client's
-/// last call to that IP. Returns how many flows were compared.
+/// last call to that IP, and so is the end of the window its ledger kept (what `explain`
+/// reports). Returns how many flows were compared.
 fn flows_agree_with_the_client(
     lines: &[Value],
     r: &Value,
     old: &BTreeMap<String, String>,
+    db: &Path,
 ) -> usize {
+    let ledger = ghostip::ledger::Ledger::open_existing(db).unwrap();
     let ms = |v: &Value| v.as_i64().unwrap() as f64 / 1000.0;
     let secs = |v: &Value| {
         let t: jiff::Timestamp = v.as_str().unwrap().parse().unwrap();
@@ -389,6 +392,20 @@ fn flows_agree_with_the_client(
             (last_packet - last_call).abs() <= 1.0,
             "{target}: the agent's last packet {} against the client's last call {last_call:.3}: {c}",
             c["last_packet"]
+        );
+        let kept: Vec<f64> = ledger
+            .findings_for_ip(ip.parse().unwrap())
+            .unwrap()
+            .iter()
+            .filter(|f| f.layer == ghostip_core::Layer::Conntrack)
+            .filter_map(|f| f.last_seen)
+            .map(|t| t.as_nanosecond() as f64 / 1e9)
+            .collect();
+        let ledger_end = kept.iter().copied().reduce(f64::max);
+        eprintln!("  the ledger's window for {ip} was last wrong {ledger_end:?}");
+        assert!(
+            ledger_end.is_some_and(|e| (e - last_call).abs() <= 1.0),
+            "{target}: the ledger's window ends {ledger_end:?}, the client's last call {last_call:.3}"
         );
     }
     opened.len()

@@ -1238,7 +1238,7 @@ fn failures_are_joined_with_the_flows_an_agent_saw_outlive_the_endpoint() {
             received: t(100.05),
             trigger: None,
             t0_correction: None,
-            last_seen: Some(t(107.5)),
+            last_seen: Some(t(107.0)),
             converged_by: Some(t(108.0)),
             window: Some(std::time::Duration::from_secs(8)),
             expected_lag: Some(std::time::Duration::from_secs(1)),
@@ -1271,7 +1271,8 @@ fn failures_are_joined_with_the_flows_an_agent_saw_outlive_the_endpoint() {
             .clone()
     };
     // Five failures to web-a's IP between 100.5 and 107 s, all while the flows lived (100 to
-    // 108 s), one of them a reset.
+    // the read that found them gone at 108 s), one of them a reset; their last packet went
+    // out at 107 s, 7 s after the endpoint left.
     let web_a = target("10.244.1.10");
     assert_eq!(
         web_a["agent_flows"],
@@ -1280,7 +1281,7 @@ fn failures_are_joined_with_the_flows_an_agent_saw_outlive_the_endpoint() {
             "resets_on_flows": 1,
             "paths": ["conntrack/node-1"],
             "former_pods": ["shop/web-a"],
-            "outlived_s": [8.0, 8.0],
+            "outlived_s": [7.0, 7.0],
         })
     );
     // web-b's IP: no flows were seen, nothing is claimed.
@@ -1299,7 +1300,7 @@ fn failures_are_joined_with_the_flows_an_agent_saw_outlive_the_endpoint() {
     let table = String::from_utf8(table).unwrap();
     assert!(
         table.contains(
-            "5 failure(s) (1 resets), all on flows the agent on node-1 saw outlive pod shop/web-a by 8 s"
+            "5 failure(s) (1 resets), all on flows the agent on node-1 saw outlive pod shop/web-a by 7 s"
         ),
         "{table}"
     );

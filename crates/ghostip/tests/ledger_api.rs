@@ -682,6 +682,7 @@ fn held(at: i64, ips: &[(&str, u32)]) -> Observation {
                 .map(|(a, ttl)| HeldTarget {
                     target: Target::ip(ip(a)),
                     ttl: Some(*ttl),
+                    last_used: None,
                 })
                 .collect(),
         ),

@@ -138,6 +138,7 @@ fn child(path: &Path, seed: u64) -> ! {
                         result: ObservationResult::Held(vec![HeldTarget {
                             target: Target::ip(ip(rng.below(3))),
                             ttl: Some(30),
+                            last_used: None,
                         }]),
                         latency: Some(Duration::from_micros(rng.below(5000))),
                     },

@@ -40,6 +40,7 @@ fn obs(path: PathIdx, at: Time, held: &[(Target, u32)]) -> Observation {
                 .map(|(t, ttl)| HeldTarget {
                     target: *t,
                     ttl: Some(*ttl),
+                    last_used: None,
                 })
                 .collect(),
         ),
@@ -455,10 +456,12 @@ fn datapath_targets_with_ports_compare_like_dns_ones() {
             HeldTarget {
                 target: a,
                 ttl: None,
+                last_used: None,
             },
             HeldTarget {
                 target: b,
                 ttl: None,
+                last_used: None,
             },
         ]),
         latency: None,
@@ -488,6 +491,7 @@ fn held(ts: &[Target]) -> Vec<HeldTarget> {
         .map(|t| HeldTarget {
             target: *t,
             ttl: None,
+            last_used: None,
         })
         .collect()
 }
@@ -811,6 +815,55 @@ fn a_window_is_judged_between_its_bounds_not_at_the_last_wrong_observation() {
     let tr = first_closed(&e.tick(t(50_000)));
     assert_eq!(tr.judged_window(), Duration::ZERO);
     assert_eq!(tr.verdict, Verdict::WithinExpectedLag);
+}
+
+/// A path that says when it last used a stale target (a conntrack flow's last packet) ends
+/// the window's lower bound there, not at the observation: never later than the observation,
+/// never earlier than an earlier observation said.
+#[test]
+fn a_held_targets_last_use_is_when_the_path_was_last_wrong() {
+    let (mut e, p) = synced();
+    let used = |at: i64, last_used: Option<i64>| Observation {
+        result: ObservationResult::Held(vec![
+            HeldTarget {
+                target: ip(1),
+                ttl: None,
+                last_used: last_used.map(t),
+            },
+            HeldTarget::new(ip(2)),
+            HeldTarget::new(ip(3)),
+        ]),
+        ..obs(p, t(at), &[])
+    };
+    remove_ip1_at_t0(&mut e);
+    e.observe(&Observation {
+        path: p,
+        ..used(5_000, Some(3_200))
+    });
+    let open: Vec<_> = e.open_trackings().cloned().collect();
+    assert_eq!(open[0].last_wrong, Some(t(3_200)));
+    // A later read whose newest packet is older than what was known (one flow ended):
+    // the known one stays; one from the future is the observation's time.
+    e.observe(&Observation {
+        path: p,
+        ..used(6_000, Some(2_000))
+    });
+    assert_eq!(
+        e.open_trackings().next().unwrap().last_wrong,
+        Some(t(3_200))
+    );
+    e.observe(&Observation {
+        path: p,
+        ..used(7_000, Some(9_000))
+    });
+    assert_eq!(
+        e.open_trackings().next().unwrap().last_wrong,
+        Some(t(7_000))
+    );
+    e.observe(&obs(p, t(8_000), &[(ip(2), 1), (ip(3), 1)]));
+    let tr = first_closed(&e.tick(t(40_000)));
+    assert_eq!(tr.window_lower(), Some(Duration::from_secs(7)));
+    assert_eq!(tr.window_upper(), Some(Duration::from_secs(8)));
 }
 
 /// An open tracking is over its expected lag from the first observation past lag +

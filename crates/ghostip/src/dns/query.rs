@@ -144,6 +144,7 @@ impl DnsAnswer {
                 .map(|a| HeldTarget {
                     target: Target::ip(a.ip),
                     ttl: Some(a.ttl),
+                    last_used: None,
                 })
                 .collect(),
             QueryType::Srv => self
@@ -156,6 +157,7 @@ impl DnsAnswer {
                         .map(move |a| HeldTarget {
                             target: Target::socket(a.ip, s.port),
                             ttl: Some(s.ttl),
+                            last_used: None,
                         })
                 })
                 .collect(),

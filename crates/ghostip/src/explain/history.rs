@@ -33,8 +33,12 @@ pub struct FlowWindow {
     pub former_pod: Option<String>,
     /// When the endpoint left.
     pub since: Time,
-    /// When the flows were gone (`None`: still open when the ledger was read).
+    /// When the flows were gone (`None`: still open when the ledger was read): the read
+    /// that found them gone, else the last that saw them.
     pub until: Option<Time>,
+    /// When the client last sent on them (their last packet, else the last read that saw
+    /// them).
+    pub last_used: Option<Time>,
 }
 
 impl FlowWindow {
@@ -50,6 +54,7 @@ impl FlowWindow {
                 .map(|p| format!("{}/{}", p.namespace, p.name)),
             since: f.t0,
             until: f.converged_by.or(f.last_seen),
+            last_used: f.last_seen,
         })
     }
 

@@ -125,8 +125,9 @@ pub struct AgentFlows {
     pub paths: BTreeSet<String>,
     /// The pods that held the IP.
     pub former_pods: BTreeSet<String>,
-    /// How long the flows outlived the endpoint: the shortest and longest window, seconds
-    /// (windows still open when the ledger was read are left out).
+    /// How long the flows outlived the endpoint, from its departure to their last packet:
+    /// the shortest and longest, seconds (windows still open when the ledger was read are
+    /// left out).
     pub outlived_s: Option<(f64, f64)>,
 }
 
@@ -137,8 +138,10 @@ impl AgentFlows {
         }
         let spans: Vec<f64> = flows
             .iter()
+            .filter(|w| w.until.is_some())
             .filter_map(|w| {
-                w.until
+                w.last_used
+                    .or(w.until)
                     .map(|u| u.duration_since(w.since).as_secs_f64().max(0.0))
             })
             .collect();

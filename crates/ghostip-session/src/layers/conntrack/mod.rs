@@ -27,7 +27,9 @@
 //! A Service with such an unconfirmed flow is not observed in that read, so an open
 //! tracking is neither converged nor reopened by it; the adapter reads again soon
 //! ([`ConntrackModel::pending`]). The engine then judges windows as for any path: from
-//! the endpoint's departure (t0) to the first read without a flow to it.
+//! the endpoint's departure (t0) to the first read without a flow to it; a held stale
+//! backend carries its flows' last packet ([`HeldTarget::last_used`], TCP), so the window's
+//! lower bound is when the client last sent to it, not the read that saw it.
 
 pub mod flows;
 
@@ -418,6 +420,9 @@ impl ConntrackModel {
         let mut held: BTreeMap<ServiceKey, BTreeSet<Target>> = BTreeMap::new();
         let mut unconfirmed: BTreeSet<(ServiceKey, Target)> = BTreeSet::new();
         let mut stale: BTreeMap<FlowKey, StaleFlow> = BTreeMap::new();
+        // Per (Service, stale backend): the newest last packet of its flows, when every one
+        // of them has one (TCP).
+        let mut last_used: BTreeMap<(ServiceKey, Target), Option<Time>> = BTreeMap::new();
         let mut services = Vec::new();
         for flow in &read.flows {
             let key = &flow.key;
@@ -438,6 +443,11 @@ impl ConntrackModel {
                 let confirmed = before.is_some();
                 if confirmed {
                     held.entry((*svc).clone()).or_default().insert(key.backend);
+                    let packet = flow.last_packet(at);
+                    last_used
+                        .entry(((*svc).clone(), key.backend))
+                        .and_modify(|u| *u = u.zip(packet).map(|(a, b)| a.max(b)))
+                        .or_insert(packet);
                 } else {
                     unconfirmed.insert(((*svc).clone(), key.backend));
                 }
@@ -489,16 +499,19 @@ impl ConntrackModel {
                 continue;
             }
             out.services += 1;
+            let held_targets = targets
+                .into_iter()
+                .map(|target| HeldTarget {
+                    target,
+                    ttl: None,
+                    last_used: last_used.get(&(svc.clone(), target)).copied().flatten(),
+                })
+                .collect();
             let o = Observation {
                 path,
                 service: svc,
                 at,
-                result: ObservationResult::Held(
-                    targets
-                        .into_iter()
-                        .map(|target| HeldTarget { target, ttl: None })
-                        .collect(),
-                ),
+                result: ObservationResult::Held(held_targets),
                 latency: None,
             };
             let before = cx.events().len();
