@@ -366,11 +366,7 @@ pub fn observations(
             path,
             service: key.clone(),
             at,
-            result: ObservationResult::Held(
-                set.into_iter()
-                    .map(HeldTarget::new)
-                    .collect(),
-            ),
+            result: ObservationResult::Held(set.into_iter().map(HeldTarget::new).collect()),
             latency: None,
         })
         .collect();

@@ -31,6 +31,23 @@ const WATCH_PORT: u16 = 19756;
 /// The port of the agent on the client's node (node-1).
 const AGENT_PORT: u16 = 19757;
 
+/// The agent of the client's node (node-1), synced: it reads node-1's conntrack table, and its
+/// ledger keeps the flows that outlived their endpoint.
+fn client_node_agent(dir: &Path) -> Agent {
+    let agent = Agent::start_with(
+        dir,
+        "node-1",
+        AgentOptions {
+            port: AGENT_PORT,
+            ..AgentOptions::default()
+        },
+    );
+    agent.wait_for("synced line", std::time::Duration::from_secs(60), |v| {
+        v["event"] == "synced"
+    });
+    agent
+}
+
 /// Runs the scenario; returns its exit code and its `RESULT` JSON.
 fn scenario(args: &[&str]) -> (i32, Value) {
     let (code, out, err) = run(lab("scenarios/client-cache").args(args));
@@ -149,19 +166,7 @@ fn a_jvm_client_keeps_calling_removed_pods_and_explain_names_each_layer() {
         &dir.path().join("watch.log"),
     );
     eprintln!("ghostip watch: ledger {}", db.display());
-    // The agent of the client's node: it reads node-1's conntrack table, and its ledger keeps
-    // the flows that outlived their endpoint.
-    let mut agent = Agent::start_with(
-        dir.path(),
-        "node-1",
-        AgentOptions {
-            port: AGENT_PORT,
-            ..AgentOptions::default()
-        },
-    );
-    agent.wait_for("synced line", std::time::Duration::from_secs(60), |v| {
-        v["event"] == "synced"
-    });
+    let mut agent = client_node_agent(dir.path());
     let (code, r) = scenario(&[
         "--jvm-ttl",
         "30",
@@ -418,17 +423,7 @@ fn without_client_caches_and_a_prestop_beyond_the_dns_budget_no_call_fails() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut agent = Agent::start_with(
-        dir.path(),
-        "node-1",
-        AgentOptions {
-            port: AGENT_PORT,
-            ..AgentOptions::default()
-        },
-    );
-    agent.wait_for("synced line", std::time::Duration::from_secs(60), |v| {
-        v["event"] == "synced"
-    });
+    let mut agent = client_node_agent(dir.path());
     let (code, r) = scenario(&[
         "--jvm-ttl",
         "0",

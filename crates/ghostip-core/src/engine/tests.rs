@@ -823,12 +823,12 @@ fn a_window_is_judged_between_its_bounds_not_at_the_last_wrong_observation() {
 #[test]
 fn a_held_targets_last_use_is_when_the_path_was_last_wrong() {
     let (mut e, p) = synced();
-    let used = |at: i64, last_used: Option<i64>| Observation {
+    let used = |at: i64, last_used: i64| Observation {
         result: ObservationResult::Held(vec![
             HeldTarget {
                 target: ip(1),
                 ttl: None,
-                last_used: last_used.map(t),
+                last_used: Some(t(last_used)),
             },
             HeldTarget::new(ip(2)),
             HeldTarget::new(ip(3)),
@@ -836,30 +836,18 @@ fn a_held_targets_last_use_is_when_the_path_was_last_wrong() {
         ..obs(p, t(at), &[])
     };
     remove_ip1_at_t0(&mut e);
-    e.observe(&Observation {
-        path: p,
-        ..used(5_000, Some(3_200))
-    });
-    let open: Vec<_> = e.open_trackings().cloned().collect();
-    assert_eq!(open[0].last_wrong, Some(t(3_200)));
-    // A later read whose newest packet is older than what was known (one flow ended):
-    // the known one stays; one from the future is the observation's time.
-    e.observe(&Observation {
-        path: p,
-        ..used(6_000, Some(2_000))
-    });
-    assert_eq!(
-        e.open_trackings().next().unwrap().last_wrong,
-        Some(t(3_200))
-    );
-    e.observe(&Observation {
-        path: p,
-        ..used(7_000, Some(9_000))
-    });
-    assert_eq!(
-        e.open_trackings().next().unwrap().last_wrong,
-        Some(t(7_000))
-    );
+    // (observation, its last use, last wrong after it): a first read; a later one whose
+    // newest packet is older than what was known (a flow ended) keeps the known one; one
+    // from the future is the observation's time.
+    for (at, last_used, last_wrong) in [
+        (5_000, 3_200, 3_200),
+        (6_000, 2_000, 3_200),
+        (7_000, 9_000, 7_000),
+    ] {
+        e.observe(&used(at, last_used));
+        let open = e.open_trackings().next().unwrap();
+        assert_eq!(open.last_wrong, Some(t(last_wrong)), "at {at}");
+    }
     e.observe(&obs(p, t(8_000), &[(ip(2), 1), (ip(3), 1)]));
     let tr = first_closed(&e.tick(t(40_000)));
     assert_eq!(tr.window_lower(), Some(Duration::from_secs(7)));
