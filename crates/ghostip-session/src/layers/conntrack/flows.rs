@@ -56,9 +56,11 @@ pub struct FlowCounts {
     pub unreplied: u32,
     /// Longest remaining timeout among them, in seconds.
     pub max_timeout: Option<u32>,
-    /// Time since the newest packet among its TCP entries, in seconds: the state's timeout
-    /// less the remaining one (the kernel re-arms the timeout on every packet). `None` for
-    /// UDP (its timeout depends on whether a reply was ever seen).
+    /// Time since the newest packet among its entries, in seconds: the state's timeout less
+    /// the remaining one (the kernel re-arms the timeout on every packet). `None` when one
+    /// of its entries cannot tell: UDP (its timeout depends on whether a reply was ever
+    /// seen), or an `ESTABLISHED` entry whose remaining timeout is within the shorter ones
+    /// the kernel uses for unacknowledged data or retransmissions.
     pub idle_s: Option<u32>,
 }
 
@@ -69,36 +71,57 @@ pub struct FlowCounts {
 pub const SYN_SENT_LIVE_S: u32 = 3;
 
 /// The node's TCP conntrack timeouts (`net.netfilter.nf_conntrack_tcp_timeout_*`), in
-/// seconds: what a fresh packet re-arms an entry's timeout to, in each state.
+/// seconds: what a fresh packet re-arms an entry's timeout to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TcpTimeouts {
     /// `nf_conntrack_tcp_timeout_syn_sent`.
     pub syn_sent: u32,
     /// `nf_conntrack_tcp_timeout_established` (kube-proxy sets it to 1 day by default).
     pub established: u32,
+    /// The longer of `nf_conntrack_tcp_timeout_unacknowledged` and `_max_retrans`: an
+    /// `ESTABLISHED` entry with data in flight or retransmitted is re-armed to that instead.
+    pub in_flight: u32,
 }
 
 impl Default for TcpTimeouts {
-    /// The kernel's defaults: 120 s and 5 days.
+    /// The kernel's defaults: 120 s, 5 days, 300 s.
     fn default() -> Self {
         Self {
             syn_sent: 120,
             established: 432_000,
+            in_flight: 300,
         }
     }
 }
 
 impl TcpTimeouts {
-    /// Reads them from `/proc/sys/net/netfilter` as text; a value that is missing or not a
-    /// number keeps the kernel's default.
-    pub fn from_sysctls(syn_sent: Option<&str>, established: Option<&str>) -> Self {
+    /// Reads them from the text of the sysctls under `/proc/sys/net/netfilter`, named
+    /// without their `nf_conntrack_tcp_timeout_` prefix (`syn_sent`, `established`,
+    /// `unacknowledged`, `max_retrans`); one that is missing or not a number keeps the
+    /// kernel's default.
+    pub fn from_sysctls<'a>(read: impl Fn(&str) -> Option<&'a str>) -> Self {
         let d = Self::default();
-        let parse = |v: Option<&str>, default: u32| {
-            v.and_then(|v| v.trim().parse().ok()).unwrap_or(default)
+        let get = |name: &str, default: u32| {
+            read(name)
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(default)
         };
         Self {
-            syn_sent: parse(syn_sent, d.syn_sent),
-            established: parse(established, d.established),
+            syn_sent: get("syn_sent", d.syn_sent),
+            established: get("established", d.established),
+            in_flight: get("unacknowledged", d.in_flight).max(get("max_retrans", d.in_flight)),
+        }
+    }
+
+    /// Seconds since an entry's last packet, from its state and remaining timeout, where
+    /// they tell.
+    fn idle(&self, state: TcpState, remaining: u32) -> Option<u32> {
+        match state {
+            TcpState::SynSent => Some(self.syn_sent.saturating_sub(remaining)),
+            TcpState::Established if remaining > self.in_flight => {
+                Some(self.established.saturating_sub(remaining))
+            }
+            TcpState::Established => None,
         }
     }
 }
@@ -236,13 +259,9 @@ impl FlowCollector {
         if !self.clients.contains(&client) {
             return;
         }
-        let idle = match (state, timeout) {
-            (Some(TcpState::SynSent), Some(t)) => Some(self.timeouts.syn_sent.saturating_sub(t)),
-            (Some(TcpState::Established), Some(t)) => {
-                Some(self.timeouts.established.saturating_sub(t))
-            }
-            _ => None,
-        };
+        let idle = state
+            .zip(timeout)
+            .and_then(|(state, t)| self.timeouts.idle(state, t));
         if state == Some(TcpState::SynSent) && idle.is_some_and(|i| i > SYN_SENT_LIVE_S) {
             return;
         }
@@ -254,13 +273,15 @@ impl FlowCollector {
             backend: target(reply.src, reply.sport),
         };
         let c = self.flows.entry(key).or_default();
+        // Known only when every entry of the flow tells.
+        c.idle_s = if c.entries == 0 {
+            idle
+        } else {
+            c.idle_s.zip(idle).map(|(a, b)| a.min(b))
+        };
         c.entries = c.entries.saturating_add(1);
         c.unreplied = c.unreplied.saturating_add(u32::from(unreplied));
         c.max_timeout = c.max_timeout.max(timeout);
-        c.idle_s = match (c.idle_s, idle) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
     }
 
     /// The flows, sorted by key.
@@ -406,8 +427,19 @@ icmp     1 29 src=10.244.1.10 dst=10.244.3.71 type=8 code=0 id=7 src=10.244.3.71
         assert_eq!(c.flows[0].key.backend, sock("10.244.3.71:8080"));
         // kube-proxy's one-day established timeout and a shorter SYN_SENT one, as the
         // node's sysctls give them.
-        let node = TcpTimeouts::from_sysctls(Some("60\n"), Some("86400\n"));
-        assert_eq!((node.syn_sent, node.established), (60, 86_400));
+        let sysctls = [
+            ("syn_sent", "60\n"),
+            ("established", "86400\n"),
+            ("unacknowledged", "300\n"),
+            ("max_retrans", "600\n"),
+        ];
+        let node = TcpTimeouts::from_sysctls(|name| {
+            sysctls.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+        });
+        assert_eq!(
+            (node.syn_sent, node.established, node.in_flight),
+            (60, 86_400, 600)
+        );
         let c = collect(&dump(58, 86_390), node);
         assert_eq!(c.counted, 2);
         assert_eq!(c.flows[0].counts.idle_s, Some(10));
@@ -417,8 +449,27 @@ icmp     1 29 src=10.244.1.10 dst=10.244.3.71 type=8 code=0 id=7 src=10.244.3.71
             Some("2026-03-19T08:00:13Z".parse().unwrap())
         );
         assert_eq!(collect(&dump(50, 86_390), node).counted, 1);
+        // An established connection with data in flight (a request to a dead pod) is
+        // re-armed to the shorter unacknowledged or retransmission timeout: its last packet
+        // is unknown, and so is the flow's when another entry of it is known.
+        let c = collect(&dump(58, 599), node);
+        assert_eq!(c.counted, 2, "still a live connection");
+        assert_eq!(c.flows[0].counts.idle_s, None);
+        assert_eq!(c.flows[0].last_packet(at), None);
+        let pooled = |timeout: u32, sport: u32| {
+            format!(
+                "tcp 6 {timeout} ESTABLISHED src=10.244.1.10 dst=10.244.3.71 sport={sport} dport=8080 src=10.244.3.71 dst=10.244.1.10 sport=8080 dport={sport} [ASSURED] mark=0 use=1\n"
+            )
+        };
+        let two = pooled(86_390, 51000) + &pooled(200, 51001);
+        assert_eq!(collect(&two, node).flows[0].counts.idle_s, None);
+        let two = pooled(86_390, 51000) + &pooled(86_398, 51001);
+        assert_eq!(collect(&two, node).flows[0].counts.idle_s, Some(2));
         // Unreadable sysctls keep the kernel's defaults.
-        assert_eq!(TcpTimeouts::from_sysctls(None, Some("x")), defaults);
+        assert_eq!(
+            TcpTimeouts::from_sysctls(|name| (name == "established").then_some("x")),
+            defaults
+        );
     }
 
     /// The view of an entry as the netlink decoder would hand it over.
