@@ -500,6 +500,14 @@ fn real_reads_of_a_connection_pinned_to_a_removed_pod_make_a_stale_flow() {
     assert_eq!(f.target, target("10.244.3.71:8080"));
     assert_eq!(f.former_owner.as_deref(), Some("prod/web-0"));
     assert_eq!(f.outlived_by, Some(Duration::from_secs(2)));
+    // The connection's last packet, from the kernel's timer (the reads are dated on the
+    // test's clock, the packets went out on the real one a few seconds before); the
+    // tracking was last wrong at the read that saw the connection, however idle.
+    let last_packet = f.last_packet.expect("an ESTABLISHED entry's last packet");
+    assert!(
+        last_packet <= t(12) && last_packet >= t(-18),
+        "{last_packet}"
+    );
     let open: Vec<_> = s.engine.open_trackings().collect();
     assert_eq!(open.len(), 1, "{open:#?}");
     assert_eq!(open[0].last_wrong, Some(t(12)));

@@ -36,8 +36,8 @@ pub struct FlowWindow {
     /// When the flows were gone (`None`: still open when the ledger was read): the read
     /// that found them gone, else the last that saw them.
     pub until: Option<Time>,
-    /// When the client last sent on them (their last packet, else the last read that saw
-    /// them).
+    /// When the client last held or tried them: the last read that saw them, or the last
+    /// SYN of connects only.
     pub last_used: Option<Time>,
 }
 

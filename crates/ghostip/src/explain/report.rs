@@ -125,7 +125,8 @@ pub struct AgentFlows {
     pub paths: BTreeSet<String>,
     /// The pods that held the IP.
     pub former_pods: BTreeSet<String>,
-    /// How long the flows outlived the endpoint, from its departure to their last packet:
+    /// How long the flows outlived the endpoint, from its departure to when the client last
+    /// held or tried them (the finding's `last_seen`):
     /// the shortest and longest, seconds (windows still open when the ledger was read are
     /// left out).
     pub outlived_s: Option<(f64, f64)>,

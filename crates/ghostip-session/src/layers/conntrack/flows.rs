@@ -54,6 +54,8 @@ pub struct FlowCounts {
     pub entries: u32,
     /// Of which `[UNREPLIED]` (nothing answered).
     pub unreplied: u32,
+    /// Of which TCP `SYN_SENT`: connects still being tried.
+    pub syn_sent: u32,
     /// Longest remaining timeout among them, in seconds.
     pub max_timeout: Option<u32>,
     /// Time since the newest packet among its entries, in seconds: the state's timeout less
@@ -138,6 +140,16 @@ impl Flow {
     pub fn last_packet(&self, at: ghostip_core::Time) -> Option<ghostip_core::Time> {
         let idle = Duration::from_secs(u64::from(self.counts.idle_s?));
         at.checked_sub(idle).ok()
+    }
+
+    /// When the client last tried it, where that is not `at` itself: a flow of connects
+    /// only (every entry `SYN_SENT`) was last tried at its last SYN; a flow with an
+    /// established connection is held by the client at the read, however idle.
+    pub fn last_tried(&self, at: ghostip_core::Time) -> Option<ghostip_core::Time> {
+        let c = &self.counts;
+        (c.entries > 0 && c.syn_sent == c.entries)
+            .then(|| self.last_packet(at))
+            .flatten()
     }
 }
 
@@ -281,6 +293,9 @@ impl FlowCollector {
         };
         c.entries = c.entries.saturating_add(1);
         c.unreplied = c.unreplied.saturating_add(u32::from(unreplied));
+        c.syn_sent = c
+            .syn_sent
+            .saturating_add(u32::from(state == Some(TcpState::SynSent)));
         c.max_timeout = c.max_timeout.max(timeout);
     }
 
@@ -353,6 +368,7 @@ icmp     1 29 src=10.244.1.10 dst=10.244.3.71 type=8 code=0 id=7 src=10.244.3.71
                     FlowCounts {
                         entries: 1,
                         unreplied: 0,
+                        syn_sent: 0,
                         max_timeout: Some(431_999),
                         idle_s: Some(1),
                     }
@@ -364,6 +380,7 @@ icmp     1 29 src=10.244.1.10 dst=10.244.3.71 type=8 code=0 id=7 src=10.244.3.71
                     FlowCounts {
                         entries: 1,
                         unreplied: 1,
+                        syn_sent: 1,
                         max_timeout: Some(119),
                         idle_s: Some(1),
                     }
@@ -375,6 +392,7 @@ icmp     1 29 src=10.244.1.10 dst=10.244.3.71 type=8 code=0 id=7 src=10.244.3.71
                     FlowCounts {
                         entries: 2,
                         unreplied: 1,
+                        syn_sent: 0,
                         max_timeout: Some(29),
                         idle_s: None,
                     }
@@ -448,6 +466,10 @@ icmp     1 29 src=10.244.1.10 dst=10.244.3.71 type=8 code=0 id=7 src=10.244.3.71
             c.flows[1].last_packet(at),
             Some("2026-03-19T08:00:13Z".parse().unwrap())
         );
+        // Connects only: last tried at the last SYN; an established connection is held at
+        // the read, its last packet 10 s old or not.
+        assert_eq!(c.flows[1].last_tried(at), c.flows[1].last_packet(at));
+        assert_eq!(c.flows[0].last_tried(at), None);
         assert_eq!(collect(&dump(50, 86_390), node).counted, 1);
         // An established connection with data in flight (a request to a dead pod) is
         // re-armed to the shorter unacknowledged or retransmission timeout: its last packet

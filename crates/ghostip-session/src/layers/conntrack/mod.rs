@@ -28,8 +28,9 @@
 //! tracking is neither converged nor reopened by it; the adapter reads again soon
 //! ([`ConntrackModel::pending`]). The engine then judges windows as for any path: from
 //! the endpoint's departure (t0) to the first read without a flow to it; a held stale
-//! backend carries its flows' last packet ([`HeldTarget::last_used`], TCP), so the window's
-//! lower bound is when the client last sent to it, not the read that saw it.
+//! backend that only connects go to carries their last SYN ([`HeldTarget::last_used`]), so
+//! the window's lower bound is when the client last tried it, not the read that saw it (an
+//! established connection is held at the read, however idle).
 
 pub mod flows;
 
@@ -420,8 +421,8 @@ impl ConntrackModel {
         let mut held: BTreeMap<ServiceKey, BTreeSet<Target>> = BTreeMap::new();
         let mut unconfirmed: BTreeSet<(ServiceKey, Target)> = BTreeSet::new();
         let mut stale: BTreeMap<FlowKey, StaleFlow> = BTreeMap::new();
-        // Per (Service, stale backend): the newest last packet of its flows, when every one
-        // of them has one (TCP).
+        // Per (Service, stale backend): when the client last tried it, where every flow to
+        // it is connects only (their last SYN); else the read itself.
         let mut last_used: BTreeMap<(ServiceKey, Target), Option<Time>> = BTreeMap::new();
         let mut services = Vec::new();
         for flow in &read.flows {
@@ -443,7 +444,7 @@ impl ConntrackModel {
                 let confirmed = before.is_some();
                 if confirmed {
                     held.entry((*svc).clone()).or_default().insert(key.backend);
-                    let packet = flow.last_packet(at);
+                    let packet = flow.last_tried(at);
                     last_used
                         .entry(((*svc).clone(), key.backend))
                         .and_modify(|u| *u = u.zip(packet).map(|(a, b)| a.max(b)))

@@ -350,14 +350,14 @@ fn a_pooled_connection_to_a_removed_pod_is_stale_until_it_closes() {
     let m = s.layer::<ConntrackModel>().unwrap();
     assert!(!m.pending() && m.unconverged(&s.engine));
     assert_eq!(m.stale_counts(), (1, 2));
-    // The tracking was last wrong when the client last sent, not when the table was read.
+    // An established connection is held at the read, whenever its last packet went out.
     let open: Vec<_> = s
         .engine
         .open_trackings()
         .filter(|t| t.path == path)
         .collect();
     assert_eq!(open.len(), 1);
-    assert_eq!(open[0].last_wrong, Some(t(14)));
+    assert_eq!(open[0].last_wrong, Some(t(15)));
 
     // 20 s: the client closed it. Converged; closed after the 3 s settle, over the lag.
     let (out, actions) = read(&mut s, &[WEB_FLOW_LIVE], t(20));
@@ -371,7 +371,7 @@ fn a_pooled_connection_to_a_removed_pod_is_stale_until_it_closes() {
     let events = s.tick(t(23));
     let c = closed(&events);
     assert_eq!(c.len(), 1, "{events:?}");
-    assert_eq!(c[0].window_lower(), Some(Duration::from_secs(4)));
+    assert_eq!(c[0].window_lower(), Some(Duration::from_secs(5)));
     assert_eq!(c[0].window_upper(), Some(Duration::from_secs(10)));
     assert_eq!(c[0].verdict, Verdict::OverExpectedLag);
     assert_eq!(s.engine.open_count(), 0);
