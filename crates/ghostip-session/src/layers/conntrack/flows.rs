@@ -136,9 +136,14 @@ enum TcpState {
 }
 
 impl Flow {
-    /// When its newest packet was sent, for a read made at `at`.
+    /// When its newest packet was sent, for a read made at `at`: the kernel counts the
+    /// remaining timeout in whole seconds, rounded down, so the packet went out in the
+    /// second before `at` − idle + 1 s; its middle is within half a second of the truth.
     pub fn last_packet(&self, at: ghostip_core::Time) -> Option<ghostip_core::Time> {
-        let idle = Duration::from_secs(u64::from(self.counts.idle_s?));
+        let idle = match self.counts.idle_s? {
+            0 => Duration::ZERO,
+            n => Duration::from_secs(u64::from(n)) - Duration::from_millis(500),
+        };
         at.checked_sub(idle).ok()
     }
 
@@ -464,7 +469,7 @@ icmp     1 29 src=10.244.1.10 dst=10.244.3.71 type=8 code=0 id=7 src=10.244.3.71
         let at: ghostip_core::Time = "2026-03-19T08:00:15Z".parse().unwrap();
         assert_eq!(
             c.flows[1].last_packet(at),
-            Some("2026-03-19T08:00:13Z".parse().unwrap())
+            Some("2026-03-19T08:00:13.5Z".parse().unwrap())
         );
         // Connects only: last tried at the last SYN; an established connection is held at
         // the read, its last packet 10 s old or not.

@@ -338,8 +338,9 @@ fn a_pooled_connection_to_a_removed_pod_is_stale_until_it_closes() {
             left_at: Some(t(10)),
             first_seen: t(11),
             last_seen: t(15),
-            // The newer of its two connections carried a packet 1 s before the read.
-            last_packet: Some(t(14)),
+            // The newer of its two connections carried a packet in the second before the
+            // read: its middle.
+            last_packet: Some(t(14) + Duration::from_millis(500)),
             outlived_by: Some(Duration::from_secs(5)),
             entries: 2,
             unreplied: 0,
