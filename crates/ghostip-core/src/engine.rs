@@ -967,7 +967,7 @@ impl Engine {
                     t.predicted_expiry =
                         obs.at.checked_add(Duration::from_secs(u64::from(ttl))).ok();
                 }
-                // When the layer says when it last used the target (a flow's last packet),
+                // When the layer says when it last used the target (the last SYN of connects),
                 // that is when the path was last wrong; never later than the observation,
                 // never earlier than what an earlier one said.
                 let wrong_at = used.filter(|u| *u <= obs.at).unwrap_or(obs.at);

@@ -427,8 +427,8 @@ pub struct HeldTarget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl: Option<u32>,
     /// When the path last used the target, where the layer knows it more closely than the
-    /// observation's own time (a conntrack flow's last packet): a stale target's window
-    /// then ends there rather than at the observation.
+    /// observation's own time (the last SYN of a client's connects to a removed pod): a
+    /// stale target's window then ends there rather than at the observation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_used: Option<Time>,
 }

@@ -335,18 +335,11 @@ pub fn dump(
 /// The TCP conntrack timeouts of this network namespace, read before each dump (kube-proxy
 /// may change them while the agent runs); the kernel's defaults where they cannot be read.
 fn tcp_timeouts() -> TcpTimeouts {
-    let values: Vec<(&str, String)> = ["syn_sent", "established", "unacknowledged", "max_retrans"]
-        .into_iter()
-        .filter_map(|name| {
-            let path = format!("/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_{name}");
-            Some((name, std::fs::read_to_string(path).ok()?))
-        })
-        .collect();
     TcpTimeouts::from_sysctls(|name| {
-        values
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
+        std::fs::read_to_string(format!(
+            "/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_{name}"
+        ))
+        .ok()
     })
 }
 

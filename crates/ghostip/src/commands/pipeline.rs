@@ -458,7 +458,7 @@ impl Pipeline {
     /// or stuck) up to now: their last observation while wrong, so a reader of the ledger
     /// after this process ends sees how long they lasted, not when they first became
     /// findings.
-    pub async fn record_open_findings(&self) {
+    async fn record_open_findings(&self) {
         let Some(l) = &self.ledger else { return };
         let records: Vec<FindingRecord> = self
             .session

@@ -139,7 +139,6 @@ impl AgentFlows {
         }
         let spans: Vec<f64> = flows
             .iter()
-            .filter(|w| w.until.is_some())
             .filter_map(|w| {
                 w.last_used
                     .or(w.until)

@@ -70,8 +70,8 @@ pub struct FindingRecord {
     /// `after-received`): t0 is then `received`.
     #[serde(default)]
     pub t0_correction: Option<String>,
-    /// Last observation at which the path was still wrong (a conntrack flow's last packet,
-    /// where the layer knows it).
+    /// Last observation at which the path was still wrong (for a conntrack backend only
+    /// connects went to, their last SYN).
     pub last_seen: Option<Time>,
     /// First observation after which the path was right.
     pub converged_by: Option<Time>,

@@ -101,7 +101,7 @@ impl TcpTimeouts {
     /// without their `nf_conntrack_tcp_timeout_` prefix (`syn_sent`, `established`,
     /// `unacknowledged`, `max_retrans`); one that is missing or not a number keeps the
     /// kernel's default.
-    pub fn from_sysctls<'a>(read: impl Fn(&str) -> Option<&'a str>) -> Self {
+    pub fn from_sysctls(read: impl Fn(&str) -> Option<String>) -> Self {
         let d = Self::default();
         let get = |name: &str, default: u32| {
             read(name)
@@ -152,9 +152,11 @@ impl Flow {
     /// established connection is held by the client at the read, however idle.
     pub fn last_tried(&self, at: ghostip_core::Time) -> Option<ghostip_core::Time> {
         let c = &self.counts;
-        (c.entries > 0 && c.syn_sent == c.entries)
-            .then(|| self.last_packet(at))
-            .flatten()
+        if c.entries > 0 && c.syn_sent == c.entries {
+            self.last_packet(at)
+        } else {
+            None
+        }
     }
 }
 
@@ -457,7 +459,10 @@ icmp     1 29 src=10.244.1.10 dst=10.244.3.71 type=8 code=0 id=7 src=10.244.3.71
             ("max_retrans", "600\n"),
         ];
         let node = TcpTimeouts::from_sysctls(|name| {
-            sysctls.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+            sysctls
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
         });
         assert_eq!(
             (node.syn_sent, node.established, node.in_flight),
@@ -494,7 +499,7 @@ icmp     1 29 src=10.244.1.10 dst=10.244.3.71 type=8 code=0 id=7 src=10.244.3.71
         assert_eq!(collect(&two, node).flows[0].counts.idle_s, Some(2));
         // Unreadable sysctls keep the kernel's defaults.
         assert_eq!(
-            TcpTimeouts::from_sysctls(|name| (name == "established").then_some("x")),
+            TcpTimeouts::from_sysctls(|name| (name == "established").then(|| "x".into())),
             defaults
         );
     }

@@ -118,8 +118,8 @@ pub struct StaleFlow {
     /// The last complete read that saw it.
     pub last_seen: Time,
     /// When its newest packet went out, as of `last_seen` (TCP: from the entries'
-    /// remaining timeouts, to the second): when the client last sent, which reads made
-    /// once a second can only bracket.
+    /// remaining timeouts, within half a second): when the client last sent, which reads
+    /// made once a second can only bracket.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_packet: Option<Time>,
     /// How long the flow outlived the endpoint: from `left_at` to `last_seen`.
