@@ -140,6 +140,8 @@ pub enum Release {
     LetGoWithFallback,
     /// `max_wait` was reached with layers still holding.
     Bound,
+    /// The hook was signalled (SIGTERM, SIGINT) with layers still holding.
+    Signal,
 }
 
 /// The decision after a step.

@@ -538,12 +538,14 @@ pub struct AgentArgs {
 
 /// `ghostip drain-wait`: run as the pod's `preStop` exec hook. It always exits 0 (a failing
 /// preStop hook must not make termination worse); what it waited for and why goes to one JSON
-/// line on stdout.
+/// line on stdout. Its flag values never fail the parse: a value it cannot read is named in the
+/// line's `warnings` and its default used instead ([`Given`]); an IP it cannot read is an
+/// `error` and no wait.
 #[derive(Debug, Args)]
 pub struct DrainWaitArgs {
     /// The pod's IP (the downward API's `status.podIP`).
-    #[arg(long, env = "POD_IP", value_name = "IP")]
-    pub ip: Option<std::net::IpAddr>,
+    #[arg(long, env = "POD_IP", value_name = "IP", value_parser = given(|s| s.trim().parse::<IpAddr>().map_err(|_| format!("`{s}` is not an IP address"))))]
+    pub ip: Option<Given<IpAddr>>,
     /// The pod's name, to read its grace period and to attach the result as an Event.
     #[arg(long, env = "POD_NAME", value_name = "NAME")]
     pub pod_name: Option<String>,
@@ -551,13 +553,15 @@ pub struct DrainWaitArgs {
     #[arg(long, env = "POD_NAMESPACE", value_name = "NS")]
     pub pod_namespace: Option<String>,
     /// Never wait longer than this (default: the pod's terminationGracePeriodSeconds minus
-    /// --margin, or 20 s when the pod cannot be read).
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
-    pub max_wait: Option<Duration>,
+    /// --margin, or 20 s when the pod cannot be read). A bound at or past the grace period
+    /// (the kubelet would kill the hook first) is lowered to the grace period minus --margin,
+    /// and one over 24 h without a known grace period to 20 s, with a warning.
+    #[arg(long, value_parser = given(parse_duration), value_name = "DURATION")]
+    pub max_wait: Option<Given<Duration>>,
     /// What the default --max-wait leaves of the grace period for the container's own
     /// shutdown after SIGTERM.
-    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
-    pub margin: Duration,
+    #[arg(long, default_value = "10s", value_parser = given(parse_duration), value_name = "DURATION")]
+    pub margin: Given<Duration>,
     /// Also wait until no established TCP connection to the pod's listening ports remains
     /// (pooled clients moved away), read from the pod's network namespace.
     #[arg(long)]
@@ -565,8 +569,8 @@ pub struct DrainWaitArgs {
     /// Stand-in for a layer that cannot be checked, counted from when the IP left the
     /// endpoints (default: the staleness budget `ghostip audit` computes for the pod's
     /// Service from the cluster's Corefiles, else 30 s).
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
-    pub fallback: Option<Duration>,
+    #[arg(long, value_parser = given(parse_duration), value_name = "DURATION")]
+    pub fallback: Option<Given<Duration>>,
     /// Namespace of the per-node agents asked whether their node still routes to the IP.
     #[arg(long, default_value = "ghostip-agent", value_name = "NS")]
     pub agent_namespace: String,
@@ -586,21 +590,61 @@ pub struct DrainWaitArgs {
     /// Do not ask the agents (node datapaths are then judged by the fallback).
     #[arg(long, conflicts_with = "agents")]
     pub no_agents: bool,
-    /// Global DNS query budget of this drain in queries per second; never exceeded.
-    #[arg(long, default_value_t = 20, value_name = "QPS")]
-    pub qps: u32,
-    /// Interval of DNS probes and agent polls while waiting.
-    #[arg(long, default_value = "500ms", value_parser = parse_duration, value_name = "DURATION")]
-    pub interval: Duration,
-    /// Timeout of one DNS query or agent request.
-    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
-    pub request_timeout: Duration,
+    /// Global DNS query budget of this drain in queries per second (1 to 1000); never
+    /// exceeded.
+    #[arg(long, default_value = "20", value_name = "QPS", value_parser = given(parse_drain_qps))]
+    pub qps: Given<u32>,
+    /// Interval of DNS probes and agent polls while waiting (100ms to 1m).
+    #[arg(long, default_value = "500ms", value_parser = given(|s| parse_duration_in(s, Duration::from_millis(100), Duration::from_secs(60))), value_name = "DURATION")]
+    pub interval: Given<Duration>,
+    /// Timeout of one DNS query or agent request (10ms to 30s).
+    #[arg(long, default_value = "1s", value_parser = given(parse_query_timeout), value_name = "DURATION")]
+    pub request_timeout: Given<Duration>,
     /// Cluster DNS zone.
     #[arg(long, default_value = "cluster.local", value_name = "ZONE")]
     pub zone: String,
     /// Do not record the result as an Event on the pod.
     #[arg(long)]
     pub no_event: bool,
+}
+
+/// A flag value as given: read, or kept with why it could not be. `drain-wait` takes its flags
+/// this way, since a preStop hook must not fail on a value it cannot read: it names the value
+/// in its JSON line and uses the default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Given<T> {
+    /// The value, read.
+    Ok(T),
+    /// A value that could not be read, and why.
+    Bad(String),
+}
+
+impl<T: Clone> Given<T> {
+    /// The value, or `default` with the reason pushed to `warnings` (naming the flag).
+    pub fn or_default(&self, flag: &str, default: T, warnings: &mut Vec<String>) -> T {
+        match self {
+            Given::Ok(v) => v.clone(),
+            Given::Bad(why) => {
+                warnings.push(format!("{flag}: {why}; using the default"));
+                default
+            }
+        }
+    }
+}
+
+/// A value parser that never fails: `parse`'s error becomes [`Given::Bad`].
+fn given<T: Clone + Send + Sync + 'static>(
+    parse: impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static,
+) -> impl Fn(&str) -> Result<Given<T>, String> + Clone + Send + Sync + 'static {
+    move |s| Ok(parse(s).map_or_else(Given::Bad, Given::Ok))
+}
+
+/// `drain-wait --qps`: 1 to [`MAX_QPS`].
+fn parse_drain_qps(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(q) if (1..=MAX_QPS).contains(&q) => Ok(q),
+        _ => Err(format!("`{s}` is out of range: expected 1 to {MAX_QPS}")),
+    }
 }
 
 fn parse_agent(s: &str) -> Result<(String, SocketAddr), String> {
@@ -862,7 +906,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if !secs.is_finite() || secs < 0.0 {
         return Err(format!("`{s}` is not a valid duration"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("`{s}` is too long a duration"))
 }
 
 #[cfg(test)]

@@ -51,6 +51,8 @@
 
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ghostip_core::Time;
 
@@ -623,10 +625,69 @@ pub fn wrap(text: &str, w: usize, indent: usize) -> Vec<String> {
 /// text come from outside the program, and a terminal would act on an `ESC [2J` in them. Every
 /// table and text output goes through here; JSON does not need it.
 pub fn print_text(text: &str) {
+    write_stdout(escape_controls_keep_newlines(text).as_bytes());
+}
+
+/// Whether a write to stdout found its reader gone (EPIPE): the rest of the output is dropped
+/// without a word, as `ghostip … | head` expects of a Unix tool.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// The first write to stdout that failed for another reason (a full disk behind `> file`),
+/// reported by `main` as an error (exit 2) once the command is done.
+static STDOUT_FAILED: Mutex<Option<String>> = Mutex::new(None);
+
+/// Writes `bytes` to stdout and flushes them. Never panics, unlike `println!`: a reader that
+/// went away (EPIPE, `| head -c 100`) ends the output quietly, and any other failure is kept
+/// for [`stdout_failure`], so that output lost to a full disk is not a silent success. Every
+/// command's stdout goes through here (tables, text, JSON, JSON lines).
+pub fn write_stdout(bytes: &[u8]) {
     use std::io::Write as _;
-    let text = escape_controls_keep_newlines(text);
-    // A closed pipe (`ghostip audit | head`) is not an error worth a panic.
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    let result = out.write_all(bytes).and_then(|()| out.flush());
+    record_stdout_result(result);
+}
+
+/// Writes one line (the text and a newline) to stdout, as [`write_stdout`] does.
+pub fn write_stdout_line(line: &str) {
+    let mut bytes = Vec::with_capacity(line.len() + 1);
+    bytes.extend_from_slice(line.as_bytes());
+    bytes.push(b'\n');
+    write_stdout(&bytes);
+}
+
+fn record_stdout_result(result: std::io::Result<()>) {
+    let Err(e) = result else { return };
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        STDOUT_CLOSED.store(true, Ordering::Relaxed);
+        return;
+    }
+    let mut failed = STDOUT_FAILED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if failed.is_none() {
+        *failed = Some(e.to_string());
+    }
+}
+
+/// The first failed write to stdout other than a closed pipe, if any (`main` turns it into
+/// `ghostip: writing to stdout: <cause>` and exit 2).
+pub fn stdout_failure() -> Option<String> {
+    STDOUT_FAILED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+}
+
+/// Writes a message to stderr; never panics, unlike `eprintln!`, when stderr is a pipe whose
+/// reader went away (`ghostip … 2>&1 | head`).
+pub fn write_stderr(text: &str) {
+    use std::io::Write as _;
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let _ = err.flush();
 }
 
 /// Every line of `text` wrapped to the layout's width (unchanged with `-o wide`): the safety

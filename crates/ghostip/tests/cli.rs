@@ -275,3 +275,94 @@ fn watch_exports_the_truth_gap_and_stops_on_sigterm_within_5s() {
     let first = err.lines().next().unwrap_or_default();
     assert!(first.starts_with('{'), "JSON logs expected, got: {first}");
 }
+
+/// Runs `ghostip ARGS` with its stdout a pipe whose reader has gone (`| head -c 0`): every write
+/// fails with EPIPE.
+fn run_into_closed_pipe(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    let mut child = Command::cargo_bin("ghostip")
+        .unwrap()
+        .env_remove("KUBECONFIG")
+        .env_remove("GHOSTIP_DB")
+        .env_remove("POD_IP")
+        .env("HOME", "/nonexistent-home")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    child.wait_with_output().unwrap()
+}
+
+/// `ghostip … | head` ends quietly, with the command's own exit code, where `println!` panicked
+/// (exit 101, "failed printing to stdout: Broken pipe"); a write that fails otherwise (a full
+/// disk) is an error, exit 2.
+#[test]
+fn a_closed_stdout_ends_quietly_and_a_failed_one_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.db");
+    drop(ghostip::ledger::Ledger::open(&db).unwrap());
+    let log = dir.path().join("app.log");
+    let mut text = String::new();
+    for i in 0..2000 {
+        text.push_str(&format!(
+            "2026-11-30T08:44:{:02}.{:03}Z ERROR dial tcp 10.244.{}.{}:8080: connect: connection refused\n",
+            i % 60,
+            i % 1000,
+            i / 250,
+            i % 250
+        ));
+    }
+    std::fs::write(&log, text).unwrap();
+    let manifest = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/audit/GIP-CLIENT-001-pos.yaml"
+    );
+    let os = |v: &[&str]| -> Vec<std::ffi::OsString> { v.iter().map(Into::into).collect() };
+    let mut cases: Vec<Vec<std::ffi::OsString>> = vec![
+        os(&["completions", "bash"]),
+        os(&["audit", "-o", "json", "-f", manifest]),
+        os(&["audit", "-f", manifest]),
+        os(&["drain-wait", "--no-event"]),
+    ];
+    for o in ["json", "table"] {
+        let mut c = os(&["explain", "-o", o]);
+        c.push(log.clone().into());
+        cases.push(c);
+        let mut c = os(&["--db"]);
+        c.push(db.clone().into());
+        c.extend(os(&["whois", "10.244.1.7", "-o", o]));
+        cases.push(c);
+    }
+    for args in cases {
+        let refs: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsString::as_os_str).collect();
+        let out = run_into_closed_pipe(&refs);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "{args:?}: {:?}\n{stderr}",
+            out.status
+        );
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // /dev/full: every write fails with ENOSPC; the output is lost, so the command fails.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::cargo_bin("ghostip")
+        .unwrap()
+        .args(["audit", "-o", "json", "-f", manifest])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with("ghostip: writing to stdout: "),
+        "{out:?}"
+    );
+}

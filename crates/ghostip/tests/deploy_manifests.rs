@@ -872,7 +872,10 @@ fn drain_wait_component_reads_what_it_needs_and_writes_only_its_event() {
         ]
     );
     let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap();
-    assert!(grace > args.margin.as_secs() + 30, "grace {grace} s");
+    let ghostip::cli::Given::Ok(margin) = args.margin else {
+        panic!("the component's --margin does not parse: {:?}", args.margin);
+    };
+    assert!(grace > margin.as_secs() + 30, "grace {grace} s");
 }
 
 #[test]

@@ -50,10 +50,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Explain(args) => explain::run(&cli.global, args),
         Command::DrainWait(args) => drain_wait::run(&cli.global, args).await,
         Command::Completions(args) => {
-            use std::io::Write as _;
-            std::io::stdout()
-                .write_all(&crate::cli::completion_script(args.shell))
-                .context("writing the completion script to stdout")?;
+            crate::printer::write_stdout(&crate::cli::completion_script(args.shell));
             Ok(Outcome::Clean)
         }
     }
@@ -171,7 +168,7 @@ pub(crate) fn dns_model(d: &DnsArgs) -> DnsModel {
 
 pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
     let s = serde_json::to_string_pretty(v).context("encoding JSON output")?;
-    println!("{s}");
+    crate::printer::write_stdout_line(&s);
     Ok(())
 }
 

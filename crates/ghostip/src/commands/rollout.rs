@@ -388,7 +388,10 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
     if let Some(path) = &args.html {
         std::fs::write(path, html::render(&report))
             .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("ghostip: timeline written to {}", path.display());
+        crate::printer::write_stderr(&format!(
+            "ghostip: timeline written to {}\n",
+            crate::report::sanitize::escape_controls(&path.display().to_string())
+        ));
     }
     match g.output {
         OutputFormat::Json => print_json(&report)?,

@@ -106,7 +106,7 @@ fn print(printer: &Printer, line: &CtLine<'_>) {
     if printer.json
         && let Ok(s) = serde_json::to_string(line)
     {
-        println!("{s}");
+        crate::printer::write_stdout_line(&s);
     }
 }
 

@@ -251,7 +251,7 @@ impl Printer {
         if self.json
             && let Ok(s) = serde_json::to_string(l)
         {
-            println!("{s}");
+            crate::printer::write_stdout_line(&s);
         }
     }
 }

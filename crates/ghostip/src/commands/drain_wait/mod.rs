@@ -45,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Outcome, kube_connect};
 use crate::agents::{self as node_agents, Agent, AgentClient, AgentSelector};
-use crate::cli::{DrainWaitArgs, GlobalArgs};
+use crate::cli::{DrainWaitArgs, Given, GlobalArgs};
 use crate::dns::prober::{ProbeEvent, Prober, ProberConfig};
 use crate::dns::query::QueryConfig;
 use crate::kube::Connection;
@@ -99,25 +99,163 @@ pub struct DrainLine {
     pub agent_requests: u64,
     /// Every layer and path.
     pub layers: Vec<ghostip_session::drain::LayerStatus>,
+    /// Flag values that could not be read or were out of range, and what was used instead.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// The flags as the drain uses them: each value read, or its default where it could not be
+/// (named in `warnings`), since the hook never fails on its command line.
+struct Settings {
+    max_wait: Option<Duration>,
+    margin: Duration,
+    fallback: Option<Duration>,
+    qps: NonZeroU32,
+    interval: Duration,
+    timeout: Duration,
+    warnings: Vec<String>,
+}
+
+impl Settings {
+    fn of(args: &DrainWaitArgs) -> Settings {
+        let mut warnings = Vec::new();
+        let w = &mut warnings;
+        let max_wait = args
+            .max_wait
+            .as_ref()
+            .and_then(|m| m.clone().ok_or_warn("--max-wait", w));
+        let fallback = args
+            .fallback
+            .as_ref()
+            .and_then(|f| f.clone().ok_or_warn("--fallback", w));
+        let margin = args
+            .margin
+            .or_default("--margin", Duration::from_secs(10), w);
+        let qps = args.qps.or_default("--qps", 20, w);
+        let interval = args
+            .interval
+            .or_default("--interval", Duration::from_millis(500), w);
+        let timeout =
+            args.request_timeout
+                .or_default("--request-timeout", Duration::from_secs(1), w);
+        for why in &warnings {
+            tracing::warn!("{why}");
+        }
+        Settings {
+            max_wait,
+            margin,
+            fallback,
+            qps: NonZeroU32::new(qps).unwrap_or(NonZeroU32::MIN),
+            interval,
+            timeout,
+            warnings,
+        }
+    }
+
+    /// The bound: `--max-wait` within the grace period, else the grace period minus
+    /// `--margin` (20 s when the grace period is unknown). A `--max-wait` at or past the grace
+    /// period is lowered to the grace period minus `--margin`; one past [`MAX_UNKNOWN_GRACE`]
+    /// without a known grace period to [`DEFAULT_MAX_WAIT`]; each with a warning.
+    fn bound(&mut self, grace: Option<Duration>) -> Duration {
+        let limit = grace.map_or(DEFAULT_MAX_WAIT, |g| {
+            g.saturating_sub(self.margin).max(Duration::from_secs(1))
+        });
+        match (self.max_wait, grace) {
+            (None, _) => limit,
+            (Some(m), Some(g)) if m >= g => {
+                self.warn(format!(
+                    "--max-wait {:?} is not within the pod's grace period of {g:?}: waiting at most {limit:?} (the grace period minus --margin)",
+                    m
+                ));
+                limit
+            }
+            (Some(m), None) if m > MAX_UNKNOWN_GRACE => {
+                self.warn(format!(
+                    "--max-wait {m:?} is over {MAX_UNKNOWN_GRACE:?} and the pod's grace period is unknown: waiting at most {limit:?}"
+                ));
+                limit
+            }
+            (Some(m), _) => m,
+        }
+    }
+
+    fn warn(&mut self, why: String) {
+        tracing::warn!("{why}");
+        self.warnings.push(why);
+    }
+}
+
+/// The longest `--max-wait` taken as given when the pod's grace period cannot be read.
+const MAX_UNKNOWN_GRACE: Duration = Duration::from_secs(86_400);
+
+trait OkOrWarn<T> {
+    fn ok_or_warn(self, flag: &str, warnings: &mut Vec<String>) -> Option<T>;
+}
+
+impl<T> OkOrWarn<T> for Given<T> {
+    /// The value, or `None` (the flag's absence: its default) with a warning.
+    fn ok_or_warn(self, flag: &str, warnings: &mut Vec<String>) -> Option<T> {
+        match self {
+            Given::Ok(v) => Some(v),
+            Given::Bad(why) => {
+                warnings.push(format!("{flag}: {why}; using the default"));
+                None
+            }
+        }
+    }
+}
+
+/// Prints the JSON line of a drain that could not start: no IP, or a command line that could
+/// not be parsed (`main` calls this and exits 0).
+pub fn parse_failure(error: &str) {
+    let error = error.trim_end();
+    tracing::error!("{error}; not waiting");
+    write_line(&serde_json::json!({
+        "event": "drain-wait",
+        "started": Time::now(),
+        "error": format!("{error}; not waiting"),
+    }));
+}
+
+/// One JSON line to stdout; never fails (a closed stdout loses the line, not the hook).
+fn write_line(v: &impl Serialize) {
+    match serde_json::to_string(v) {
+        Ok(s) => crate::printer::write_stdout_line(&s),
+        Err(e) => tracing::error!(error = %e, "encoding the drain's line"),
+    }
 }
 
 pub(super) async fn run(g: &GlobalArgs, args: DrainWaitArgs) -> anyhow::Result<Outcome> {
     let started = Time::now();
-    let Some(ip) = args.ip else {
-        // Never block a termination on a misconfiguration.
-        let msg = "no pod IP: set POD_IP from the downward API (fieldRef status.podIP) or pass --ip; not waiting";
-        println!(
-            "{}",
-            serde_json::json!({"event": "drain-wait", "started": started, "error": msg})
-        );
-        tracing::error!("{msg}");
-        return Ok(Outcome::Clean);
-    };
-    let line = drain(g, &args, ip, started).await;
-    match serde_json::to_string(&line) {
-        Ok(s) => println!("{s}"),
-        Err(e) => tracing::error!(error = %e, "encoding the drain's line"),
+    // SIGTERM (the container being stopped with the hook still running) or Ctrl-C: from here on
+    // they end the wait with what was seen, instead of killing the hook without its line.
+    let signalled = CancellationToken::new();
+    {
+        let signalled = signalled.clone();
+        tokio::spawn(async move {
+            super::shutdown_signal().await;
+            signalled.cancel();
+        });
     }
+    let ip = match &args.ip {
+        Some(Given::Ok(ip)) => *ip,
+        // Never block a termination on a misconfiguration.
+        Some(Given::Bad(why)) => {
+            parse_failure(&format!(
+                "POD_IP / --ip: {why}: set POD_IP from the downward API (fieldRef status.podIP)"
+            ));
+            return Ok(Outcome::Clean);
+        }
+        None => {
+            parse_failure(
+                "no pod IP: set POD_IP from the downward API (fieldRef status.podIP) or pass --ip",
+            );
+            return Ok(Outcome::Clean);
+        }
+    };
+    let settings = Settings::of(&args);
+    let line = drain(g, &args, settings, ip, started, signalled).await;
+    write_line(&line);
     Ok(Outcome::Clean)
 }
 
@@ -161,8 +299,15 @@ async fn pod_facts(conn: &Connection, ns: &str, name: &str, timeout: Duration) -
     }
 }
 
-async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) -> DrainLine {
-    let timeout = args.request_timeout;
+async fn drain(
+    g: &GlobalArgs,
+    args: &DrainWaitArgs,
+    mut settings: Settings,
+    ip: IpAddr,
+    started: Time,
+    signalled: CancellationToken,
+) -> DrainLine {
+    let timeout = settings.timeout;
     let conn = match tokio::time::timeout(Duration::from_secs(5), kube_connect(g)).await {
         Ok(Ok(c)) => Some(c),
         Ok(Err(e)) => {
@@ -185,11 +330,7 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
         (Some(c), Some((ns, name))) => pod_facts(c, ns, name, timeout).await,
         _ => PodFacts::default(),
     };
-    let max_wait = args.max_wait.unwrap_or_else(|| {
-        facts.grace.map_or(DEFAULT_MAX_WAIT, |g| {
-            g.saturating_sub(args.margin).max(Duration::from_secs(1))
-        })
-    });
+    let max_wait = settings.bound(facts.grace);
     let plan = dns::plan(
         conn.as_ref().map(|c| &c.client),
         &args.zone,
@@ -197,7 +338,7 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
         started,
     )
     .await;
-    let fallback = match (args.fallback, &plan.budget) {
+    let fallback = match (settings.fallback, &plan.budget) {
         (Some(f), _) => (f, "--fallback".to_string()),
         (None, Some(b)) => b.clone(),
         (None, None) => (
@@ -245,8 +386,8 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
     let (ev_tx, mut probe_rx) = mpsc::channel::<ProbeEvent>(1024);
     let prober = Prober::new(
         ProberConfig {
-            queries_per_second: NonZeroU32::new(args.qps.max(1)).unwrap_or(NonZeroU32::MIN),
-            burst_interval: args.interval,
+            queries_per_second: settings.qps,
+            burst_interval: settings.interval,
             sweep_period: Duration::from_secs(3600),
             max_in_flight: 64,
         },
@@ -273,6 +414,7 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
                 .collect(),
         ))
         .await;
+    // `max_wait` is at most a day past now (Settings::bound), well within what a Time holds.
     let bound = started.checked_add(max_wait).unwrap_or(started);
     let mut probed: BTreeSet<String> = BTreeSet::new();
     let mut dns_added = false;
@@ -309,7 +451,7 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
         model.nodes_unknown("no API server to find the agents");
     }
 
-    let mut ticker = tokio::time::interval(args.interval.max(Duration::from_millis(100)));
+    let mut ticker = tokio::time::interval(settings.interval.max(Duration::from_millis(100)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut gap_since: Option<Time> = None;
     let mut gap_total = Duration::ZERO;
@@ -318,6 +460,14 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
     let mut endpoint_assumed = false;
     let decision: Decision = loop {
         tokio::select! {
+            () = signalled.cancelled() => {
+                tracing::warn!(%ip, "signalled while waiting: letting the pod stop with what was seen");
+                let mut d = model.decide(Time::now());
+                if d.release.is_none() {
+                    d.release = Some(Release::Signal);
+                }
+                break d;
+            }
             Some(u) = async { match view.as_mut() { Some(v) => v.next().await, None => std::future::pending().await } } => {
                 let now = Time::now();
                 match u {
@@ -356,7 +506,7 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
                             && let Some(ns) = &args.pod_namespace
                             && let Some((service, names)) = headless_names(c, ns, &svc, ip, &args.zone, timeout).await
                         {
-                            if args.fallback.is_none()
+                            if settings.fallback.is_none()
                                 && let Some(f) = audit_budget(&plan.corefiles, &service, &args.zone)
                             {
                                 model.set_fallback(f);
@@ -433,6 +583,7 @@ async fn drain(g: &GlobalArgs, args: &DrainWaitArgs, ip: IpAddr, started: Time) 
         dns_queries,
         agent_requests,
         layers: decision.layers,
+        warnings: std::mem::take(&mut settings.warnings),
     };
     log_result(&line);
     if !args.no_event
@@ -475,6 +626,12 @@ fn log_result(line: &DrainLine) {
         Release::LetGo => {
             tracing::info!(ip = %line.ip, waited_s = line.waited_s, "every layer let go of the IP");
         }
+        Release::Signal => tracing::warn!(
+            ip = %line.ip,
+            waited_s = line.waited_s,
+            still_held = %held.join(", "),
+            "signalled before every layer let go; letting the pod stop"
+        ),
     }
 }
 
@@ -594,6 +751,10 @@ async fn record_event(
             "drain-wait reached its bound after {:.1} s with {held} layer(s) still holding {}",
             line.waited_s, line.ip
         ),
+        Release::Signal => format!(
+            "drain-wait was signalled after {:.1} s with {held} layer(s) still holding {}",
+            line.waited_s, line.ip
+        ),
         _ => format!(
             "drain-wait: every layer let go of {} after {:.1} s",
             line.ip, line.waited_s
@@ -616,11 +777,13 @@ async fn record_event(
         },
         reason: Some(DRAIN_REASON.into()),
         message: Some(message),
-        type_: Some(if line.release == Release::Bound {
-            "Warning".into()
-        } else {
-            "Normal".into()
-        }),
+        type_: Some(
+            if matches!(line.release, Release::Bound | Release::Signal) {
+                "Warning".into()
+            } else {
+                "Normal".into()
+            },
+        ),
         first_timestamp: Some(now.clone()),
         last_timestamp: Some(now),
         count: Some(1),
