@@ -80,16 +80,34 @@ impl ChangeMemory {
         for ip in removed {
             self.removed_at.insert(*ip, at.t0);
         }
-        if synced {
+        if !synced {
+            return;
+        }
+        // One row per Service and moment, each IP once: a layer's targets may carry the same IP
+        // several times (A and each SRV port of the DNS layer), and several layers record the
+        // same truth change.
+        let key = service.to_string();
+        if !self
+            .changes
+            .last()
+            .is_some_and(|c| c.at == at.t0 && c.service == key)
+        {
             self.changes.push(ChangeRow {
                 at: at.t0,
                 received: at.received,
                 trigger: at.trigger(),
                 t0_correction: at.corrected.map(|c| c.to_string()),
-                service: service.to_string(),
-                added: added.to_vec(),
-                removed: removed.to_vec(),
+                service: key,
+                added: Vec::new(),
+                removed: Vec::new(),
             });
+        }
+        if let Some(row) = self.changes.last_mut() {
+            for (ips, new) in [(&mut row.removed, removed), (&mut row.added, added)] {
+                ips.extend_from_slice(new);
+                ips.sort_unstable();
+                ips.dedup();
+            }
         }
     }
 }
@@ -540,6 +558,30 @@ cluster.local:53 {
     }
 }
 ";
+
+    /// A rollout's change as the DNS layer records it (the IP as an A target and as each SRV
+    /// port's), and again by a second layer: one row, each IP once; another moment or Service
+    /// is another row.
+    #[test]
+    fn a_change_lists_each_ip_once() {
+        let t = Time::from_second(1_800_000_000).unwrap();
+        let web = ServiceKey::new("demo", "web");
+        let (a, b): (IpAddr, IpAddr) =
+            ("10.244.1.7".parse().unwrap(), "10.244.2.9".parse().unwrap());
+        let mut m = ChangeMemory::default();
+        let at = ChangeTime::received_at(t);
+        m.record_change(&web, at, &[a, a, b], &[], true);
+        m.record_change(&web, at, &[b, a], &[], true);
+        m.record_change(&web, at, &[], &[b], true);
+        assert_eq!(m.changes.len(), 1);
+        assert_eq!(m.changes[0].removed, vec![a, b]);
+        assert_eq!(m.changes[0].added, vec![b]);
+        m.record_change(&ServiceKey::new("demo", "web-cip"), at, &[a], &[], true);
+        let later = ChangeTime::received_at(t.checked_add(Duration::from_secs(1)).unwrap());
+        m.record_change(&web, later, &[a], &[], true);
+        m.record_change(&web, later, &[a], &[], false);
+        assert_eq!(m.changes.len(), 3);
+    }
 
     fn session() -> (Session, Time) {
         let t = Time::from_second(1_800_000_000).unwrap();
