@@ -36,7 +36,7 @@ use ghostip_session::ServiceFilter;
 use ghostip_session::layers::dns::{answer_scope, desired_answers};
 
 /// One (service, question, path) comparison.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 struct Row {
     service: String,
     /// The question asked: `A`, `AAAA`, or `SRV _port._proto` of a named port.
@@ -537,6 +537,11 @@ fn render(
     layout: &Layout,
 ) -> String {
     let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{}\n",
+        check_verdict(rows, agents, node_findings, paths, services)
+    );
     let mut t = Table::new();
     t.set_header(vec![
         "SERVICE", "QUERY", "PATH", "STATE", "STALE", "MISSING", "TTL", "DETAIL",
@@ -544,6 +549,10 @@ fn render(
     let mut by_state: BTreeMap<&str, usize> = BTreeMap::new();
     for r in rows {
         *by_state.entry(r.state).or_default() += 1;
+        // The answer first: the answers that were right are rows only with `-o wide`.
+        if r.state == "ok" && !layout.wide {
+            continue;
+        }
         t.add_row(vec![
             r.service.clone(),
             r.query.clone(),
@@ -555,17 +564,21 @@ fn render(
             r.error.clone().unwrap_or_default(),
         ]);
     }
-    out.push_str(&t.render(layout));
+    if !t.is_empty() {
+        out.push_str(&t.render(layout));
+    }
     let counts: Vec<String> = by_state.iter().map(|(k, v)| format!("{v} {k}")).collect();
-    let _ = writeln!(
-        out,
-        "{services} headless services and the DNS Service × {paths} DNS paths: {}",
-        if counts.is_empty() {
-            "no DNS path to check".into()
-        } else {
-            counts.join(", ")
-        }
-    );
+    if layout.wide {
+        let _ = writeln!(
+            out,
+            "{services} headless services and the DNS Service × {paths} DNS paths: {}",
+            if counts.is_empty() {
+                "no DNS path to check".into()
+            } else {
+                counts.join(", ")
+            }
+        );
+    }
     if !agents.is_empty() {
         let mut t = Table::new();
         t.set_header(vec!["NODE", "AGENT", "STATE", "DATAPATH", "DNS", "DETAIL"]);
@@ -619,6 +632,111 @@ fn render(
     fit_text(&out, layout)
 }
 
+/// `1 path`, `3 paths`.
+fn n_of(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+/// The answer first: one paragraph saying whether every DNS answer was current and every node
+/// agent clean, naming what was not.
+fn check_verdict(
+    rows: &[Row],
+    agents: &[AgentRow],
+    node_findings: &[NodeFinding],
+    paths: usize,
+    services: usize,
+) -> String {
+    let mut parts = Vec::new();
+    let count = |state: &str| rows.iter().filter(|r| r.state == state).count();
+    let (stale, missing, failed) = (count("stale"), count("missing"), count("failed"));
+    if rows.is_empty() {
+        parts.push("No DNS path to check.".to_string());
+    } else if stale + missing + failed == 0 {
+        parts.push(format!(
+            "Every DNS answer was current: {} from {} for {} and the DNS Service.",
+            n_of(rows.len(), "answer"),
+            n_of(paths, "path"),
+            n_of(services, "headless Service"),
+        ));
+    } else {
+        let names = |state: &str| {
+            let mut by_service: BTreeMap<&str, usize> = BTreeMap::new();
+            for r in rows.iter().filter(|r| r.state == state) {
+                *by_service.entry(r.service.as_str()).or_default() += 1;
+            }
+            let mut v: Vec<String> = by_service
+                .iter()
+                .take(3)
+                .map(|(s, n)| format!("{s} on {n} {}", if *n == 1 { "path" } else { "paths" }))
+                .collect();
+            if by_service.len() > 3 {
+                v.push(format!("{} more Services", by_service.len() - 3));
+            }
+            v.join(", ")
+        };
+        let mut bad = Vec::new();
+        if stale > 0 {
+            bad.push(format!(
+                "{stale} still held a removed endpoint ({})",
+                names("stale")
+            ));
+        }
+        if missing > 0 {
+            bad.push(format!(
+                "{missing} lacked a current endpoint ({})",
+                names("missing")
+            ));
+        }
+        if failed > 0 {
+            bad.push(format!("{failed} did not answer ({})", names("failed")));
+        }
+        parts.push(format!(
+            "Of {} DNS answers from {paths} paths, {}.",
+            rows.len(),
+            bad.join("; ")
+        ));
+    }
+    if !agents.is_empty() {
+        let failed = agents.iter().filter(|a| a.state == "failed").count();
+        let unsynced = agents.iter().filter(|a| a.state == "unsynced").count();
+        let mut nodes: Vec<&str> = node_findings.iter().map(|f| f.node.as_str()).collect();
+        nodes.dedup();
+        let mut s = if node_findings.is_empty() {
+            format!(
+                "{} node {} reported no stale datapath or DNS finding",
+                agents.len() - failed - unsynced,
+                if agents.len() - failed - unsynced == 1 {
+                    "agent"
+                } else {
+                    "agents"
+                }
+            )
+        } else {
+            format!(
+                "{} {} on {}",
+                node_findings.len(),
+                if node_findings.len() == 1 {
+                    "node finding"
+                } else {
+                    "node findings"
+                },
+                nodes.join(", ")
+            )
+        };
+        if failed > 0 {
+            s.push_str(&format!(
+                "; {failed} of {} agents did not answer",
+                agents.len()
+            ));
+        }
+        if unsynced > 0 {
+            s.push_str(&format!("; {unsynced} not yet synced (nothing judged)"));
+        }
+        parts.push(format!("{s}."));
+    }
+    parts.join(" ")
+}
+
 #[cfg(test)]
 mod render_tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -653,6 +771,33 @@ mod render_tests {
                 error: Some("no answer within 2s from 10.96.0.10:53 (3 attempts)".into()),
             },
         ]
+    }
+
+    #[test]
+    fn the_verdict_leads_and_only_wrong_answers_are_rows_without_wide() {
+        let mut all = rows();
+        let mut ok = all[0].clone();
+        ok.state = "ok";
+        ok.stale = Vec::new();
+        ok.path = "dns via 10.244.2.9 (kube-system/coredns-7db6d8ff4d-zzzzz)".into();
+        all.push(ok);
+        let out = render(&all, &[], &[], &[], 3, 1, &Layout::fixed(200));
+        let first = out.lines().next().unwrap();
+        assert!(
+            first.starts_with("Of 3 DNS answers from 3 paths, 1 still held a removed endpoint (shop/web-headless on 1 path); 1 did not answer"),
+            "{out}"
+        );
+        assert!(!out.contains("10.244.2.9"), "{out}");
+        let wide = render(&all, &[], &[], &[], 3, 1, &Layout::WIDE);
+        assert!(wide.contains("10.244.2.9"), "{wide}");
+        let clean = render(&all[2..], &[], &[], &[], 1, 1, &Layout::fixed(200));
+        assert!(
+            clean.starts_with(
+                "Every DNS answer was current: 1 answer from 1 path for 1 headless Service"
+            ),
+            "{clean}"
+        );
+        assert!(!clean.contains("SERVICE"), "{clean}");
     }
 
     #[test]
