@@ -160,6 +160,15 @@ fn a_command_line_that_cannot_be_parsed_is_an_error_line_and_exit_0() {
     assert_eq!(other.status.code(), Some(2), "{other:?}");
 }
 
+/// A drain of 10.0.0.5 that asks no API server, agent or Event.
+const LOCAL_DRAIN: [&str; 5] = [
+    "drain-wait",
+    "--no-event",
+    "--no-agents",
+    "--ip",
+    "10.0.0.5",
+];
+
 /// Out-of-range bounds and values are named in `warnings` and replaced: a `--max-wait` too long
 /// for a duration used to panic, one too long for a time made the hook return at once, a
 /// `--qps 0` was taken silently.
@@ -167,21 +176,9 @@ fn a_command_line_that_cannot_be_parsed_is_an_error_line_and_exit_0() {
 fn out_of_range_values_are_warned_and_clamped_and_the_drain_still_runs() {
     for max_wait in ["18446744073709551615s", "99999999d"] {
         let out = ghostip()
-            .args([
-                "drain-wait",
-                "--no-event",
-                "--no-agents",
-                "--ip",
-                "10.0.0.5",
-                "--fallback",
-                "1s",
-                "--qps",
-                "0",
-                "--interval",
-                "0s",
-                "--max-wait",
-                max_wait,
-            ])
+            .args(LOCAL_DRAIN)
+            .args(["--fallback", "1s", "--qps", "0", "--interval", "0s"])
+            .args(["--max-wait", max_wait])
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -220,17 +217,8 @@ fn sigterm_while_waiting_prints_the_line_and_exits_0() {
     let mut child = std::process::Command::new(bin)
         .env_remove("POD_IP")
         .env_remove("KUBECONFIG")
-        .args([
-            "drain-wait",
-            "--no-event",
-            "--no-agents",
-            "--ip",
-            "10.0.0.5",
-            "--fallback",
-            "25s",
-            "--max-wait",
-            "28s",
-        ])
+        .args(LOCAL_DRAIN)
+        .args(["--fallback", "25s", "--max-wait", "28s"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
