@@ -271,7 +271,7 @@ pub fn verdict(r: &Report) -> String {
             if late > 0 {
                 format!(" ({late} later than expected or never)")
             } else {
-                String::new()
+                ", within the expected lag".to_string()
             }
         ));
     }
@@ -335,7 +335,7 @@ pub fn render_table(r: &Report, layout: &Layout) -> String {
                 e.word.to_string(),
             ]);
         }
-        let _ = writeln!(out, "\nRemoved endpoints\n{}", t.render(layout));
+        let _ = write!(out, "\nRemoved endpoints\n{}", t.render(layout));
     }
     let missing = endpoints(&r.missing);
     if !missing.is_empty() {
@@ -350,11 +350,7 @@ pub fn render_table(r: &Report, layout: &Layout) -> String {
                 e.word.to_string(),
             ]);
         }
-        let _ = writeln!(
-            out,
-            "\nAdded endpoints not yet served\n{}",
-            t.render(layout)
-        );
+        let _ = write!(out, "\nAdded endpoints served late\n{}", t.render(layout));
     }
     if !layout.wide {
         let _ = writeln!(
@@ -603,7 +599,7 @@ mod tests {
             "{out}"
         );
         assert!(
-            flat.contains("1 added pod was missing from up to 1 of 2 paths for up to 13.0 s."),
+            flat.contains("1 added pod was missing from up to 1 of 2 paths for up to 13.0 s, within the expected lag."),
             "{out}"
         );
         // One row per endpoint, none per path.
