@@ -494,13 +494,16 @@ pub struct AgentArgs {
     /// period adapts to the measured cost of a read to stay under it.
     #[arg(long, default_value_t = 2.0, value_name = "PERCENT")]
     pub max_cpu: f64,
-    /// Shortest period between two full audits of the datapath.
+    /// Shortest period between two full audits of the datapath; at least 1s (a read's
+    /// measured cost leaves out the process start: audits more often overran --max-cpu).
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub min_audit_period: Duration,
-    /// Longest period between two full audits, however cheap they are.
+    /// Longest period between two full audits, however cheap they are; not below
+    /// --min-audit-period.
     #[arg(long, default_value = "5m", value_parser = parse_duration, value_name = "DURATION")]
     pub max_audit_period: Duration,
-    /// Interval of the re-reads after a truth change, until the datapath converged.
+    /// Interval of the re-reads after a truth change, until the datapath converged (above
+    /// zero; the CPU budget of --max-cpu still paces them).
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub reread_interval: Duration,
     /// Longest time re-reads follow one truth change (then the periodic audit takes over).
