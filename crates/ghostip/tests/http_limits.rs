@@ -2,8 +2,9 @@
 //! connections with unfinished requests, or never reads its responses, cannot take the
 //! endpoint away from other clients; headers, bodies and connection lifetimes are bounded.
 //!
-//! Clients use distinct loopback addresses (127.0.0.1, 127.0.0.2, ...) as distinct hosts.
-//! Every wait is bounded.
+//! Clients use distinct loopback addresses (127.0.0.2, 127.0.0.3, ...) as distinct hosts; the
+//! server listens on 127.0.0.1, so a client on 127.0.0.1 is this host (as the kubelet probing a
+//! hostNetwork pod). Every wait is bounded, and so is every attack (in time and connections).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::net::SocketAddr;
@@ -153,11 +154,10 @@ async fn held_connections_are_dropped_after_the_header_timeout_and_free_their_sl
         ..Limits::default()
     };
     let server = Server::start(limits);
-    // Two hosts fill the server with unfinished requests; a third is refused...
-    let mut held = slowloris("127.0.0.1", server.addr, 4).await;
-    held.extend(slowloris("127.0.0.2", server.addr, 4).await);
+    // One host holds its share with unfinished requests; its next connection is refused...
+    let mut held = slowloris("127.0.0.2", server.addr, 4).await;
     assert!(
-        get_from("127.0.0.3", server.addr, "/healthz")
+        get_from("127.0.0.2", server.addr, "/healthz")
             .await
             .starts_with("HTTP/1.1 503")
     );
@@ -172,7 +172,7 @@ async fn held_connections_are_dropped_after_the_header_timeout_and_free_their_sl
     assert!(took < Duration::from_secs(3), "{took:?}");
     // The slots are free again.
     assert_eq!(
-        served_soon("127.0.0.3", server.addr).await,
+        served_soon("127.0.0.2", server.addr).await,
         "HTTP/1.1 200 OK"
     );
     server.stop().await;
@@ -294,4 +294,100 @@ async fn every_address_listens_on_both_families() {
     }
     cancel.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+}
+
+/// Whether the server is done with `s`, without waiting: it closed it, reset it or answered
+/// (a refusal; an unfinished request gets no other answer).
+fn closed(s: &TcpStream) -> bool {
+    let mut one = [0u8; 1];
+    match s.try_read(&mut one) {
+        Ok(_) => true,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    }
+}
+
+/// One attacking address: keeps `n` connections open with unfinished requests, opening a new
+/// one as soon as one is closed or refused, every 50 ms until `until`; at most 400 connects.
+async fn renewing_slowloris(from: &'static str, to: SocketAddr, n: usize, until: Instant) -> usize {
+    let mut held: Vec<TcpStream> = Vec::new();
+    let mut connects = 0;
+    while Instant::now() < until && connects < 400 {
+        held.retain(|s| !closed(s));
+        while held.len() < n && connects < 400 {
+            held.extend(slowloris(from, to, 1).await);
+            connects += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    connects
+}
+
+/// Addresses in `attackers` each keep 4 unfinished requests open on a server of 16
+/// connections, 4 per address (the defaults scaled down by four), renewing them for 3 s as
+/// soon as one is closed. The header timeout (the default) is longer than the attack, so only
+/// the admission rule can let others in. While it runs, an honest client on another address
+/// and a probe from this host (its source address is the listening address) are answered,
+/// every time.
+async fn others_are_served_during(attackers: &[&'static str]) {
+    let limits = Limits {
+        max_connections: 16,
+        max_connections_per_client: 4,
+        ..Limits::default()
+    };
+    let server = Server::start(limits);
+    let until = Instant::now() + Duration::from_secs(3);
+    let attacks: Vec<_> = attackers
+        .iter()
+        .map(|from| tokio::spawn(renewing_slowloris(from, server.addr, 4, until)))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for round in 0..3 {
+        assert_eq!(
+            get_from("127.0.0.99", server.addr, "/healthz").await,
+            "HTTP/1.1 200 OK",
+            "honest client, round {round}"
+        );
+        assert_eq!(
+            get_from("127.0.0.1", server.addr, "/healthz").await,
+            "HTTP/1.1 200 OK",
+            "probe from this host, round {round}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        Instant::now() < until,
+        "the checks ran while the attack did"
+    );
+    for a in attacks {
+        tokio::time::timeout(Duration::from_secs(5), a)
+            .await
+            .expect("the attack ends on time")
+            .unwrap();
+    }
+    server.stop().await;
+}
+
+/// The reported attack: four addresses, each at the per-address cap, filled every slot and
+/// everyone else was refused until they stopped (503 to every other client before the
+/// admission rule).
+#[tokio::test]
+async fn four_addresses_renewing_half_open_connections_do_not_lock_out_others() {
+    others_are_served_during(&["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]).await;
+}
+
+/// Eight addresses fill every slot even at the smallest share (2 each): a newcomer gets the
+/// oldest idle connection of a largest holder, and the evicted address cannot take it back.
+#[tokio::test]
+async fn eight_addresses_at_the_smallest_share_do_not_lock_out_others() {
+    others_are_served_during(&[
+        "127.0.0.2",
+        "127.0.0.3",
+        "127.0.0.4",
+        "127.0.0.5",
+        "127.0.0.6",
+        "127.0.0.7",
+        "127.0.0.8",
+        "127.0.0.9",
+    ])
+    .await;
 }

@@ -82,6 +82,7 @@ pub async fn read_cilium(
             .map_err(|_| ReaderError::Timeout {
                 program: format!("{program} (exec)"),
                 after: timeout,
+                cpu: Duration::ZERO,
             })??;
     let table = match ghostip_datapath::parse(dp.format(), &bytes) {
         Ok(ghostip_datapath::Parsed::Lb(t)) => t,

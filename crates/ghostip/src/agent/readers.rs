@@ -8,11 +8,21 @@
 //! `/proc/self/stat`) and of the parsing thread (`/proc/thread-self/stat`). Reads are run
 //! one at a time by the agent, so the children's CPU is the read's.
 //!
+//! A read is bounded: the program runs in its own process group, which is killed (`SIGKILL`)
+//! at `--read-timeout` or at shutdown, and whatever is left of it once it exited; its output
+//! is read only until the deadline (a pipe kept open by a process that left the group does
+//! not hold the read), and at most [`MAX_OUTPUT_BYTES`] of it. A killed read reports the CPU
+//! it burnt (the group's, read from `/proc` before the kill, and the parse's) so the agent
+//! charges it to `--max-cpu`.
+//!
 //! # Errors
 //! [`ReaderError`]: the program is not installed, it lacks a privilege (named: which
-//! capability), it failed, timed out, or its output did not parse.
+//! capability), it failed, timed out, wrote more than [`MAX_OUTPUT_BYTES`], or its output did
+//! not parse.
 
 use std::io::{BufReader, Read};
+use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -164,13 +174,28 @@ pub enum ReaderError {
         /// Cause.
         source: std::io::Error,
     },
-    /// The program ran longer than allowed and was killed.
+    /// The program ran longer than allowed (or the agent shut down) and was killed.
     #[error("{program} did not finish within {after:?} and was killed")]
     Timeout {
         /// Program.
         program: String,
         /// The limit.
         after: Duration,
+        /// CPU it cost until killed (its process group's and the parse's).
+        cpu: Duration,
+    },
+    /// The program wrote more than the agent reads of one dump, and was killed.
+    #[error(
+        "{program} wrote more than {} MiB, the most one dump may be, and was killed",
+        limit >> 20
+    )]
+    TooLarge {
+        /// Program.
+        program: String,
+        /// The limit, in bytes.
+        limit: u64,
+        /// CPU it cost until killed (its process group's and the parse's).
+        cpu: Duration,
     },
     /// Its output did not parse.
     #[error("{program} output: {source}")]
@@ -194,6 +219,15 @@ impl ReaderError {
         }
     }
 
+    /// CPU a killed read burnt before it was stopped (zero for other errors): charged to the
+    /// reader's CPU budget like a finished read's.
+    pub fn cpu(&self) -> Duration {
+        match self {
+            ReaderError::Timeout { cpu, .. } | ReaderError::TooLarge { cpu, .. } => *cpu,
+            _ => Duration::ZERO,
+        }
+    }
+
     /// A short label for metrics and logs.
     pub fn label(&self) -> &'static str {
         match self {
@@ -203,6 +237,7 @@ impl ReaderError {
             ReaderError::Failed { .. } => "failed",
             ReaderError::Io { .. } => "io",
             ReaderError::Timeout { .. } => "timeout",
+            ReaderError::TooLarge { .. } => "too-large",
             ReaderError::Parse { .. } => "parse",
             ReaderError::Other(_) => "other",
         }
@@ -306,18 +341,130 @@ pub fn thread_cpu_since(before: Option<Duration>) -> Duration {
         .map_or(Duration::ZERO, |(b, a)| a.saturating_sub(b))
 }
 
-/// Counts the bytes passing through a reader.
-struct Counting<R> {
-    inner: R,
-    n: u64,
+/// The most a dump program may write in one read: 1 GiB. The largest dump benchmarked is the
+/// nftables JSON of 126.8 MB; iptables-save at 10 000 Services / 150 000 endpoints writes
+/// 48–52 MB (docs/BENCHMARKS.md, "Datapath parsers"): 8 and 20 times less. A program that
+/// writes without end is killed there instead of being parsed until the timeout.
+pub const MAX_OUTPUT_BYTES: u64 = 1 << 30;
+
+/// How often a read waiting for output looks at the cancel flag.
+const POLL_SLICE: Duration = Duration::from_millis(50);
+
+/// Why [`Bounded`] stopped reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// The deadline passed.
+    Deadline,
+    /// The agent is shutting down.
+    Cancelled,
+    /// More than the byte limit came.
+    TooLarge,
 }
 
-impl<R: Read> Read for Counting<R> {
+/// Reads a pipe until a deadline and a byte limit: it waits for data with `poll(2)` in
+/// slices of [`POLL_SLICE`] so that a pipe held open without output (by a process that left
+/// the dump program's group) does not block past the deadline; counts the bytes.
+struct Bounded<R> {
+    inner: R,
+    n: u64,
+    max_bytes: u64,
+    deadline: Instant,
+    cancel: Arc<AtomicBool>,
+    stop: Option<Stop>,
+}
+
+impl<R> Bounded<R> {
+    fn new(inner: R, max_bytes: u64, deadline: Instant, cancel: &Arc<AtomicBool>) -> Self {
+        Self {
+            inner,
+            n: 0,
+            max_bytes,
+            deadline,
+            cancel: Arc::clone(cancel),
+            stop: None,
+        }
+    }
+
+    fn stopped(&mut self, why: Stop) -> std::io::Error {
+        self.stop = Some(why);
+        let what = match why {
+            Stop::Deadline => "the read's deadline passed",
+            Stop::Cancelled => "the read was cancelled",
+            Stop::TooLarge => "the output passed its size limit",
+        };
+        std::io::Error::new(std::io::ErrorKind::TimedOut, what)
+    }
+}
+
+impl<R: Read + AsFd> Read for Bounded<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        if let Some(why) = self.stop {
+            return Err(self.stopped(why));
+        }
+        loop {
+            if self.cancel.load(Ordering::Relaxed) {
+                return Err(self.stopped(Stop::Cancelled));
+            }
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.stopped(Stop::Deadline));
+            }
+            let wait = left.min(POLL_SLICE);
+            let timeout = Timespec {
+                tv_sec: 0,
+                tv_nsec: i64::from(wait.subsec_nanos()),
+            };
+            let mut fds = [PollFd::new(&self.inner, PollFlags::IN)];
+            match poll(&mut fds, Some(&timeout)) {
+                Ok(0) | Err(rustix::io::Errno::INTR) => {}
+                // Readable, at its end, or an error the read reports.
+                Ok(_) => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
         let n = self.inner.read(buf)?;
         self.n += n as u64;
+        if self.n > self.max_bytes {
+            return Err(self.stopped(Stop::TooLarge));
+        }
         Ok(n)
     }
+}
+
+/// CPU used so far by the live processes of group `pgid` (their own and their waited-for
+/// children's), from `/proc/<pid>/stat`; zombies count as gone.
+fn group_cpu(pgid: i32) -> Duration {
+    group_members(pgid)
+        .iter()
+        .filter_map(|text| CpuTimes::parse_stat(text))
+        .map(CpuTimes::total)
+        .sum()
+}
+
+/// The `/proc/<pid>/stat` lines of the processes of group `pgid` that are not zombies.
+fn group_members(pgid: i32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|text| {
+            let Some(rest) = text.rfind(')').map(|i| &text[i + 1..]) else {
+                return false;
+            };
+            // After the name: state(3) ppid(4) pgrp(5).
+            let mut f = rest.split_whitespace();
+            let state = f.next();
+            let pgrp = f.nth(1).and_then(|p| p.parse::<i32>().ok());
+            pgrp == Some(pgid) && state != Some("Z") && state != Some("X")
+        })
+        .collect()
 }
 
 /// The pipe size asked for the dump program's stdout (`F_SETPIPE_SZ`; the default
@@ -354,8 +501,9 @@ impl<R: Read> Read for Coalescing<R> {
 }
 
 /// Runs `program args…`, parses its stdout as `format` while it is produced, waits.
-/// Blocking: call it from a blocking thread. The child is killed after `timeout`, or as
-/// soon as `cancel` is set (shutdown).
+/// Blocking: call it from a blocking thread. The program's process group is killed after
+/// `timeout`, or as soon as `cancel` is set (shutdown); its output is bounded by
+/// [`MAX_OUTPUT_BYTES`].
 pub fn run_and_parse(
     program: &str,
     args: &[&str],
@@ -363,12 +511,54 @@ pub fn run_and_parse(
     timeout: Duration,
     cancel: &Arc<AtomicBool>,
 ) -> Result<ReadOutcome, ReaderError> {
+    run_and_parse_bounded(program, args, format, timeout, MAX_OUTPUT_BYTES, cancel)
+}
+
+/// The dump program, whether it was reaped, and the CPU its group had used when killed.
+struct Guarded {
+    child: Child,
+    reaped: bool,
+    killed_cpu: Duration,
+}
+
+impl Guarded {
+    /// Kills the program's whole process group (a shell script's children too), measuring
+    /// first what the group used when `measure`. Only while the leader is not reaped: its
+    /// pid, which is the group's id, stays reserved until then.
+    fn kill_group(&mut self, measure: bool) {
+        if self.reaped {
+            return;
+        }
+        let Ok(id) = i32::try_from(self.child.id()) else {
+            return;
+        };
+        if measure {
+            self.killed_cpu = self.killed_cpu.max(group_cpu(id));
+        }
+        if let Some(pgid) = rustix::process::Pid::from_raw(id) {
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+        let _ = self.child.kill();
+    }
+}
+
+/// [`run_and_parse`] with a byte limit of its own.
+pub fn run_and_parse_bounded(
+    program: &str,
+    args: &[&str],
+    format: Format,
+    timeout: Duration,
+    max_bytes: u64,
+    cancel: &Arc<AtomicBool>,
+) -> Result<ReadOutcome, ReaderError> {
     let started = Instant::now();
+    let deadline = started + timeout;
     let proc_before = read_stat("/proc/self/stat");
     let thread_before = thread_cpu();
-    let mut child = Command::new(program)
+    let child = Command::new(program)
         .args(args)
         .env("LC_ALL", "C")
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -385,23 +575,28 @@ pub fn run_and_parse(
                 }
             }
         })?;
-    let stdout = child.stdout.take();
-    let mut stderr_pipe = child.stderr.take();
     let pid = rustix::process::Pid::from_child(&child);
+    let mut child = Guarded {
+        child,
+        reaped: false,
+        killed_cpu: Duration::ZERO,
+    };
+    let stdout = child.child.stdout.take();
+    let stderr_pipe = child.child.stderr.take();
     let child = Arc::new(Mutex::new(child));
-    // Watchdog: kills the child after the timeout, which ends the parse with EOF.
+    // Watchdog: kills the group at the deadline or at shutdown, for a program that closed
+    // its stdout and goes on running (the parse, bounded by the same deadline, ends alone).
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let watchdog = {
         let child = Arc::clone(&child);
         let cancel = Arc::clone(cancel);
         std::thread::spawn(move || {
-            let deadline = Instant::now() + timeout;
             loop {
-                match done_rx.recv_timeout(Duration::from_millis(50)) {
+                match done_rx.recv_timeout(POLL_SLICE) {
                     Err(std::sync::mpsc::RecvTimeoutError::Timeout)
                         if Instant::now() < deadline && !cancel.load(Ordering::Relaxed) => {}
                     Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                        let _ = lock(&child).kill();
+                        lock(&child).kill_group(true);
                         return true;
                     }
                     _ => return false,
@@ -409,22 +604,28 @@ pub fn run_and_parse(
             }
         })
     };
-    // stderr is drained on its own thread so a chatty program cannot block on it.
-    let stderr_thread = std::thread::spawn(move || {
-        let mut s = String::new();
-        if let Some(e) = stderr_pipe.as_mut() {
-            let _ = e.take(64 * 1024).read_to_string(&mut s);
-        }
-        s
-    });
-    let (parsed, bytes) = match stdout {
+    // stderr is drained on its own thread so a chatty program cannot block on it; bounded by
+    // the same deadline, 64 KiB kept.
+    let stderr_thread = {
+        let cancel = Arc::clone(cancel);
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(e) = stderr_pipe {
+                let _ = Bounded::new(e, u64::MAX, deadline, &cancel)
+                    .take(64 * 1024)
+                    .read_to_string(&mut s);
+            }
+            s
+        })
+    };
+    let (parsed, bytes, stop) = match stdout {
         Some(out) => {
             // Without the larger pipe a pause would stall the writer: read as it comes.
             let enlarged = rustix::pipe::fcntl_setpipe_size(&out, PIPE_SIZE)
                 .is_ok_and(|size| size >= PIPE_SIZE);
-            let mut counting = Counting { inner: out, n: 0 };
+            let mut bounded = Bounded::new(out, max_bytes, deadline, cancel);
             let coalescing = Coalescing {
-                inner: &mut counting,
+                inner: &mut bounded,
                 pause: enlarged.then_some(COALESCE_PAUSE),
                 drained: false,
             };
@@ -432,26 +633,61 @@ pub fn run_and_parse(
                 format,
                 BufReader::with_capacity(256 * 1024, coalescing),
             );
-            (Some(parsed), counting.n)
+            // The pipe closes here: a program still writing gets SIGPIPE.
+            (Some(parsed), bounded.n, bounded.stop)
         }
-        None => (None, 0),
+        None => (None, 0, None),
     };
     let parse_cpu = thread_cpu_since(thread_before);
+    if stop.is_some() {
+        // Stopped before the end of the output: the program may still run.
+        lock(&child).kill_group(true);
+    }
     // The parse ended at EOF: the child closed stdout, but it may go on running (a program
     // that closes stdout and hangs). Its exit is awaited without the lock, which the
-    // watchdog needs to kill it, and without reaping it, so its pid stays its own until the
-    // lock is taken to reap it.
+    // watchdog needs to kill it, and without reaping it, so its pid (the group's id) stays
+    // its own until the lock is taken to reap it; what is left of its group is killed first.
     wait_exited_unreaped(pid);
-    let status = lock(&child).wait();
+    let (status, killed_cpu) = {
+        let mut g = lock(&child);
+        g.kill_group(false);
+        let status = g.child.wait();
+        g.reaped = true;
+        (status, g.killed_cpu)
+    };
     let _ = done_tx.send(());
     let killed = watchdog.join().unwrap_or(false);
     let stderr = stderr_thread.join().unwrap_or_default();
     let proc_after = read_stat("/proc/self/stat");
-    if killed {
-        return Err(ReaderError::Timeout {
-            program: program.to_string(),
-            after: timeout,
-        });
+    let child_cpu = match (proc_before, proc_after) {
+        (Some(b), Some(a)) => a.since(b).children,
+        _ => Duration::ZERO,
+    };
+    // A killed group's children were not all waited for: the CPU read before the kill.
+    let cpu = child_cpu.max(killed_cpu) + parse_cpu;
+    match stop {
+        Some(Stop::TooLarge) => {
+            return Err(ReaderError::TooLarge {
+                program: program.to_string(),
+                limit: max_bytes,
+                cpu,
+            });
+        }
+        Some(Stop::Deadline | Stop::Cancelled) => {
+            return Err(ReaderError::Timeout {
+                program: program.to_string(),
+                after: timeout,
+                cpu,
+            });
+        }
+        None if killed => {
+            return Err(ReaderError::Timeout {
+                program: program.to_string(),
+                after: timeout,
+                cpu,
+            });
+        }
+        None => {}
     }
     let status = status.map_err(|e| ReaderError::Io {
         program: program.to_string(),
@@ -473,10 +709,6 @@ pub fn run_and_parse(
                 source: e,
             });
         }
-    };
-    let child_cpu = match (proc_before, proc_after) {
-        (Some(b), Some(a)) => a.since(b).children,
-        _ => Duration::ZERO,
     };
     Ok(ReadOutcome {
         table,
@@ -503,7 +735,7 @@ fn wait_exited_unreaped(pid: rustix::process::Pid) {
     }
 }
 
-fn lock(child: &Mutex<Child>) -> std::sync::MutexGuard<'_, Child> {
+fn lock(child: &Mutex<Guarded>) -> std::sync::MutexGuard<'_, Guarded> {
     child.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -740,6 +972,146 @@ mod tests {
             "killed after {:?}",
             started.elapsed()
         );
+    }
+
+    /// A fake dump program: a shell script in a temp dir that writes its pid (its process
+    /// group's id, the reader putting it in a group of its own) to the file `$PIDS`, then
+    /// runs `body` (which may add its children's pids to `$PIDS`).
+    fn fake_reader(body: &str) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("iptables-save");
+        let pids = dir.path().join("pids");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\nexport PIDS='{}'\necho $$ > \"$PIDS\"\n{body}\n",
+                pids.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (dir, script, pids)
+    }
+
+    /// The processes left of a fake reader, after up to 1 s for the kernel to finish them:
+    /// the live members of its group (the first pid in `pids`) and the live processes among
+    /// the pids it wrote.
+    fn left_of(pids: &std::path::Path) -> Vec<String> {
+        let listed: Vec<i32> = std::fs::read_to_string(pids)
+            .unwrap()
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .collect();
+        let alive = |pid: i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|t| {
+                let state = t[t.rfind(')').unwrap() + 1..].split_whitespace().next();
+                state != Some("Z") && state != Some("X")
+            })
+        };
+        let mut left = Vec::new();
+        for _ in 0..20 {
+            left = group_members(listed[0]);
+            left.extend(
+                listed
+                    .iter()
+                    .filter(|p| alive(**p))
+                    .map(|p| format!("pid {p}")),
+            );
+            if left.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        left
+    }
+
+    /// A reader that writes without end (`yes`: lines the parser skips) and never closes its
+    /// stdout, directly or through a child that holds the pipe when the script is killed, or
+    /// next to a silent child that holds it too:
+    /// a timeout at the deadline (no byte limit here), with the CPU it cost, and nothing left
+    /// of its process group.
+    #[test]
+    fn an_endless_reader_times_out_at_the_deadline_and_its_group_is_killed() {
+        for body in [
+            "exec yes",
+            "yes & echo $! >> \"$PIDS\"; wait",
+            "sh -c 'yes & echo $! >> \"$PIDS\"; wait'",
+            // A silent child holding the pipe: only the group's kill ends it before 5 s.
+            "sleep 5 & echo $! >> \"$PIDS\"; exec yes",
+        ] {
+            let (_dir, script, pids) = fake_reader(body);
+            let timeout = Duration::from_millis(700);
+            let started = Instant::now();
+            let e = run_and_parse_bounded(
+                script.to_str().unwrap(),
+                &[],
+                Format::Iptables,
+                timeout,
+                u64::MAX,
+                &no(),
+            )
+            .unwrap_err();
+            let took = started.elapsed();
+            assert!(matches!(e, ReaderError::Timeout { .. }), "{body}: {e}");
+            assert!(
+                took < timeout + Duration::from_secs(2),
+                "{body}: returned after {took:?}"
+            );
+            assert!(
+                e.cpu() >= Duration::from_millis(50),
+                "{body}: the killed read cost {:?}",
+                e.cpu()
+            );
+            assert_eq!(
+                left_of(&pids),
+                Vec::<String>::new(),
+                "{body}: processes left"
+            );
+        }
+    }
+
+    /// A process that leaves the group (`setsid`) and holds the pipe open without writing:
+    /// the read still ends at the deadline, not when that process lets go.
+    #[test]
+    fn a_pipe_held_open_outside_the_group_does_not_hold_the_read() {
+        let (_dir, script, _) = fake_reader("setsid sleep 4 & exec sleep 4");
+        let started = Instant::now();
+        let e = run_and_parse(
+            script.to_str().unwrap(),
+            &[],
+            Format::Iptables,
+            Duration::from_millis(300),
+            &no(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, ReaderError::Timeout { .. }), "{e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "returned after {:?}",
+            started.elapsed()
+        );
+    }
+
+    /// Output over the byte limit ends the read with a clear error before the deadline.
+    #[test]
+    fn output_over_the_byte_limit_is_refused_and_the_group_killed() {
+        let (_dir, script, pids) = fake_reader("yes & echo $! >> \"$PIDS\"; wait");
+        let started = Instant::now();
+        let e = run_and_parse_bounded(
+            script.to_str().unwrap(),
+            &[],
+            Format::Iptables,
+            Duration::from_secs(20),
+            1 << 20,
+            &no(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, ReaderError::TooLarge { .. }), "{e}");
+        assert_eq!(e.label(), "too-large");
+        assert!(e.to_string().contains("more than 1 MiB"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(left_of(&pids), Vec::<String>::new(), "processes left");
     }
 
     fn can_run_as_root_with(programs: &[&str]) -> bool {

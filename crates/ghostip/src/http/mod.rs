@@ -1,5 +1,6 @@
-//! The HTTP endpoints every long-running command serves: `/metrics`, `/healthz`, `/readyz`, and how they are served: bounded ([`serve`]) and, off loopback, authenticated ([`auth`]).
+//! The HTTP endpoints every long-running command serves: `/metrics`, `/healthz`, `/readyz`, and how they are served: bounded ([`serve`], [`admission`]) and, off loopback, authenticated ([`auth`]).
 
+pub mod admission;
 pub mod auth;
 pub mod serve;
 

@@ -1,11 +1,17 @@
 //! Serves a router over HTTP/1.1 with bounded connections, request time and request size, so a slow or hostile client cannot take the endpoint away from others.
 //!
 //! [`Limits`] (the defaults for every ghostip endpoint):
-//! - at most 64 connections at once and 16 from one client address; a connection over
-//!   either cap gets `503` and is closed at once, without reading it;
-//! - request headers: at most 16 KiB (`431` beyond) and 64 fields, read within 10 s of
-//!   the connection becoming idle (a client that trickles its headers or keeps an idle
-//!   connection open is disconnected);
+//! - 64 connections at once, shared fairly between client addresses
+//!   ([`super::admission`]): up to 16 from one address while the server is at most half
+//!   full, beyond that `max(2, 64 / (distinct addresses + 1))`; 2 more slots only for
+//!   connections from this host (the kubelet's `/healthz` and `/readyz` probes); when full,
+//!   the oldest idle connection of the address holding the most slots is closed for a
+//!   newcomer. A connection refused gets `503` and is closed at once, without reading it;
+//! - request heads: at most 16 KiB (`431` beyond) and 64 fields, read within 5 s of the
+//!   connection waiting for one (after it opened, or after its last response): a probe or
+//!   a scrape sends its head in one segment at once, and 5 s leave room for two
+//!   retransmissions of it (1 s, then 2 s more); a client that trickles its headers or
+//!   keeps an idle connection open is disconnected;
 //! - request bodies: none (`413` for a request that announces one): every endpoint is a
 //!   `GET`;
 //! - a handler answers within 10 s (`503` otherwise);
@@ -16,30 +22,40 @@
 //! node has IPv6, and only IPv4 (`0.0.0.0:PORT`) where it has none.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt as _;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tower::Layer as _;
+use tower::ServiceExt as _;
+
+use super::admission::{Admission, ConnId, Decision, Refusal, Rules};
 
 /// The bounds of one HTTP server.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Connections open at once.
+    /// Connections open at once (from anywhere).
     pub max_connections: usize,
-    /// Connections open at once from one client address.
+    /// Connections open at once from one client address while the server is at most half
+    /// full; beyond that the share shrinks with the number of addresses (see
+    /// [`super::admission`]).
     pub max_connections_per_client: usize,
+    /// Smallest share of one client address when the server is more than half full.
+    pub min_share: usize,
+    /// Slots above `max_connections` for connections from this host (the kubelet's probes).
+    pub reserved_for_this_host: usize,
     /// Size of a request's head (request line and headers); at least 8 KiB.
     pub max_header_bytes: usize,
     /// Header fields of one request.
@@ -53,14 +69,28 @@ pub struct Limits {
     pub max_connection_age: Duration,
 }
 
+impl Limits {
+    /// The admission rule's numbers.
+    pub fn rules(&self) -> Rules {
+        Rules {
+            max_connections: self.max_connections,
+            per_client: self.max_connections_per_client,
+            min_share: self.min_share,
+            reserved_for_this_host: self.reserved_for_this_host,
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: 64,
             max_connections_per_client: 16,
+            min_share: 2,
+            reserved_for_this_host: 2,
             max_header_bytes: 16 * 1024,
             max_headers: 64,
-            header_timeout: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
             max_connection_age: Duration::from_secs(60),
         }
@@ -110,7 +140,10 @@ pub async fn serve(
     cancel: CancellationToken,
 ) -> io::Result<()> {
     let app = bounded(app, limits);
-    let counts = Arc::new(Mutex::new(Counts::default()));
+    let table = Arc::new(Mutex::new(Table {
+        admission: Admission::new(limits.rules()),
+        evict: HashMap::new(),
+    }));
     let mut conns = JoinSet::new();
     loop {
         let (stream, peer) = tokio::select! {
@@ -126,14 +159,21 @@ pub async fn serve(
             },
         };
         while conns.try_join_next().is_some() {}
-        let Some(slot) = Slot::take(&counts, peer.ip(), &limits) else {
-            refuse(&stream, peer);
-            continue;
+        // Made from this host: its source address is the address it reached.
+        let from_this_host = stream
+            .local_addr()
+            .is_ok_and(|l| l.ip().to_canonical() == peer.ip().to_canonical());
+        let slot = match Slot::take(&table, peer.ip(), from_this_host) {
+            Ok(slot) => slot,
+            Err(why) => {
+                refuse(&stream, peer, why);
+                continue;
+            }
         };
         let app = app.clone();
         let cancel = cancel.clone();
         conns.spawn(async move {
-            serve_connection(stream, peer, app, limits, cancel).await;
+            serve_connection(stream, peer, app, limits, cancel, &slot).await;
             drop(slot);
         });
     }
@@ -181,9 +221,30 @@ async fn serve_connection(
     app: Router,
     limits: Limits,
     cancel: CancellationToken,
+    slot: &Slot,
 ) {
     let _ = stream.set_nodelay(true);
-    let svc = TowerToHyperService::new(axum::Extension(ConnectInfo(peer)).layer(app));
+    // Each request marks the connection busy until its response body is sent whole (or
+    // dropped): only an idle connection may be evicted.
+    let table = Arc::clone(&slot.table);
+    let id = slot.id;
+    let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(ConnectInfo(peer));
+        let busy = Busy::start(&table, id);
+        let app = app.clone();
+        async move {
+            let response = match app.oneshot(req.map(Body::new)).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            };
+            Ok::<_, Infallible>(response.map(|body| {
+                Body::new(body.map_frame(move |frame| {
+                    let _held = &busy;
+                    frame
+                }))
+            }))
+        }
+    });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -197,91 +258,95 @@ async fn serve_connection(
         _ = conn.as_mut() => return,
         () = age => {}
         () = cancel.cancelled() => {}
+        () = slot.evicted.cancelled() => {
+            // Idle, and its slot given to a newcomer: closed now.
+            tracing::debug!(%peer, "idle connection closed for a newcomer");
+            return;
+        }
     }
     conn.as_mut().graceful_shutdown();
     let _ = tokio::time::timeout(limits.request_timeout, conn).await;
 }
 
-/// Answers a connection over the caps with 503 and closes it, without reading or waiting.
-fn refuse(stream: &TcpStream, peer: SocketAddr) {
-    tracing::debug!(%peer, "too many connections; refused");
+/// Answers a refused connection with 503 and closes it, without reading or waiting.
+fn refuse(stream: &TcpStream, peer: SocketAddr, why: Refusal) {
+    tracing::debug!(%peer, ?why, "connection refused");
     let _ = stream.try_write(
         b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 22\r\n\r\ntoo many connections\r\n",
     );
 }
 
-/// Connections open now, in all and per client address.
-#[derive(Default)]
-struct Counts {
-    total: usize,
-    per_client: HashMap<IpAddr, usize>,
+/// The admission table and how to close each connection it may evict.
+struct Table {
+    admission: Admission,
+    evict: HashMap<ConnId, CancellationToken>,
 }
 
-/// One connection's place under the caps, given back when dropped.
+fn lock(table: &Mutex<Table>) -> MutexGuard<'_, Table> {
+    table.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One connection's place in the table, given back when dropped.
 struct Slot {
-    counts: Arc<Mutex<Counts>>,
-    client: IpAddr,
+    table: Arc<Mutex<Table>>,
+    id: ConnId,
+    /// Cancelled when the connection is evicted for a newcomer.
+    evicted: CancellationToken,
 }
 
 impl Slot {
-    fn take(counts: &Arc<Mutex<Counts>>, client: IpAddr, limits: &Limits) -> Option<Slot> {
-        let mut c = counts.lock().unwrap_or_else(PoisonError::into_inner);
-        let mine = c.per_client.get(&client).copied().unwrap_or(0);
-        if c.total >= limits.max_connections || mine >= limits.max_connections_per_client {
-            return None;
-        }
-        c.total += 1;
-        c.per_client.insert(client, mine + 1);
-        Some(Slot {
-            counts: Arc::clone(counts),
-            client,
-        })
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut c = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        c.total = c.total.saturating_sub(1);
-        if let Some(n) = c.per_client.get_mut(&self.client) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                c.per_client.remove(&self.client);
+    fn take(
+        table: &Arc<Mutex<Table>>,
+        client: IpAddr,
+        from_this_host: bool,
+    ) -> Result<Slot, Refusal> {
+        let mut t = lock(table);
+        match t.admission.admit(client, from_this_host, Instant::now()) {
+            Decision::Refuse(why) => Err(why),
+            Decision::Admit { id, evict } => {
+                if let Some(token) = evict.and_then(|victim| t.evict.remove(&victim)) {
+                    token.cancel();
+                }
+                let evicted = CancellationToken::new();
+                t.evict.insert(id, evicted.clone());
+                Ok(Slot {
+                    table: Arc::clone(table),
+                    id,
+                    evicted,
+                })
             }
         }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::*;
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut t = lock(&self.table);
+        t.admission.close(self.id);
+        t.evict.remove(&self.id);
+    }
+}
 
-    fn limits(total: usize, per_client: usize) -> Limits {
-        Limits {
-            max_connections: total,
-            max_connections_per_client: per_client,
-            ..Limits::default()
+/// A request in progress on a connection; its end makes the connection idle again.
+struct Busy {
+    table: Arc<Mutex<Table>>,
+    id: ConnId,
+}
+
+impl Busy {
+    fn start(table: &Arc<Mutex<Table>>, id: ConnId) -> Busy {
+        lock(table).admission.request_started(id);
+        Busy {
+            table: Arc::clone(table),
+            id,
         }
     }
+}
 
-    #[test]
-    fn slots_are_capped_in_all_and_per_client_and_given_back() {
-        let counts = Arc::new(Mutex::new(Counts::default()));
-        let l = limits(3, 2);
-        let a: IpAddr = "10.0.0.1".parse().unwrap();
-        let b: IpAddr = "10.0.0.2".parse().unwrap();
-        let c: IpAddr = "10.0.0.3".parse().unwrap();
-        let a1 = Slot::take(&counts, a, &l).unwrap();
-        let a2 = Slot::take(&counts, a, &l).unwrap();
-        assert!(Slot::take(&counts, a, &l).is_none(), "per-client cap");
-        let b1 = Slot::take(&counts, b, &l).unwrap();
-        assert!(Slot::take(&counts, c, &l).is_none(), "total cap");
-        drop(a1);
-        let c1 = Slot::take(&counts, c, &l).unwrap();
-        drop((a2, b1, c1));
-        let n = counts.lock().unwrap();
-        assert_eq!(n.total, 0);
-        assert!(n.per_client.is_empty());
+impl Drop for Busy {
+    fn drop(&mut self) {
+        lock(&self.table)
+            .admission
+            .request_ended(self.id, Instant::now());
     }
 }

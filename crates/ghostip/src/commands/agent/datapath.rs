@@ -282,6 +282,12 @@ impl DatapathReads {
         now: Time,
     ) {
         let dp = self.name();
+        // A killed read's CPU counts like a finished read's: the next one waits for it.
+        let cpu = e.cpu();
+        if !cpu.is_zero() {
+            self.reads.cap.record(now, cpu);
+            out.metrics.read_cpu_total.inc_by(cpu.as_secs_f64());
+        }
         let period = self.reads.cap.audit_period();
         self.reads.schedule.finished(now, period);
         out.metrics
