@@ -148,7 +148,7 @@ fn warnings(skipped: &SkipStats) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(e) = &skipped.earlier_snapshots {
         out.push(format!(
-            "the input holds {} snapshots of this datapath (its header repeats): only the last, from {}, was read",
+            "the input holds {} snapshots of this datapath (its header or a listed item repeats): only the last, from {}, was read",
             e.count + 1,
             e.last_from
         ));
