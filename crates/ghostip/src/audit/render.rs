@@ -433,3 +433,48 @@ fn location(obj: &ObjectRef) -> Value {
     }
     json!({"physicalLocation": phys, "logicalLocations": logical})
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn narrow_lines_break_at_spaces_and_separators_only() {
+        // Words that fit are kept whole and packed; continuation lines are indented.
+        assert_eq!(
+            wrap_words("fix: set terminationGracePeriodSeconds to 70", 20),
+            ["fix: set", "terminationGracePeriodSeconds", "  to 70"]
+        );
+        // A path is broken after its slashes, the parts joined without spaces (a part that
+        // fits the width but not beside the indent goes without it).
+        assert_eq!(
+            wrap_words("read from: /srv/manifests/app/deploy.yaml:3", 16),
+            ["read from:", "/srv/manifests/", "  app/", "  deploy.yaml:3"]
+        );
+        // A part with no separator longer than the line stands alone, whole.
+        assert_eq!(
+            wrap_words("rule: GIP-DNS-001", 10),
+            ["rule:", "  GIP-DNS-", "  001"]
+        );
+        assert_eq!(wrap_words("", 10), [""]);
+        // Every line fits, or is one part that cannot be cut.
+        let text = "message: expect up to 60 s of dials to dead IPs per rollout of demo/web-7c9d8f";
+        for w in 10..40 {
+            let lines = wrap_words(text, w);
+            let joined: String = lines.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ");
+            for word in text.split(' ').filter(|w| !w.contains(['/', '-', ','])) {
+                assert!(
+                    joined.split(' ').any(|j| j == word),
+                    "{w}: {word} in {lines:?}"
+                );
+            }
+            for l in &lines {
+                assert!(
+                    l.chars().count() <= w || !l.trim().contains(' '),
+                    "{w}: {l:?}"
+                );
+            }
+        }
+    }
+}
