@@ -17,7 +17,7 @@
 //! Text without a single row of the format, and invalid JSON, are errors. [`parse_any`]
 //! names the supported formats when it recognizes none.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 
 use serde_json::Value;
@@ -732,11 +732,16 @@ pub fn parse_db_frontends(input: &str) -> Result<LbTable, ParseError> {
 // === lb/maps-dump ===
 
 /// Parses `lb/maps-dump` output: `BE: ID=1 ADDR=… STATE=active`, `SVC: ID=… ADDR=… SLOT=…`.
+///
+/// One dump holds each backend ID once and each service slot (`ADDR`, `SLOT`) once: a key
+/// seen again starts the next snapshot (a transcript of two runs), and only the last is read.
 pub fn parse_lb_maps(input: &str) -> Result<LbTable, ParseError> {
     let mut out = LbTable::new(Format::CiliumLbMaps);
     let mut backends: HashMap<String, (IpAddr, u16, BackendState)> = HashMap::new();
     // Frontend address text → (frontend, backend IDs by slot).
     let mut services: Vec<(String, Frontend, Vec<String>)> = Vec::new();
+    // The service slots of this snapshot.
+    let mut slots: HashSet<(String, String)> = HashSet::new();
     let mut saw = false;
     let mut first_foreign = None;
     for (i, raw) in input.lines().enumerate() {
@@ -769,6 +774,12 @@ pub fn parse_lb_maps(input: &str) -> Result<LbTable, ParseError> {
                 let state = fields
                     .get("STATE")
                     .map_or(BackendState::Active, |s| BackendState::parse(s));
+                if backends.contains_key(*id) {
+                    backends.clear();
+                    services.clear();
+                    slots.clear();
+                    out.skipped.new_snapshot(Location::Line(no));
+                }
                 backends.insert((*id).to_string(), (sa.ip(), sa.port(), state));
             }
             "SVC" => {
@@ -783,6 +794,16 @@ pub fn parse_lb_maps(input: &str) -> Result<LbTable, ParseError> {
                         .unknown(Location::Line(no), "SVC line with an invalid ADDR", line);
                     continue;
                 };
+                if let Some(slot) = fields.get("SLOT") {
+                    let slot = ((*addr_text).to_string(), (*slot).to_string());
+                    if slots.contains(&slot) {
+                        backends.clear();
+                        services.clear();
+                        slots.clear();
+                        out.skipped.new_snapshot(Location::Line(no));
+                    }
+                    slots.insert(slot);
+                }
                 let pos = services.iter().position(|(k, _, _)| k == addr_text);
                 let pos = match pos {
                     Some(p) => p,

@@ -19,9 +19,16 @@
 //! `reply-cut-short` and counted as unknown. Lines with unparsable addresses (anonymized
 //! `xxx.xxx.xxx.xxx`) are unknown.
 //!
+//! A table holds each flow once (the kernel keys its entries by the original tuple and the
+//! zone), so a flow listed again starts the next snapshot (a transcript of two runs of
+//! `conntrack -L`): the table is the last one's (`SkipStats::earlier_snapshots`). Event lines
+//! (`-E`, which repeat a flow as it changes) are a stream, not a snapshot, and never start
+//! one; [`for_each_entry`], which keeps nothing, does not look for snapshots.
+//!
 //! # Errors
 //! Only input with no conntrack line at all is an error.
 
+use std::collections::HashSet;
 use std::io::BufRead;
 use std::net::IpAddr;
 
@@ -206,6 +213,29 @@ struct Parser<'f> {
     /// The head of an entry a glued summary line cut (see [`Parser::summary`]), with its
     /// line number: the next line goes on with it.
     pending: Option<(usize, String)>,
+    /// The flows of this snapshot (collecting parsers only): one seen again starts the next.
+    flows: HashSet<FlowKey>,
+}
+
+/// What the kernel keys a conntrack entry by: the original tuple (protocol, addresses,
+/// ports or ICMP identity) and the zone.
+type FlowKey = (
+    u8,
+    Option<u16>,
+    IpAddr,
+    IpAddr,
+    Option<u16>,
+    Option<u16>,
+    Option<(u8, u8, u16)>,
+);
+
+fn flow_key(e: &CtEntry) -> FlowKey {
+    let o = &e.orig;
+    let icmp = match (o.icmp_type, o.icmp_code, o.icmp_id) {
+        (None, None, None) => None,
+        (t, c, i) => Some((t.unwrap_or(0), c.unwrap_or(0), i.unwrap_or(0))),
+    };
+    (e.proto_num, e.zone, o.src, o.dst, o.sport, o.dport, icmp)
 }
 
 /// A tuple under construction.
@@ -258,6 +288,7 @@ impl<'f> Parser<'f> {
             saw: false,
             first_foreign: None,
             pending: None,
+            flows: HashSet::new(),
         }
     }
 
@@ -336,6 +367,16 @@ impl<'f> Parser<'f> {
                 );
             }
         };
+        if let Sink::Collect(v) = &mut self.sink
+            && entry.event.is_none()
+            && !self.flows.insert(flow_key(&entry))
+        {
+            // A flow listed again: the next run of the dump starts here.
+            v.clear();
+            self.flows.clear();
+            self.flows.insert(flow_key(&entry));
+            self.skipped.new_snapshot(Location::Line(no));
+        }
         for _ in 0..not_modeled {
             self.skipped.ignore("conntrack field not modeled");
         }

@@ -12,11 +12,17 @@
 //! Firewall-mark services (`FWM 100`) and non-numeric listings (`ipvsadm -L` without `-n`,
 //! which prints host and port names) are counted as unknown.
 //!
+//! Several runs in one input (a terminal transcript) are several snapshots: the list header
+//! repeated after virtual servers, or a virtual server declared a second time (`-A -t
+//! VIP:PORT` again; no dump lists one twice), starts the next, and only the last is read
+//! (`SkipStats::earlier_snapshots`).
+//!
 //! # Errors
 //! Only input with no ipvsadm line at all is an error.
 
+use std::collections::HashSet;
 use std::io::BufRead;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use crate::error::ParseError;
 use crate::format::Format;
@@ -66,6 +72,9 @@ struct Parser {
     weight_col: WeightCol,
     saw_ipvs: bool,
     first_foreign: Option<(usize, String)>,
+    /// The virtual servers this snapshot has declared (`-A`, or a list-layout service
+    /// line): one declared again starts the next snapshot.
+    declared: HashSet<(IpAddr, u16, Protocol)>,
 }
 
 impl Parser {
@@ -77,17 +86,32 @@ impl Parser {
             weight_col: WeightCol::AfterForward,
             saw_ipvs: false,
             first_foreign: None,
+            declared: HashSet::new(),
         }
     }
 
-    /// The list header repeats at line `no` after virtual servers: the input holds several
-    /// snapshots (runs of `ipvsadm -Ln`), and only the last is read.
+    /// The list header repeats at line `no` after virtual servers, or a virtual server is
+    /// declared a second time: the input holds several snapshots (runs of `ipvsadm -Ln` or
+    /// `ipvsadm-save -n`), and only the last is read.
     fn new_snapshot(&mut self, no: usize) {
         self.current = None;
         self.skipping = false;
         self.weight_col = WeightCol::AfterForward;
         self.out.frontends.clear();
+        self.declared.clear();
         self.out.skipped.new_snapshot(Location::Line(no));
+    }
+
+    /// A virtual server declared at line `no`: a second declaration of one (no dump lists a
+    /// virtual server twice) starts the next snapshot.
+    fn declare(&mut self, no: usize, key: (IpAddr, u16, Protocol)) {
+        if !self.declared.insert(key) {
+            let weight_col = self.weight_col;
+            self.new_snapshot(no);
+            // The columns of a list without its header again are the ones it had.
+            self.weight_col = weight_col;
+            self.declared.insert(key);
+        }
     }
 
     fn unknown(&mut self, no: usize, reason: &'static str, line: &str) {
@@ -118,6 +142,7 @@ impl Parser {
                 line,
             );
         };
+        self.declare(no, (addr.ip(), addr.port(), proto));
         let mut fe = Frontend::new(addr.ip(), addr.port(), proto, FrontendKind::Unknown);
         let mut rest = toks.iter().skip(2);
         if let Some(sched) = rest.next()
@@ -266,6 +291,7 @@ impl Parser {
         };
         if add_service {
             self.flush();
+            self.declare(no, (vaddr.ip(), vaddr.port(), proto));
             let mut fe = Frontend::new(vaddr.ip(), vaddr.port(), proto, FrontendKind::Unknown);
             if let Some(s) = sched {
                 fe.add_flag(format!("scheduler={s}"));

@@ -498,8 +498,9 @@ impl SkipStats {
         }
     }
 
-    /// A new snapshot of the same datapath starts at `at` (its header repeats): what was
-    /// counted so far belonged to an earlier one and is dropped, the earlier one counted.
+    /// A new snapshot of the same datapath starts at `at` (its header or a listed item
+    /// repeats): what was counted so far belonged to an earlier one and is dropped, the
+    /// earlier one counted.
     pub fn new_snapshot(&mut self, at: Location) {
         let count = self.earlier_snapshots.as_ref().map_or(0, |e| e.count) + 1;
         *self = SkipStats {

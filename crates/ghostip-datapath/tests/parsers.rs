@@ -871,13 +871,63 @@ fn replace_addr(text: &str, from: &str, to: &str) -> String {
     out
 }
 
+/// Two runs of `conntrack -L` back to back, the second after a flow's backend moved: a flow
+/// listed again starts the second snapshot, which is the table read; event lines, which
+/// repeat a flow as it changes, never start one.
+#[test]
+fn two_conntrack_dumps_back_to_back_read_the_last() {
+    use ghostip_datapath::{EarlierSnapshots, Location};
+    let first = text("conntrack-L.txt");
+    let second = replace_addr(&first, "10.244.3.71", "192.0.2.99");
+    assert_ne!(first, second);
+    let both = format!("{first}$ # the same command again\n{second}");
+    let want = conntrack::parse_str(&second).unwrap();
+    for got in [
+        conntrack::parse_str(&both).unwrap(),
+        conntrack::parse_reader(std::io::BufReader::with_capacity(64, both.as_bytes())).unwrap(),
+    ] {
+        assert_eq!(
+            got.skipped.earlier_snapshots,
+            Some(EarlierSnapshots {
+                count: 1,
+                last_from: Location::Line(first.lines().count() + 2),
+            })
+        );
+        assert_eq!(got.entries, want.entries);
+        assert!(
+            got.entries.iter().all(
+                |e| e.dnat_target().map(|(ip, _)| ip.to_string()) != Some("10.244.3.71".into())
+            )
+        );
+    }
+    // One run: no snapshot before it.
+    assert_eq!(
+        conntrack::parse_str(&first)
+            .unwrap()
+            .skipped
+            .earlier_snapshots,
+        None
+    );
+    // Events repeat a flow as it changes: one stream, not two snapshots.
+    let ev = "[NEW] udp      17 30 src=10.0.0.1 dst=10.96.0.10 sport=4000 dport=53 [UNREPLIED] src=10.244.1.6 dst=10.0.0.1 sport=53 dport=4000\n\
+              [UPDATE] udp      17 30 src=10.0.0.1 dst=10.96.0.10 sport=4000 dport=53 src=10.244.1.6 dst=10.0.0.1 sport=53 dport=4000\n\
+              [DESTROY] udp      17 src=10.0.0.1 dst=10.96.0.10 sport=4000 dport=53 src=10.244.1.6 dst=10.0.0.1 sport=53 dport=4000\n";
+    let t = conntrack::parse_str(ev).unwrap();
+    assert_eq!((t.entries.len(), t.skipped.earlier_snapshots), (3, None));
+    // The same tuple in two zones is two flows.
+    let zones = "udp      17 29 src=10.0.0.1 dst=10.96.0.10 sport=1 dport=53 src=10.244.1.6 dst=10.0.0.1 sport=53 dport=1 zone=1\n\
+                 udp      17 29 src=10.0.0.1 dst=10.96.0.10 sport=1 dport=53 src=10.244.1.6 dst=10.0.0.1 sport=53 dport=1 zone=2\n";
+    let t = conntrack::parse_str(zones).unwrap();
+    assert_eq!((t.entries.len(), t.skipped.earlier_snapshots), (2, None));
+}
+
 /// A terminal transcript of two runs of a dump command, the second after a backend moved:
 /// the second run's table is read, not a merge of both, and the skip counts say how many
 /// snapshots came before and where the one read starts (its repeated header).
 #[test]
 fn several_snapshots_in_one_dump_are_detected_and_the_last_is_read() {
     use ghostip_datapath::{EarlierSnapshots, Location};
-    let cases: [(Format, &str, ghostip_datapath::LineTest); 6] = [
+    let cases: [(Format, &str, ghostip_datapath::LineTest); 8] = [
         (
             Format::Iptables,
             "iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt",
@@ -885,6 +935,14 @@ fn several_snapshots_in_one_dump_are_detected_and_the_last_is_read() {
         ),
         (Format::Ipvsadm, "ipvsadm-Ln_weight0.txt", |l| {
             l.starts_with("IP Virtual Server")
+        }),
+        // No header: the first virtual server declared again (`-A -t VIP:PORT`).
+        (Format::Ipvsadm, "ipvsadm-save-n.txt", |l| {
+            l.starts_with("-A")
+        }),
+        // No header: the first backend ID listed again.
+        (Format::CiliumLbMaps, "cilium-lb-maps.txt", |l| {
+            l.starts_with("BE:")
         }),
         (
             Format::CiliumServiceList,
@@ -988,6 +1046,20 @@ fn several_snapshots_in_one_dump_are_detected_and_the_last_is_read() {
     let one = text("ipvsadm-Ln_weight0.txt");
     let t = ipvs::parse_str(&format!("{one}{one}{one}")).unwrap();
     assert_eq!(t.skipped.earlier_snapshots.map(|e| e.count), Some(2));
+    let one = text("ipvsadm-save-n.txt");
+    let t = ipvs::parse_str(&format!("{one}{one}{one}")).unwrap();
+    assert_eq!(t.skipped.earlier_snapshots.map(|e| e.count), Some(2));
+    // A Cilium maps dump that lists a service slot again (its backends in another dump).
+    let slots = "SVC: ID=1 ADDR=10.96.0.1:443/TCP SLOT=0 FLAGS=ClusterIP\n\
+                 SVC: ID=1 ADDR=10.96.0.1:443/TCP SLOT=1 BEID=1\n";
+    let t = cilium::parse_lb_maps(&format!("{slots}{slots}")).unwrap();
+    assert_eq!(
+        t.skipped.earlier_snapshots,
+        Some(EarlierSnapshots {
+            count: 1,
+            last_from: Location::Line(3)
+        })
+    );
     // The ip and ip6 tables of one ruleset, or iptables-save's filter and nat tables, are
     // one snapshot.
     let t =

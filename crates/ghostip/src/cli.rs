@@ -697,9 +697,16 @@ pub struct AuditArgs {
         required_unless_present = "cluster"
     )]
     pub files: Vec<PathBuf>,
-    /// Process directories given with -f recursively.
+    /// Process directories given with -f recursively (each file once, symlink loops noted
+    /// on stderr and not followed).
     #[arg(short = 'R', long)]
     pub recursive: bool,
+    /// Largest file read with -f (bytes, or with a Ki, Mi, Gi suffix), standard input
+    /// included; a larger one is an input that could not be read, and a stream is read no
+    /// further than this. The default is over 4 times `kubectl get deploy,sts,svc -A -o json`
+    /// of 10 000 Services (docs/AUDIT.md).
+    #[arg(long, value_name = "SIZE", default_value = "512Mi", value_parser = crate::input::parse_size)]
+    pub max_input_size: u64,
     /// Read the objects from the cluster (get/list only) instead of files.
     #[arg(long, conflicts_with = "files")]
     pub cluster: bool,
@@ -1133,6 +1140,12 @@ pub struct DumpSource {
     /// Format of the dump.
     #[arg(long, value_enum, default_value_t = DumpFormat::Auto)]
     pub format: DumpFormat,
+    /// Largest input read (bytes, or with a Ki, Mi, Gi suffix): the dump, and diff's --truth
+    /// file, each; a larger one is refused, and a stream is read no further than this.
+    /// The default is over 4 times the largest input at 10 000 Services / 150 000
+    /// endpoints (nft -j dump 127 MB, kubectl truth 127 MB; docs/DATAPATH.md).
+    #[arg(long, value_name = "SIZE", default_value = "512Mi", value_parser = crate::input::parse_size)]
+    pub max_input_size: u64,
 }
 
 /// `ghostip datapath show`.

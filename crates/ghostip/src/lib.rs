@@ -14,6 +14,7 @@ pub mod commands;
 pub mod dns;
 pub mod explain;
 pub mod http;
+pub mod input;
 pub mod kube;
 pub mod ledger;
 pub mod metrics;

@@ -194,7 +194,7 @@ fn several_snapshots_in_one_dump_are_reported_and_the_last_is_judged() {
     let table_line =
         one.lines().count() + 2 + one.lines().position(|l| l.starts_with('*')).unwrap();
     let warning = format!(
-        "warning: the input holds 2 snapshots of this datapath (its header repeats): only the last, from line {table_line}, was read"
+        "warning: the input holds 2 snapshots of this datapath (its header or a listed item repeats): only the last, from line {table_line}, was read"
     );
     ghostip()
         .args(["datapath", "show", "--from-file"])

@@ -4,6 +4,11 @@
 //! it was read, then one indented block per finding (severity, rule id, message, fix), then a
 //! summary line. SARIF puts the fix in each result's message and properties, the object as a
 //! logical location, and unreadable inputs as tool execution notifications.
+//!
+//! [`listing`] fits the text form to a terminal: below the width where the other tables turn
+//! into `key: value` lists ([`crate::printer::PLAIN_BELOW`] columns), each finding is such a
+//! list too, wrapped at spaces only: a word longer than the line stands alone on its line,
+//! never cut in the middle (a rule id, a field name or a path is copied as it is).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -11,15 +16,14 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use super::inventory::ObjectRef;
-use super::rules::{AuditReport, Finding, RULES, Severity};
+use super::rules::{AuditReport, Finding, RULES, ServiceBudget, Severity};
+use crate::printer::{Layout, fit_text};
 
 /// The SARIF schema URI.
 pub const SARIF_SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
 
-/// The text listing.
-pub fn table(report: &AuditReport) -> String {
-    let mut out = String::new();
-    // Group by object, keeping the order of first appearance.
+/// Findings grouped by object, in the order objects first appear.
+fn by_object(report: &AuditReport) -> Vec<(&ObjectRef, Vec<&Finding>)> {
     let mut order: Vec<&ObjectRef> = Vec::new();
     let mut groups: BTreeMap<&ObjectRef, Vec<&Finding>> = BTreeMap::new();
     for f in &report.findings {
@@ -28,9 +32,173 @@ pub fn table(report: &AuditReport) -> String {
         }
         groups.entry(&f.object).or_default().push(f);
     }
-    for obj in order {
+    order
+        .into_iter()
+        .map(|o| (o, groups.remove(o).unwrap_or_default()))
+        .collect()
+}
+
+/// The text listing fitted to `layout`: [`table`] wrapped to the width, or below
+/// [`crate::printer::PLAIN_BELOW`] columns a `key: value` list per finding whose words are
+/// never cut.
+pub fn listing(report: &AuditReport, layout: &Layout) -> String {
+    if !layout.plain() {
+        return fit_text(&table(report), layout);
+    }
+    let mut lines: Vec<String> = Vec::new();
+    for (obj, findings) in by_object(report) {
+        lines.push(format!("object: {obj}"));
+        lines.push(format!("read from: {}", obj.origin));
+        for f in findings {
+            lines.push(String::new());
+            lines.push(format!("severity: {}", f.severity.as_str()));
+            lines.push(format!("rule: {}", f.rule));
+            lines.push(format!("message: {}", f.message));
+            if let Some(s) = &f.service {
+                lines.push(format!("service: {s}"));
+            }
+            for c in &f.caveats {
+                lines.push(format!("caveat: {c}"));
+            }
+            lines.push(format!("fix: {}", f.fix));
+        }
+        lines.push(String::new());
+    }
+    for b in report.services.iter().filter(|b| b.headless) {
+        let (chain, pods) = budget_text(b);
+        lines.push(format!("budget: {} {chain}", b.service));
+        lines.push(format!("pods: {pods}"));
+        lines.push(String::new());
+    }
+    for p in &report.problems {
+        lines.push(format!("not read: {p}"));
+    }
+    lines.push(summary(report));
+    let mut out = String::new();
+    for line in &lines {
+        for l in wrap_words(line, layout.width) {
+            out.push_str(&l);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// `line` broken at spaces into lines of at most `w` characters, continuation lines indented
+/// by two where the part fits beside the indent. A word longer than a line (a path, a list) is broken only after a `/`, `,` or `-`,
+/// never inside a run of letters or digits; a part still too long stands alone on its line.
+fn wrap_words(line: &str, w: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut len = 0usize;
+    let mut has_word = false;
+    for word in line.split(' ').filter(|w| !w.is_empty()) {
+        for piece in pieces(word, w) {
+            let n = piece.text.chars().count();
+            if has_word && len + 1 + n > w {
+                out.push(std::mem::take(&mut cur));
+                // Continuation lines are indented, unless the indent would push the part
+                // past the width.
+                len = if n + 2 <= w { 2 } else { 0 };
+                cur.push_str(&" ".repeat(len));
+                has_word = false;
+            }
+            // The parts of one broken word follow each other without a space.
+            if has_word && !piece.joined {
+                cur.push(' ');
+                len += 1;
+            }
+            cur.push_str(piece.text);
+            len += n;
+            has_word = true;
+        }
+    }
+    if has_word || out.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// A part of a word ([`pieces`]); `joined`: it goes on the word's previous part.
+struct Piece<'a> {
+    text: &'a str,
+    joined: bool,
+}
+
+/// `word` whole when it fits `w`, else cut after its `/`, `,` and `-` into parts of at most
+/// `w` characters where the separators allow.
+fn pieces(word: &str, w: usize) -> Vec<Piece<'_>> {
+    if word.chars().count() <= w {
+        return vec![Piece {
+            text: word,
+            joined: false,
+        }];
+    }
+    // Segments end after each separator.
+    let mut segments = Vec::new();
+    let mut start = 0;
+    for (i, c) in word.char_indices() {
+        if matches!(c, '/' | ',' | '-') {
+            let end = i + c.len_utf8();
+            segments.push(word.get(start..end).unwrap_or_default());
+            start = end;
+        }
+    }
+    if start < word.len() {
+        segments.push(word.get(start..).unwrap_or_default());
+    }
+    let mut out: Vec<Piece<'_>> = Vec::new();
+    let (mut from, mut to, mut n) = (0usize, 0usize, 0usize);
+    for seg in segments {
+        let m = seg.chars().count();
+        if n > 0 && n + m > w {
+            out.push(Piece {
+                text: word.get(from..to).unwrap_or_default(),
+                joined: !out.is_empty(),
+            });
+            from = to;
+            n = 0;
+        }
+        to += seg.len();
+        n += m;
+    }
+    if to > from {
+        out.push(Piece {
+            text: word.get(from..to).unwrap_or_default(),
+            joined: !out.is_empty(),
+        });
+    }
+    out
+}
+
+/// A headless Service's budget chain (`dns 30 s + client cache 30 s = 60 s`) and the pods
+/// backing it.
+fn budget_text(b: &ServiceBudget) -> (String, String) {
+    let dns = b
+        .dns_lag_s
+        .map_or("dns ?".to_string(), |d| format!("dns {d} s"));
+    let client = match b.client_cache_s {
+        Some(t) if t < 0 => " + client cache forever".to_string(),
+        Some(t) => format!(" + client cache {t} s"),
+        None => String::new(),
+    };
+    let total = b
+        .budget_s
+        .map_or("unbounded".to_string(), |t| format!("{t} s"));
+    let backing = if b.workloads.is_empty() {
+        "no workload found".to_string()
+    } else {
+        b.workloads.join(", ")
+    };
+    (format!("{dns}{client} = {total}"), backing)
+}
+
+/// The text listing.
+pub fn table(report: &AuditReport) -> String {
+    let mut out = String::new();
+    for (obj, findings) in by_object(report) {
         let _ = writeln!(out, "{obj}  ({})", obj.origin);
-        for f in groups.get(obj).into_iter().flatten() {
+        for f in findings {
             let _ = writeln!(
                 out,
                 "  {:<7} {:<14} {}",
@@ -53,25 +221,10 @@ pub fn table(report: &AuditReport) -> String {
         let mut any = false;
         for b in report.services.iter().filter(|b| b.headless) {
             any = true;
-            let dns = b
-                .dns_lag_s
-                .map_or("dns ?".to_string(), |d| format!("dns {d} s"));
-            let client = match b.client_cache_s {
-                Some(t) if t < 0 => " + client cache forever".to_string(),
-                Some(t) => format!(" + client cache {t} s"),
-                None => String::new(),
-            };
-            let total = b
-                .budget_s
-                .map_or("unbounded".to_string(), |t| format!("{t} s"));
-            let backing = if b.workloads.is_empty() {
-                "no workload found".to_string()
-            } else {
-                b.workloads.join(", ")
-            };
+            let (chain, backing) = budget_text(b);
             let _ = writeln!(
                 out,
-                "  {:<32} {dns}{client} = {total}   pods: {backing}",
+                "  {:<32} {chain}   pods: {backing}",
                 b.service.to_string()
             );
         }
@@ -95,9 +248,14 @@ pub fn table(report: &AuditReport) -> String {
     for p in &report.problems {
         let _ = writeln!(out, "not read: {p}");
     }
+    let _ = writeln!(out, "{}", summary(report));
+    out
+}
+
+/// The last line: findings by severity, objects and files read, inputs not read.
+fn summary(report: &AuditReport) -> String {
     let objects: usize = report.inputs.objects.values().sum();
-    let _ = writeln!(
-        out,
+    format!(
         "{} finding{} ({} error{}, {} warning{}, {} note{}) in {objects} object{} from {}{}",
         report.findings.len(),
         plural(report.findings.len()),
@@ -126,8 +284,7 @@ pub fn table(report: &AuditReport) -> String {
                 plural(report.problems.len())
             )
         }
-    );
-    out
+    )
 }
 
 fn plural(n: usize) -> &'static str {
@@ -275,4 +432,49 @@ fn location(obj: &ObjectRef) -> Value {
         o.insert("region".to_string(), json!({"startLine": line}));
     }
     json!({"physicalLocation": phys, "logicalLocations": logical})
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn narrow_lines_break_at_spaces_and_separators_only() {
+        // Words that fit are kept whole and packed; continuation lines are indented.
+        assert_eq!(
+            wrap_words("fix: set terminationGracePeriodSeconds to 70", 20),
+            ["fix: set", "terminationGracePeriodSeconds", "  to 70"]
+        );
+        // A path is broken after its slashes, the parts joined without spaces (a part that
+        // fits the width but not beside the indent goes without it).
+        assert_eq!(
+            wrap_words("read from: /srv/manifests/app/deploy.yaml:3", 16),
+            ["read from:", "/srv/manifests/", "  app/", "  deploy.yaml:3"]
+        );
+        // A part with no separator longer than the line stands alone, whole.
+        assert_eq!(
+            wrap_words("rule: GIP-DNS-001", 10),
+            ["rule:", "  GIP-DNS-", "  001"]
+        );
+        assert_eq!(wrap_words("", 10), [""]);
+        // Every line fits, or is one part that cannot be cut.
+        let text = "message: expect up to 60 s of dials to dead IPs per rollout of demo/web-7c9d8f";
+        for w in 10..40 {
+            let lines = wrap_words(text, w);
+            let joined: String = lines.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ");
+            for word in text.split(' ').filter(|w| !w.contains(['/', '-', ','])) {
+                assert!(
+                    joined.split(' ').any(|j| j == word),
+                    "{w}: {word} in {lines:?}"
+                );
+            }
+            for l in &lines {
+                assert!(
+                    l.chars().count() <= w || !l.trim().contains(' '),
+                    "{w}: {l:?}"
+                );
+            }
+        }
+    }
 }

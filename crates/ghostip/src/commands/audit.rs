@@ -1,7 +1,9 @@
 //! `ghostip audit`: reads manifests or lists the cluster, runs the pure audit, prints the findings.
 //!
 //! Files: each `-f` path is a file, `-` (standard input), or a directory (`.yaml`, `.yml`,
-//! `.json` and Corefiles in it; subdirectories with `-R`). A file that cannot be read or
+//! `.json` and Corefiles in it; subdirectories with `-R`). Each directory and file is read
+//! once, however many links lead to it (a symlink loop is noted on stderr, not followed),
+//! and each file up to `--max-input-size`. A file that cannot be read or
 //! parsed, or a named directory with no such file, is reported with its line and the others
 //! are still audited; the command then exits 2 after printing the findings, because a partial
 //! audit must not pass a CI gate. When no file at all could be read there is no report: the
@@ -9,8 +11,10 @@
 //! with get/list only, and reads the `coredns` and `node-local-dns` ConfigMaps in kube-system
 //! by name.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fmt::Debug;
-use std::io::Read as _;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -52,8 +56,12 @@ pub(super) async fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<Outco
         .context("listing objects to audit")?
         .context("listing objects to audit")?;
     } else {
+        let mut walk = Walk::new(args.recursive, args.max_input_size);
         for path in &args.files {
-            read_path(path, args.recursive, true, &mut inv);
+            walk.read_path(path, true, &mut inv);
+        }
+        for note in &walk.notes {
+            eprintln!("ghostip: note: {note}");
         }
         if inv.counts.files == 0 {
             // Nothing was read: no report, only what went wrong with each path.
@@ -69,9 +77,9 @@ pub(super) async fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<Outco
     };
     let report = audit(&inv, &cfg);
     match g.output {
-        OutputFormat::Table | OutputFormat::Wide => crate::printer::print_text(
-            &crate::printer::fit_text(&render::table(&report), &g.output.layout()),
-        ),
+        OutputFormat::Table | OutputFormat::Wide => {
+            crate::printer::print_text(&render::listing(&report, &g.output.layout()));
+        }
         OutputFormat::Json => print_json(&render::json(&report))?,
         OutputFormat::Sarif => print_json(&render::sarif(&report, env!("CARGO_PKG_VERSION")))?,
     }
@@ -98,96 +106,151 @@ pub(super) async fn run(g: &GlobalArgs, args: AuditArgs) -> anyhow::Result<Outco
     })
 }
 
-/// Reads a file or a directory into `inv`; failures become input problems, and so does a
-/// directory named on the command line that holds no file to audit. Returns how many files it
-/// tried to read.
-fn read_path(path: &Path, recursive: bool, named: bool, inv: &mut Inventory) -> usize {
-    let shown = path.display().to_string();
-    if named && shown == "-" {
-        let mut text = String::new();
-        match std::io::stdin().read_to_string(&mut text) {
-            Ok(_) => {
-                if let Err(p) = add_manifest(inv, "<stdin>", &text) {
-                    inv.problems.push(p);
+/// Walks the `-f` paths: each directory and file is read once, however many links lead to
+/// it (found by device and inode), and each file at most `limit` bytes.
+struct Walk {
+    recursive: bool,
+    limit: u64,
+    /// Directories and files read, by (device, inode), with the path first read.
+    seen: HashMap<(u64, u64), String>,
+    /// Paths not read again, and why (printed as notes: they do not fail the audit).
+    notes: Vec<String>,
+}
+
+impl Walk {
+    fn new(recursive: bool, limit: u64) -> Self {
+        Self {
+            recursive,
+            limit,
+            seen: HashMap::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// Whether `path` (its target, when a symlink) was read before; records it if not.
+    fn first_visit(&mut self, path: &Path, shown: &str) -> bool {
+        let Ok(meta) = std::fs::metadata(path) else {
+            // Reading it will say why.
+            return true;
+        };
+        match self.seen.entry((meta.dev(), meta.ino())) {
+            Entry::Vacant(v) => {
+                v.insert(shown.to_string());
+                true
+            }
+            Entry::Occupied(o) => {
+                let what = if meta.is_dir() { "directory" } else { "file" };
+                self.notes.push(format!(
+                    "{shown}: the {what} {} again (a symlink loop or a second link to it): not read twice",
+                    o.get()
+                ));
+                false
+            }
+        }
+    }
+
+    /// Reads a file or a directory into `inv`; failures become input problems, and so does
+    /// a directory named on the command line that holds no file to audit. Returns how many
+    /// files it tried to read.
+    fn read_path(&mut self, path: &Path, named: bool, inv: &mut Inventory) -> usize {
+        let shown = path.display().to_string();
+        if named && shown == "-" {
+            match crate::input::read_all_from(std::io::stdin().lock(), self.limit) {
+                Ok(bytes) => match String::from_utf8(bytes) {
+                    Ok(text) => {
+                        if let Err(p) = add_manifest(inv, "<stdin>", &text) {
+                            inv.problems.push(p);
+                        }
+                    }
+                    Err(_) => inv
+                        .problems
+                        .push(problem("<stdin>", "is not UTF-8 text".to_string())),
+                },
+                Err(e) => inv
+                    .problems
+                    .push(problem("<stdin>", format!("cannot read: {e}"))),
+            }
+            return 1;
+        }
+        if path.is_dir() {
+            if !self.first_visit(path, &shown) {
+                return 0;
+            }
+            let entries = match std::fs::read_dir(path) {
+                Ok(e) => e,
+                Err(e) => {
+                    inv.problems
+                        .push(problem(&shown, format!("cannot read directory: {e}")));
+                    return 1;
+                }
+            };
+            let mut children: Vec<PathBuf> =
+                entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+            children.sort();
+            let mut tried = 0;
+            let mut skipped_dirs = false;
+            for child in children {
+                if child.is_dir() {
+                    if self.recursive {
+                        tried += self.read_path(&child, false, inv);
+                    } else {
+                        skipped_dirs = true;
+                    }
+                } else if FileKind::of(&child).is_some() {
+                    tried += self.read_path(&child, false, inv);
                 }
             }
-            Err(e) => inv
-                .problems
-                .push(problem("<stdin>", format!("cannot read: {e}"))),
+            if named && tried == 0 && self.notes.iter().all(|n| !n.starts_with(&shown)) {
+                inv.problems.push(problem(
+                    &shown,
+                    format!(
+                        "no .yaml, .yml, .json or Corefile file in this directory{}",
+                        if skipped_dirs {
+                            " (subdirectories are read with -R)"
+                        } else {
+                            ""
+                        }
+                    ),
+                ));
+            }
+            return tried;
         }
-        return 1;
-    }
-    if path.is_dir() {
-        let entries = match std::fs::read_dir(path) {
-            Ok(e) => e,
+        let kind = if named {
+            FileKind::of_named(path)
+        } else {
+            match FileKind::of(path) {
+                Some(k) => k,
+                None => return 0,
+            }
+        };
+        if !self.first_visit(path, &shown) {
+            return 0;
+        }
+        let text = match crate::input::read_all(path, self.limit) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(t) => t,
+                Err(_) => {
+                    inv.problems
+                        .push(problem(&shown, "is not UTF-8 text".to_string()));
+                    return 1;
+                }
+            },
             Err(e) => {
                 inv.problems
-                    .push(problem(&shown, format!("cannot read directory: {e}")));
+                    .push(problem(&shown, format!("cannot read: {e}")));
                 return 1;
             }
         };
-        let mut children: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
-        children.sort();
-        let mut tried = 0;
-        let mut skipped_dirs = false;
-        for child in children {
-            if child.is_dir() {
-                if recursive {
-                    tried += read_path(&child, recursive, false, inv);
-                } else {
-                    skipped_dirs = true;
+        match kind {
+            FileKind::Corefile => inv.add_corefile_file(&shown, text),
+            FileKind::Manifest => {
+                if let Err(p) = add_manifest(inv, &shown, &text) {
+                    inv.problems.push(p);
                 }
-            } else if FileKind::of(&child).is_some() {
-                tried += read_path(&child, recursive, false, inv);
             }
         }
-        if named && tried == 0 {
-            inv.problems.push(problem(
-                &shown,
-                format!(
-                    "no .yaml, .yml, .json or Corefile file in this directory{}",
-                    if skipped_dirs {
-                        " (subdirectories are read with -R)"
-                    } else {
-                        ""
-                    }
-                ),
-            ));
-        }
-        return tried;
+        1
     }
-    let kind = if named {
-        FileKind::of_named(path)
-    } else {
-        match FileKind::of(path) {
-            Some(k) => k,
-            None => return 0,
-        }
-    };
-    let text = match std::fs::read(path) {
-        Ok(bytes) => match String::from_utf8(bytes) {
-            Ok(t) => t,
-            Err(_) => {
-                inv.problems
-                    .push(problem(&shown, "is not UTF-8 text".to_string()));
-                return 1;
-            }
-        },
-        Err(e) => {
-            inv.problems
-                .push(problem(&shown, format!("cannot read: {e}")));
-            return 1;
-        }
-    };
-    match kind {
-        FileKind::Corefile => inv.add_corefile_file(&shown, text),
-        FileKind::Manifest => {
-            if let Err(p) = add_manifest(inv, &shown, &text) {
-                inv.problems.push(p);
-            }
-        }
-    }
-    1
 }
 
 fn problem(file: &str, message: String) -> InputProblem {

@@ -2,10 +2,10 @@
 //!
 //! The adapter part: reads the dump (a file or standard input, streamed into the parser),
 //! the truth file and, for conntrack dumps, the IP ownership facts from the ledger; the
-//! comparison itself is `ghostip_datapath::{against_truth, conntrack_audit}`.
+//! comparison itself is `ghostip_datapath::{against_truth, conntrack_audit}`. The dump and
+//! the truth are each read up to `--max-input-size` ([`crate::input`]).
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::io::{BufRead, BufReader, Cursor, Read};
 use std::net::IpAddr;
 use std::path::Path;
@@ -25,6 +25,7 @@ use super::{Outcome, print_json};
 use crate::cli::{
     DatapathArgs, DatapathCommand, DatapathDiffArgs, DumpSource, GlobalArgs, OutputFormat,
 };
+use crate::input::{self, InputError, Limited};
 use crate::kube::truth_file::read_truth;
 use crate::ledger::{Ledger, parse_at};
 use crate::printer::{Layout, Table, fit_text};
@@ -47,20 +48,30 @@ fn source_name(p: &Path) -> String {
     }
 }
 
-/// Reads and parses the dump, streaming it into the parser.
+/// Reads and parses the dump, streaming it into the parser; no more than
+/// `--max-input-size` bytes are read.
 fn read_dump(src: &DumpSource) -> anyhow::Result<(Format, Parsed)> {
     let name = source_name(&src.from_file);
-    let input: Box<dyn Read> = if src.from_file.as_os_str() == "-" {
-        Box::new(std::io::stdin().lock())
-    } else {
-        Box::new(File::open(&src.from_file).with_context(|| format!("opening {name}"))?)
+    let opened = input::open(&src.from_file, src.max_input_size).map_err(|e| match e {
+        InputError::Io(e) => anyhow::Error::new(e).context(format!("opening {name}")),
+        e => anyhow::Error::new(e).context(format!("reading {name}")),
+    })?;
+    let limited = Limited::new(opened, src.max_input_size);
+    let exceeded = limited.exceeded();
+    let too_large = || {
+        anyhow::Error::new(InputError::TooLarge {
+            limit: src.max_input_size,
+        })
+        .context(format!("reading {name}"))
     };
-    let mut input = BufReader::with_capacity(1 << 20, input);
+    let mut input = BufReader::with_capacity(1 << 20, limited);
     let mut head = Vec::with_capacity(PEEK);
-    (&mut input)
-        .take(PEEK as u64)
-        .read_to_end(&mut head)
-        .with_context(|| format!("reading {name}"))?;
+    if let Err(e) = (&mut input).take(PEEK as u64).read_to_end(&mut head) {
+        if exceeded.get() {
+            return Err(too_large());
+        }
+        return Err(anyhow::Error::new(e).context(format!("reading {name}")));
+    }
     let format = match src.format.format() {
         Some(f) => f,
         None => match detect_format(&head) {
@@ -75,7 +86,11 @@ fn read_dump(src: &DumpSource) -> anyhow::Result<(Format, Parsed)> {
         1 << 20,
         Cursor::new(head).chain(input),
     ));
-    let parsed = parse_reader(format, reader).with_context(|| format!("parsing {name}"))?;
+    let parsed = parse_reader(format, reader);
+    if exceeded.get() {
+        return Err(too_large());
+    }
+    let parsed = parsed.with_context(|| format!("parsing {name}"))?;
     Ok((format, parsed))
 }
 
@@ -148,7 +163,7 @@ fn warnings(skipped: &SkipStats) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(e) = &skipped.earlier_snapshots {
         out.push(format!(
-            "the input holds {} snapshots of this datapath (its header repeats): only the last, from {}, was read",
+            "the input holds {} snapshots of this datapath (its header or a listed item repeats): only the last, from {}, was read",
             e.count + 1,
             e.last_from
         ));
@@ -236,8 +251,14 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
         ),
     };
     let truth_name = a.truth.display().to_string();
-    let text = std::fs::read_to_string(&a.truth)
+    let bytes = input::read_all(&a.truth, a.source.max_input_size)
         .with_context(|| format!("reading the truth file {truth_name}"))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "reading the truth file {truth_name}: not UTF-8 text (byte {})",
+            e.utf8_error().valid_up_to()
+        )
+    })?;
     let tf = read_truth(&text, &truth_name, at).context("reading the truth file")?;
     drop(text);
     let (format, parsed) = read_dump(&a.source)?;
@@ -273,6 +294,14 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
             })
         }
         Parsed::Conntrack(table) => {
+            if table.entries.is_empty() {
+                // Nothing to judge is not clean, as a diff that compared nothing is not.
+                bail!(
+                    "reading {}: no conntrack entries read ({} lines skipped): nothing to judge (an empty `conntrack -L` output is a table dumped in the wrong network namespace, without CAP_NET_ADMIN, or with a filter that matched nothing)",
+                    source_name(&a.source.from_file),
+                    table.skipped.total()
+                );
+            }
             let cfg = AuditConfig {
                 dns_service,
                 now: Some(at),
