@@ -118,7 +118,7 @@ fn async_producers_flush_and_another_connection_reads() {
         }
     });
     // Flushed means committed: a second connection (as `ghostip whois` would) sees it all.
-    let reader = Ledger::open(&path).unwrap();
+    let reader = Ledger::open_read_only(&path).unwrap();
     for i in [0, 249, 250, 999] {
         assert_eq!(
             reader.whois(ip(i), t(1)).unwrap().at_time.unwrap().pod.name,
