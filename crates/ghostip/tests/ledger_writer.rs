@@ -51,6 +51,7 @@ fn writes_arrive_in_order_in_few_transactions() {
         WriterOptions {
             capacity: 4096,
             max_batch: 500,
+            ..WriterOptions::default()
         },
     )
     .unwrap();
@@ -188,6 +189,7 @@ fn a_relist_spanning_batches_works() {
         WriterOptions {
             capacity: 8,
             max_batch: 7,
+            ..WriterOptions::default()
         },
     )
     .unwrap();

@@ -4,6 +4,7 @@
 //! (the ledger is flushed with a deadline, background tasks are cancelled). The endpoint is
 //! bounded and, off loopback, authenticated as the agent's is ([`crate::http`]).
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -20,7 +21,7 @@ use super::{
 use crate::cli::{GlobalArgs, WatchArgs};
 use crate::clock::SystemClock;
 use crate::kube::{SyncState, WatchScope, watch_truth};
-use crate::ledger::{LedgerWriter, RetentionPruner, WriterOptions};
+use crate::ledger::{LedgerHealth, LedgerWriter, RetentionPruner, WriterOptions};
 use crate::metrics::Metrics;
 use ghostip_session::Session;
 
@@ -28,9 +29,13 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
     let conn = kube_connect(g).await?;
     let ledger = open_ledger(g)?;
     let db_path = ledger.path().to_path_buf();
-    let writer = LedgerWriter::spawn(ledger, WriterOptions::default())
-        .context("starting the ledger writer")?;
     let metrics = Arc::new(Metrics::new());
+    let writer = LedgerWriter::spawn_with_error_hook(
+        ledger,
+        WriterOptions::default(),
+        metrics.ledger_error_hook(),
+    )
+    .context("starting the ledger writer")?;
     let ready = Arc::new(AtomicBool::new(false));
     let cancel = CancellationToken::new();
 
@@ -79,24 +84,48 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
     });
 
     let mut pruner = RetentionPruner::new(args.retention);
+    let exit_after = args.ledger_failure_exit_after;
+    let mut failed = Ok(());
     loop {
         match p.next().await {
             Step::Stopped => break,
             Step::Truth { received: r, .. } => {
-                ready.store(p.session.judging(), Ordering::Relaxed);
                 if let crate::kube::TruthEvent::WatchFailed { kind, error } = &r.event {
                     tracing::warn!(%kind, %error, "watch failed; retrying with backoff (truth gap)");
                 }
             }
             Step::Tick(now) => {
-                ready.store(p.session.judging(), Ordering::Relaxed);
                 pruner.tick(now, &writer.sender()).await;
             }
-            Step::Probe => {}
+            Step::Probe => continue,
+        }
+        failed = update_ready(&ready, p.session.judging(), &writer, exit_after, &db_path);
+        if failed.is_err() {
+            break;
         }
     }
     // Clean shutdown within 5 s: stop probing, flush the ledger with a deadline.
     p.close(Duration::from_secs(3), server, writer).await;
     tracing::info!("ghostip watch stopped");
-    Ok(Outcome::Clean)
+    failed.map(|()| Outcome::Clean)
+}
+
+/// Ready while the truth is judged and the ledger's writes succeed; an error (the command
+/// exits 2) once they have failed for `exit_after` without a success.
+pub(super) fn update_ready(
+    ready: &AtomicBool,
+    judging: bool,
+    writer: &LedgerWriter,
+    exit_after: Duration,
+    db: &Path,
+) -> anyhow::Result<()> {
+    let health = writer.health(exit_after);
+    ready.store(judging && health == LedgerHealth::Ok, Ordering::Relaxed);
+    match health {
+        LedgerHealth::GiveUp(cause) => Err(anyhow::anyhow!("{cause}").context(format!(
+            "writing the ledger {} (failing for over {exit_after:?}, --ledger-failure-exit-after)",
+            db.display()
+        ))),
+        _ => Ok(()),
+    }
 }

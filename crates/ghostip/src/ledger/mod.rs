@@ -62,7 +62,10 @@ pub use ownership::{EndReason, Ownership, Whois};
 pub use path::{ROOT_DB_PATH, default_db_path, default_db_path_from};
 pub use render::{render_whois_table, whois_json};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
-pub use writer::{LedgerSender, LedgerWriter, RetentionPruner, WriterOptions, WriterStats};
+pub use writer::{
+    DROPPED, ErrorHook, LedgerHealth, LedgerSender, LedgerWriter, RetentionPruner, WriterOptions,
+    WriterStats, failure_reason,
+};
 
 use error::{Inner, sql_error};
 use relist::{RelistKind, Relists};
@@ -473,6 +476,20 @@ impl Ledger {
     ) -> Result<PruneStats, LedgerError> {
         let cutoff = now.checked_sub(retention).unwrap_or(Time::MIN);
         self.prune(cutoff)
+    }
+
+    /// Caps the file at `pages` pages for this connection (`PRAGMA max_page_count`, never
+    /// below its current size): a write that would grow it further fails with `SQLITE_FULL`,
+    /// as on a full disk, and stores nothing. Returns the cap in force.
+    pub fn set_max_page_count(&mut self, pages: u64) -> Result<u64, LedgerError> {
+        let pages = i64::try_from(pages).unwrap_or(i64::MAX);
+        let cap: i64 = self
+            .conn
+            .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| sql_error(&self.path, e))?;
+        Ok(u64::try_from(cap).unwrap_or(0))
     }
 
     /// Applies `ops` in order in one transaction: all or nothing.
