@@ -129,3 +129,82 @@ pub(super) fn update_ready(
         _ => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::collections::BTreeMap;
+    use std::time::Instant;
+
+    use ghostip_core::truth::PodRecord;
+    use ghostip_core::{PodRef, Time};
+
+    use super::*;
+    use crate::ledger::{Ledger, LedgerOp};
+
+    fn pod(i: u32) -> PodRecord {
+        PodRecord {
+            pod: PodRef {
+                namespace: "demo".into(),
+                name: format!("web-{i}-{}", "x".repeat(200)),
+                uid: format!("uid-{i}"),
+            },
+            ips: vec![std::net::IpAddr::V4((0x0a00_0000 + i).into())],
+            node: None,
+            owner_kind: None,
+            owner_name: None,
+            created: None,
+            ready_since: None,
+            deletion: None,
+            grace_period_seconds: None,
+            prestop_seconds: None,
+            host_network: false,
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// `/readyz` follows the ledger: ready while writes succeed, not ready from the first
+    /// failed commit, and an error naming the file once the failure outlasts the bound.
+    #[test]
+    fn readiness_follows_the_ledger_and_gives_up_after_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("w.db");
+        let mut ledger = Ledger::open(&db).unwrap();
+        ledger.set_max_page_count(1).unwrap();
+        let writer = LedgerWriter::spawn(ledger, WriterOptions::default()).unwrap();
+        let ready = AtomicBool::new(false);
+        let bound = Duration::from_secs(60);
+        update_ready(&ready, true, &writer, bound, &db).unwrap();
+        assert!(ready.load(Ordering::Relaxed), "healthy and judging");
+        update_ready(&ready, false, &writer, bound, &db).unwrap();
+        assert!(!ready.load(Ordering::Relaxed), "a truth gap");
+        // The capped file fills up: commits fail with SQLITE_FULL.
+        let started = Instant::now();
+        let mut i = 0;
+        while writer.stats().failing_since.is_none() {
+            assert!(started.elapsed() < Duration::from_secs(30), "never full");
+            writer
+                .blocking_send(LedgerOp::ApplyPod {
+                    pod: pod(i),
+                    at: Time::from_second(1_700_000_000).unwrap(),
+                })
+                .unwrap();
+            writer.blocking_flush().unwrap();
+            i += 1;
+        }
+        update_ready(&ready, true, &writer, bound, &db).unwrap();
+        assert!(
+            !ready.load(Ordering::Relaxed),
+            "the ledger cannot be written"
+        );
+        let err = update_ready(&ready, true, &writer, Duration::ZERO, &db).unwrap_err();
+        let text = format!("{err:#}");
+        assert!(
+            text.starts_with(&format!("writing the ledger {}", db.display())),
+            "{text}"
+        );
+        assert!(text.contains("full"), "{text}");
+        drop(writer.close());
+    }
+}

@@ -317,9 +317,11 @@ fn run(mut w: Worker, mut rx: mpsc::Receiver<Msg>) -> Ledger {
                     }
                 }
             }
-            if closing || Instant::now() >= w.next_retry {
-                w.commit();
+            if closing {
+                // One last attempt before the thread stops.
+                w.next_retry = Instant::now();
             }
+            w.commit();
             if !closing && w.is_failing() {
                 std::thread::sleep(w.retry_every.clamp(Duration::from_millis(1), POLL));
             }
@@ -411,6 +413,9 @@ impl Worker {
     /// Commits the pending writes, `max_batch` at a time; stops at a storage failure,
     /// keeping what is left for the next retry.
     fn commit(&mut self) {
+        if self.is_failing() && Instant::now() < self.next_retry {
+            return;
+        }
         while !self.pending.is_empty() {
             let n = self.pending.len().min(self.max_batch);
             match self.ledger.apply_batch(&self.pending[..n]) {
