@@ -341,6 +341,12 @@ pub struct WatchArgs {
     /// How long the ledger keeps closed history.
     #[arg(long, default_value = "7d", value_parser = parse_duration, value_name = "DURATION")]
     pub retention: Duration,
+    /// Exit (code 2) once writes to the ledger have failed this long without a success
+    /// (disk full, I/O error, corruption). From the first failure /readyz answers 503; failed
+    /// writes are kept in memory (up to 8192, later ones dropped and counted in
+    /// ghostip_ledger_write_errors_total) and retried every second.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub ledger_failure_exit_after: Duration,
     /// Output format.
     #[command(flatten)]
     pub output: WatchOutput,
@@ -534,6 +540,12 @@ pub struct AgentArgs {
     /// How long the ledger keeps closed history.
     #[arg(long, default_value = "7d", value_parser = parse_duration, value_name = "DURATION")]
     pub retention: Duration,
+    /// Exit (code 2) once writes to the ledger have failed this long without a success
+    /// (disk full, I/O error, corruption). From the first failure /readyz answers 503; failed
+    /// writes are kept in memory (up to 8192, later ones dropped and counted in
+    /// ghostip_ledger_write_errors_total) and retried every second.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub ledger_failure_exit_after: Duration,
     /// DNS probing of this node's DNS paths.
     #[command(flatten)]
     pub dns: DnsArgs,

@@ -68,6 +68,14 @@ pub struct DrainLabels {
     pub layer: String,
 }
 
+/// Labels of `ghostip_ledger_write_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LedgerErrorLabels {
+    /// `full`, `io`, `readonly`, `busy`, `corrupt`, `other` (a failed commit, retried),
+    /// `invalid` (a bad write, dropped alone) or `dropped` (a write given up).
+    pub reason: String,
+}
+
 fn window_histogram() -> Histogram {
     Histogram::new([
         0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 45.0, 60.0, 120.0, 300.0, 900.0,
@@ -93,6 +101,8 @@ pub struct Metrics {
     pub truth_synced: Gauge<i64, AtomicI64>,
     /// `ghostip_drain_wait_seconds`.
     pub drain_wait: Family<DrainLabels, Histogram, fn() -> Histogram>,
+    /// `ghostip_ledger_write_errors_total`.
+    pub ledger_write_errors: Family<LedgerErrorLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -157,9 +167,16 @@ impl Metrics {
             "Seconds `ghostip drain-wait` waited for each layer to let go of a terminating pod's IP (layer total: the whole wait)",
             drain_wait.clone(),
         );
+        let ledger_write_errors = Family::<LedgerErrorLabels, Counter>::default();
+        registry.register(
+            "ghostip_ledger_write_errors",
+            "Ledger commits that failed, by reason (full, io, readonly, busy, corrupt, other: kept and retried; invalid: a bad write dropped alone), and writes dropped (reason dropped)",
+            ledger_write_errors.clone(),
+        );
         Self {
             registry,
             drain_wait,
+            ledger_write_errors,
             stale_window,
             stale_endpoints,
             over_lag_endpoints,
@@ -181,6 +198,18 @@ impl Metrics {
         // Encoding into a String cannot fail except on a formatter error, which it never returns.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// The ledger writer's error hook: counts into `ghostip_ledger_write_errors_total`.
+    pub fn ledger_error_hook(&self) -> crate::ledger::ErrorHook {
+        let errors = self.ledger_write_errors.clone();
+        Box::new(move |reason| {
+            errors
+                .get_or_create(&LedgerErrorLabels {
+                    reason: reason.to_string(),
+                })
+                .inc();
+        })
     }
 
     /// Records a closed stale window.
@@ -259,6 +288,7 @@ mod tests {
                 service: "web".into(),
             })
             .observe(29.5);
+        (m.ledger_error_hook())("full");
         let text = m.encode();
         for name in [
             "ghostip_truth_synced 1",
@@ -268,6 +298,7 @@ mod tests {
             "ghostip_over_lag_endpoints{layer=\"datapath\",path_kind=\"iptables\",node=\"node-2\"} 1",
             "ghostip_stuck_paths{layer=\"dns\",node=\"\"} 0",
             "ghostip_stale_window_seconds_bucket{",
+            "ghostip_ledger_write_errors_total{reason=\"full\"} 1",
         ] {
             assert!(text.contains(name), "{name} missing in\n{text}");
         }

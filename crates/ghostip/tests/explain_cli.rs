@@ -210,6 +210,16 @@ fn joins_with_a_real_ledger_read_only() {
     let log = dir.path().join("client.log");
     std::fs::write(&log, client_log()).unwrap();
     let before = std::fs::read(&db).unwrap();
+    let names = |dir: &std::path::Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    // The writer that made it left its lock file (`ghostip.db.lock`) beside it.
+    let files_before = names(dir.path());
 
     let out = ghostip()
         .args(["explain", "--db"])
@@ -255,12 +265,11 @@ fn joins_with_a_real_ledger_read_only() {
     }
     // Read-only: the file is byte for byte the same and no side file appeared.
     assert_eq!(std::fs::read(&db).unwrap(), before);
-    let mut names: Vec<String> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    assert_eq!(names, ["client.log", "ghostip.db"]);
+    assert_eq!(names(dir.path()), files_before);
+    assert_eq!(
+        files_before,
+        ["client.log", "ghostip.db", "ghostip.db.lock"]
+    );
 
     // The table, as a snapshot (the temporary path redacted).
     let out = ghostip()

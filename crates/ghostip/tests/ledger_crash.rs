@@ -83,6 +83,7 @@ fn child(path: &Path, seed: u64) -> ! {
         WriterOptions {
             capacity: 4096,
             max_batch: 2048,
+            ..WriterOptions::default()
         },
     )
     .unwrap();

@@ -51,6 +51,7 @@ fn writes_arrive_in_order_in_few_transactions() {
         WriterOptions {
             capacity: 4096,
             max_batch: 500,
+            ..WriterOptions::default()
         },
     )
     .unwrap();
@@ -118,7 +119,7 @@ fn async_producers_flush_and_another_connection_reads() {
         }
     });
     // Flushed means committed: a second connection (as `ghostip whois` would) sees it all.
-    let reader = Ledger::open(&path).unwrap();
+    let reader = Ledger::open_read_only(&path).unwrap();
     for i in [0, 249, 250, 999] {
         assert_eq!(
             reader.whois(ip(i), t(1)).unwrap().at_time.unwrap().pod.name,
@@ -188,6 +189,7 @@ fn a_relist_spanning_batches_works() {
         WriterOptions {
             capacity: 8,
             max_batch: 7,
+            ..WriterOptions::default()
         },
     )
     .unwrap();

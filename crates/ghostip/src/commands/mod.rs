@@ -71,6 +71,11 @@ pub fn hint_for(e: &anyhow::Error) -> Option<&'static str> {
             });
         }
         if let Some(l) = cause.downcast_ref::<LedgerError>() {
+            if matches!(l, LedgerError::Locked { .. }) {
+                return Some(
+                    "one writer per ledger: pass another --db, or stop that process (whois, explain and datapath diff only read and may run beside it)",
+                );
+            }
             let text = l.to_string();
             if text.contains("newer") {
                 return Some(
@@ -105,12 +110,20 @@ pub(crate) fn open_ledger_read_only(g: &GlobalArgs) -> anyhow::Result<Ledger> {
     Ledger::open_read_only(&path).context("opening the history database")
 }
 
+/// Opens the ledger for writing (`watch`, `agent`, `rollout`): takes its writer lock for
+/// as long as the returned `Ledger` lives, and refuses while another process writes it.
 pub(crate) fn open_ledger(g: &GlobalArgs) -> anyhow::Result<Ledger> {
-    let ledger = match &g.db {
-        Some(p) => Ledger::open(p),
-        None => Ledger::open_default(),
+    let path = match &g.db {
+        Some(p) => p.clone(),
+        None => crate::ledger::default_db_path().context("finding the history database")?,
     };
-    ledger.context("opening the history database")
+    Ledger::open(&path).map_err(|e| match e {
+        // `ghostip: opening the ledger PATH: another ghostip process (PID n) is writing it`
+        LedgerError::Locked { .. } => {
+            anyhow::Error::new(e).context(format!("opening the ledger {}", path.display()))
+        }
+        e => anyhow::Error::new(e).context("opening the history database"),
+    })
 }
 
 pub(crate) fn probe_settings(d: &DnsArgs, sweep: Duration) -> anyhow::Result<ProbeSettings> {

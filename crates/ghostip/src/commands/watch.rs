@@ -4,6 +4,7 @@
 //! (the ledger is flushed with a deadline, background tasks are cancelled). The endpoint is
 //! bounded and, off loopback, authenticated as the agent's is ([`crate::http`]).
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -20,7 +21,7 @@ use super::{
 use crate::cli::{GlobalArgs, WatchArgs};
 use crate::clock::SystemClock;
 use crate::kube::{SyncState, WatchScope, watch_truth};
-use crate::ledger::{LedgerWriter, RetentionPruner, WriterOptions};
+use crate::ledger::{LedgerHealth, LedgerWriter, RetentionPruner, WriterOptions};
 use crate::metrics::Metrics;
 use ghostip_session::Session;
 
@@ -28,9 +29,13 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
     let conn = kube_connect(g).await?;
     let ledger = open_ledger(g)?;
     let db_path = ledger.path().to_path_buf();
-    let writer = LedgerWriter::spawn(ledger, WriterOptions::default())
-        .context("starting the ledger writer")?;
     let metrics = Arc::new(Metrics::new());
+    let writer = LedgerWriter::spawn_with_error_hook(
+        ledger,
+        WriterOptions::default(),
+        metrics.ledger_error_hook(),
+    )
+    .context("starting the ledger writer")?;
     let ready = Arc::new(AtomicBool::new(false));
     let cancel = CancellationToken::new();
 
@@ -79,24 +84,127 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
     });
 
     let mut pruner = RetentionPruner::new(args.retention);
+    let exit_after = args.ledger_failure_exit_after;
+    let mut failed = Ok(());
     loop {
         match p.next().await {
             Step::Stopped => break,
             Step::Truth { received: r, .. } => {
-                ready.store(p.session.judging(), Ordering::Relaxed);
                 if let crate::kube::TruthEvent::WatchFailed { kind, error } = &r.event {
                     tracing::warn!(%kind, %error, "watch failed; retrying with backoff (truth gap)");
                 }
             }
             Step::Tick(now) => {
-                ready.store(p.session.judging(), Ordering::Relaxed);
                 pruner.tick(now, &writer.sender()).await;
             }
-            Step::Probe => {}
+            Step::Probe => continue,
+        }
+        failed = update_ready(&ready, p.session.judging(), &writer, exit_after, &db_path);
+        if failed.is_err() {
+            break;
         }
     }
     // Clean shutdown within 5 s: stop probing, flush the ledger with a deadline.
     p.close(Duration::from_secs(3), server, writer).await;
     tracing::info!("ghostip watch stopped");
-    Ok(Outcome::Clean)
+    failed.map(|()| Outcome::Clean)
+}
+
+/// Ready while the truth is judged and the ledger's writes succeed; an error (the command
+/// exits 2) once they have failed for `exit_after` without a success.
+pub(super) fn update_ready(
+    ready: &AtomicBool,
+    judging: bool,
+    writer: &LedgerWriter,
+    exit_after: Duration,
+    db: &Path,
+) -> anyhow::Result<()> {
+    let health = writer.health(exit_after);
+    ready.store(judging && health == LedgerHealth::Ok, Ordering::Relaxed);
+    match health {
+        LedgerHealth::GiveUp(cause) => Err(anyhow::anyhow!("{cause}").context(format!(
+            "writing the ledger {} (failing for over {exit_after:?}, --ledger-failure-exit-after)",
+            db.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::collections::BTreeMap;
+    use std::time::Instant;
+
+    use ghostip_core::truth::PodRecord;
+    use ghostip_core::{PodRef, Time};
+
+    use super::*;
+    use crate::ledger::{Ledger, LedgerOp};
+
+    fn pod(i: u32) -> PodRecord {
+        PodRecord {
+            pod: PodRef {
+                namespace: "demo".into(),
+                name: format!("web-{i}-{}", "x".repeat(200)),
+                uid: format!("uid-{i}"),
+            },
+            ips: vec![std::net::IpAddr::V4((0x0a00_0000 + i).into())],
+            node: None,
+            owner_kind: None,
+            owner_name: None,
+            created: None,
+            ready_since: None,
+            deletion: None,
+            grace_period_seconds: None,
+            prestop_seconds: None,
+            host_network: false,
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// `/readyz` follows the ledger: ready while writes succeed, not ready from the first
+    /// failed commit, and an error naming the file once the failure outlasts the bound.
+    #[test]
+    fn readiness_follows_the_ledger_and_gives_up_after_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("w.db");
+        let mut ledger = Ledger::open(&db).unwrap();
+        ledger.set_max_page_count(1).unwrap();
+        let writer = LedgerWriter::spawn(ledger, WriterOptions::default()).unwrap();
+        let ready = AtomicBool::new(false);
+        let bound = Duration::from_secs(60);
+        update_ready(&ready, true, &writer, bound, &db).unwrap();
+        assert!(ready.load(Ordering::Relaxed), "healthy and judging");
+        update_ready(&ready, false, &writer, bound, &db).unwrap();
+        assert!(!ready.load(Ordering::Relaxed), "a truth gap");
+        // The capped file fills up: commits fail with SQLITE_FULL.
+        let started = Instant::now();
+        let mut i = 0;
+        while writer.stats().failing_since.is_none() {
+            assert!(started.elapsed() < Duration::from_secs(30), "never full");
+            writer
+                .blocking_send(LedgerOp::ApplyPod {
+                    pod: pod(i),
+                    at: Time::from_second(1_700_000_000).unwrap(),
+                })
+                .unwrap();
+            writer.blocking_flush().unwrap();
+            i += 1;
+        }
+        update_ready(&ready, true, &writer, bound, &db).unwrap();
+        assert!(
+            !ready.load(Ordering::Relaxed),
+            "the ledger cannot be written"
+        );
+        let err = update_ready(&ready, true, &writer, Duration::ZERO, &db).unwrap_err();
+        let text = format!("{err:#}");
+        assert!(
+            text.starts_with(&format!("writing the ledger {}", db.display())),
+            "{text}"
+        );
+        assert!(text.contains("full"), "{text}");
+        drop(writer.close());
+    }
 }

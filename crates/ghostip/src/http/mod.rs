@@ -57,7 +57,8 @@ struct Health {
 }
 
 /// The routes: OpenMetrics text at `/metrics`, liveness at `/healthz`, and `/readyz`, which is
-/// 503 while `ready` is false (the truth is not synced: a truth gap).
+/// 503 while `ready` is false (the truth is not synced: a truth gap; or the ledger's writes
+/// fail).
 pub fn router(metrics: Arc<Metrics>, ready: Arc<AtomicBool>) -> Router {
     Router::new()
         .route("/metrics", get(metrics_handler))
@@ -86,7 +87,7 @@ async fn readyz(State(s): State<Health>) -> impl IntoResponse {
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: truth not synced (truth gap)\n",
+            "not ready: truth not synced (truth gap), or the ledger cannot be written (see the log)\n",
         )
     }
 }

@@ -28,6 +28,31 @@ pub enum LedgerError {
         source: io::Error,
     },
 
+    /// Another process (or another open in this one) holds the ledger's writer lock
+    /// (`<db>.lock`): one writer per ledger. Nothing was read or written. Not retryable
+    /// while it runs; readers ([`Ledger::open_read_only`](super::Ledger::open_read_only))
+    /// are not affected. The message leaves the file to the caller's context ("opening the
+    /// ledger PATH").
+    #[error("another ghostip process{} is writing it", pid.map(|p| format!(" (PID {p})")).unwrap_or_default())]
+    Locked {
+        /// The database file.
+        path: PathBuf,
+        /// The holder's PID, as it wrote it into the lock file (in its PID namespace).
+        pid: Option<u32>,
+    },
+
+    /// The lock file beside the database could not be created or locked. Not retryable.
+    #[error("cannot lock {lock} for writing {path}")]
+    LockFile {
+        /// The database file.
+        path: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+
     /// [`Ledger::open_existing`](super::Ledger::open_existing) found no file.
     #[error("no ledger at {path} (run `ghostip watch` first, or pass --db PATH)")]
     NotFound {

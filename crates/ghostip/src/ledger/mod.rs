@@ -17,6 +17,12 @@
 //! corrupt, belongs to another application or has a newer schema is refused before
 //! anything is written to it: nothing stored is ever reset.
 //!
+//! # Writers
+//! [`Ledger::open`] takes the ledger's writer lock (`flock` on `<db>.lock`, see
+//! [`lock_path`]) before it touches the file and holds it while the `Ledger` lives: one
+//! writer per ledger, and a second one gets [`LedgerError::Locked`] naming the holder's PID.
+//! [`Ledger::open_read_only`] takes no lock and runs beside the writer.
+//!
 //! # Crash safety
 //! WAL mode, `synchronous=NORMAL`, and every write in a transaction: after a crash or
 //! SIGKILL the file opens with every committed transaction (a power loss may drop the
@@ -35,6 +41,7 @@ use rusqlite::{Connection, TransactionBehavior};
 mod at;
 mod error;
 mod finding;
+mod lock;
 mod membership;
 mod observation;
 mod ownership;
@@ -48,13 +55,17 @@ mod writer;
 pub use at::{AtParseError, parse_at};
 pub use error::LedgerError;
 pub use finding::{FindingKind, FindingRecord, TruthGap};
+pub use lock::lock_path;
 pub use membership::{EndpointExit, Membership, MembershipState};
 pub use observation::{ObservationRun, ObservationWrite};
 pub use ownership::{EndReason, Ownership, Whois};
 pub use path::{ROOT_DB_PATH, default_db_path, default_db_path_from};
 pub use render::{render_whois_table, whois_json};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
-pub use writer::{LedgerSender, LedgerWriter, RetentionPruner, WriterOptions, WriterStats};
+pub use writer::{
+    DROPPED, ErrorHook, LedgerHealth, LedgerSender, LedgerWriter, RetentionPruner, WriterOptions,
+    WriterStats, failure_reason,
+};
 
 use error::{Inner, sql_error};
 use relist::{RelistKind, Relists};
@@ -182,20 +193,27 @@ impl VerifyReport {
 /// Every write method runs in its own transaction; [`Ledger::apply_batch`] runs many in one.
 #[derive(Debug)]
 pub struct Ledger {
+    // Dropped before the lock: the connection is closed when another writer may open.
     conn: Connection,
     path: PathBuf,
     schema_version: i64,
+    /// The writer lock of a writable open; `None` for a read-only one.
+    _lock: Option<lock::WriterLock>,
 }
 
 // === impl Ledger ===
 
 impl Ledger {
-    /// Opens (creating if needed) the ledger at `path`, creating parent directories,
-    /// enabling WAL and migrating the schema.
+    /// Opens (creating if needed) the ledger at `path` for writing, creating parent
+    /// directories, enabling WAL and migrating the schema.
+    ///
+    /// First it takes the ledger's writer lock (`<db>.lock`, see [`lock_path`]) and holds it
+    /// until the `Ledger` is dropped: one writer per ledger, whichever process it is in.
     ///
     /// # Errors
-    /// [`LedgerError::NotADatabase`], [`LedgerError::Corrupt`],
-    /// [`LedgerError::ForeignDatabase`] and [`LedgerError::NewerSchema`] leave the file
+    /// [`LedgerError::Locked`] while another writable open holds the lock (naming its PID);
+    /// then, like [`LedgerError::NotADatabase`], [`LedgerError::Corrupt`],
+    /// [`LedgerError::ForeignDatabase`] and [`LedgerError::NewerSchema`], the file is left
     /// untouched.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, LedgerError> {
         let path = path.as_ref().to_path_buf();
@@ -205,6 +223,7 @@ impl Ledger {
                 source,
             })?;
         }
+        let lock = lock::WriterLock::acquire(&path)?;
         let sql = |e| sql_error(&path, e);
         let mut conn = Connection::open(&path).map_err(sql)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
@@ -237,6 +256,7 @@ impl Ledger {
             conn,
             path,
             schema_version,
+            _lock: Some(lock),
         })
     }
 
@@ -245,8 +265,9 @@ impl Ledger {
         Self::open(default_db_path()?)
     }
 
-    /// Opens an existing ledger; [`LedgerError::NotFound`] when there is no file
-    /// (for read-mostly commands such as `whois`, which should not create one).
+    /// Opens an existing ledger for writing, as [`Ledger::open`] (taking the writer lock);
+    /// [`LedgerError::NotFound`] when there is no file. To read only, beside a running
+    /// writer, use [`Ledger::open_read_only`].
     pub fn open_existing(path: impl AsRef<Path>) -> Result<Self, LedgerError> {
         let path = path.as_ref();
         if !path.exists() {
@@ -314,6 +335,7 @@ impl Ledger {
             conn,
             path,
             schema_version,
+            _lock: None,
         })
     }
 
@@ -454,6 +476,20 @@ impl Ledger {
     ) -> Result<PruneStats, LedgerError> {
         let cutoff = now.checked_sub(retention).unwrap_or(Time::MIN);
         self.prune(cutoff)
+    }
+
+    /// Caps the file at `pages` pages for this connection (`PRAGMA max_page_count`, never
+    /// below its current size): a write that would grow it further fails with `SQLITE_FULL`,
+    /// as on a full disk, and stores nothing. Returns the cap in force.
+    pub fn set_max_page_count(&mut self, pages: u64) -> Result<u64, LedgerError> {
+        let pages = i64::try_from(pages).unwrap_or(i64::MAX);
+        let cap: i64 = self
+            .conn
+            .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| sql_error(&self.path, e))?;
+        Ok(u64::try_from(cap).unwrap_or(0))
     }
 
     /// Applies `ops` in order in one transaction: all or nothing.

@@ -3,12 +3,29 @@
 //! Producers (async tasks or threads) send [`LedgerOp`]s into a bounded channel; the
 //! thread takes everything queued (up to `max_batch`) and commits it in one
 //! transaction. A full channel makes producers wait (backpressure) instead of growing
-//! memory. If a batch fails, its writes are retried one by one so one bad write does
-//! not lose the others; failures are counted in [`WriterStats`] and logged.
+//! memory.
+//!
+//! # Failures
+//! A batch that fails because of the write itself (a time out of range, a constraint) is
+//! retried one write per transaction, so the bad write is dropped alone. A batch that fails
+//! because of the storage (disk full, I/O error, corruption, read-only file, a lock held too
+//! long: see [`failure_reason`]) is kept, in order, and retried every
+//! [`WriterOptions::retry_every`] while new writes queue behind it, up to
+//! [`WriterOptions::retry_limit`] writes; past that, new writes are dropped and counted.
+//! Nothing stored is deleted or rewritten to make room. [`WriterStats::failing_since`] says
+//! since when commits fail (the command goes unready and exits after its bound); every
+//! failed commit and dropped write is reported to the error hook (the
+//! `ghostip_ledger_write_errors_total{reason}` counter). Logging is bounded: one line the
+//! first time a reason occurs, then at most one line per reason and minute with a count,
+//! and one line when writes recover.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
+use rusqlite::ErrorCode;
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Ledger, LedgerError, LedgerOp};
@@ -20,6 +37,11 @@ pub struct WriterOptions {
     pub capacity: usize,
     /// Most writes committed in one transaction.
     pub max_batch: usize,
+    /// Most writes kept in memory, in order, while commits fail for the storage; later
+    /// writes are dropped (counted) until a commit succeeds.
+    pub retry_limit: usize,
+    /// How often a failed commit is retried.
+    pub retry_every: Duration,
 }
 
 impl Default for WriterOptions {
@@ -28,13 +50,38 @@ impl Default for WriterOptions {
     /// SQLite, 8 192 queued plus 4 096 batched writes were tens of MiB of the process's peak.
     /// Backpressure costs nothing there (the list waits for the writer), and 512-write
     /// transactions keep the ingest rate (docs/BENCHMARKS.md, "Ledger").
+    ///
+    /// While the storage fails, 8 192 writes are kept for retry (at most about 32 MiB of
+    /// membership writes; minutes of a large cluster's changes, as long as a full disk takes
+    /// to be noticed and freed within the exit bound), retried every second.
     fn default() -> Self {
         Self {
             capacity: 256,
             max_batch: 512,
+            retry_limit: 8192,
+            retry_every: Duration::from_secs(1),
         }
     }
 }
+
+/// What [`LedgerWriter::health`] says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LedgerHealth {
+    /// The last commit succeeded (or none was tried).
+    Ok,
+    /// Commits fail for the storage (the last error): the command is not ready.
+    Failing(String),
+    /// They have failed for at least the bound: the command should exit (code 2).
+    GiveUp(String),
+}
+
+/// Reported to the error hook for every write dropped (a bad write alone, or one past
+/// [`WriterOptions::retry_limit`]), as the `reason` of `ghostip_ledger_write_errors_total`.
+pub const DROPPED: &str = "dropped";
+
+/// Called by the writer thread with a reason label for every failed commit (see
+/// [`failure_reason`]) and every dropped write ([`DROPPED`]).
+pub type ErrorHook = Box<dyn Fn(&'static str) + Send>;
 
 /// Counters of a [`LedgerWriter`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -43,10 +90,18 @@ pub struct WriterStats {
     pub batches: u64,
     /// Writes committed.
     pub committed_ops: u64,
-    /// Writes that failed even alone (dropped).
+    /// Writes dropped: a write that failed alone, or one past the retry bound.
     pub failed_ops: u64,
     /// The last failure, with its causes.
     pub last_error: Option<String>,
+    /// Since when commits fail for the storage (`None` while they succeed).
+    pub failing_since: Option<Instant>,
+    /// Commits that failed (each retry counts).
+    pub failed_commits: u64,
+    /// Writes kept for retry now.
+    pub pending_ops: u64,
+    /// Lines logged about failures and recoveries.
+    pub log_lines: u64,
 }
 
 // Nearly every message is an `Op`, so boxing it would add an allocation per write
@@ -152,13 +207,31 @@ pub struct LedgerWriter {
 impl LedgerWriter {
     /// Starts the writer thread (named `ghostip-ledger`).
     pub fn spawn(ledger: Ledger, options: WriterOptions) -> Result<Self, LedgerError> {
+        Self::spawn_with_error_hook(ledger, options, Box::new(|_| {}))
+    }
+
+    /// [`LedgerWriter::spawn`], reporting failures to `hook` (from the writer thread).
+    pub fn spawn_with_error_hook(
+        ledger: Ledger,
+        options: WriterOptions,
+        hook: ErrorHook,
+    ) -> Result<Self, LedgerError> {
         let (tx, rx) = mpsc::channel(options.capacity.max(1));
         let stats = Arc::new(Mutex::new(WriterStats::default()));
-        let thread_stats = Arc::clone(&stats);
-        let max_batch = options.max_batch.max(1);
+        let worker = Worker {
+            ledger,
+            stats: Arc::clone(&stats),
+            pending: Vec::new(),
+            max_batch: options.max_batch.max(1),
+            retry_limit: options.retry_limit.max(1),
+            retry_every: options.retry_every,
+            next_retry: Instant::now(),
+            hook,
+            log: FailureLog::default(),
+        };
         let thread = std::thread::Builder::new()
             .name("ghostip-ledger".into())
-            .spawn(move || run(ledger, rx, max_batch, &thread_stats))
+            .spawn(move || run(worker, rx))
             .map_err(LedgerError::WriterSpawn)?;
         Ok(Self {
             sender: LedgerSender { tx },
@@ -192,6 +265,21 @@ impl LedgerWriter {
         self.sender.blocking_flush()
     }
 
+    /// Whether commits succeed; `exit_after` is how long they may fail without a pause
+    /// before the caller should give up ([`LedgerHealth::GiveUp`]).
+    pub fn health(&self, exit_after: Duration) -> LedgerHealth {
+        let s = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(since) = s.failing_since else {
+            return LedgerHealth::Ok;
+        };
+        let error = s.last_error.clone().unwrap_or_default();
+        if since.elapsed() >= exit_after {
+            LedgerHealth::GiveUp(error)
+        } else {
+            LedgerHealth::Failing(error)
+        }
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> WriterStats {
         self.stats
@@ -200,7 +288,8 @@ impl LedgerWriter {
             .clone()
     }
 
-    /// Commits everything queued, stops the thread and gives the ledger back.
+    /// Commits everything queued, stops the thread and gives the ledger back. While the
+    /// storage fails, the writes kept for retry get one last attempt and are lost if it fails.
     /// Blocks: from async code, call it in `spawn_blocking`. Later sends fail with
     /// [`LedgerError::WriterClosed`].
     pub fn close(mut self) -> Result<(Ledger, WriterStats), LedgerError> {
@@ -212,80 +301,272 @@ impl LedgerWriter {
     }
 }
 
-fn run(
-    mut ledger: Ledger,
-    mut rx: mpsc::Receiver<Msg>,
-    max_batch: usize,
-    stats: &Mutex<WriterStats>,
-) -> Ledger {
-    let mut ops = Vec::with_capacity(max_batch);
+fn run(mut w: Worker, mut rx: mpsc::Receiver<Msg>) -> Ledger {
     let mut closing = false;
     while !closing {
+        if w.is_failing() {
+            // Keep taking writes (up to the retry bound) so producers never block on a
+            // broken disk; retry when due.
+            loop {
+                match rx.try_recv() {
+                    Ok(msg) => w.handle(msg, &mut closing, &mut rx),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        closing = true;
+                        break;
+                    }
+                }
+            }
+            if closing {
+                // One last attempt before the thread stops.
+                w.next_retry = Instant::now();
+            }
+            w.commit();
+            if !closing && w.is_failing() {
+                std::thread::sleep(w.retry_every.clamp(Duration::from_millis(1), POLL));
+            }
+            continue;
+        }
         let Some(first) = rx.blocking_recv() else {
             break;
         };
         let mut next = Some(first);
         while let Some(msg) = next.take() {
-            match msg {
-                Msg::Op(op) => ops.push(op),
-                Msg::Flush(w) => {
-                    commit(&mut ledger, &mut ops, stats);
-                    let _ = w.send(());
-                }
-                Msg::Close => {
-                    // Refuse new writes, but commit everything already queued.
-                    closing = true;
-                    rx.close();
-                }
-            }
-            if ops.len() >= max_batch {
-                commit(&mut ledger, &mut ops, stats);
-            }
+            w.handle(msg, &mut closing, &mut rx);
             next = rx.try_recv().ok();
         }
-        commit(&mut ledger, &mut ops, stats);
+        w.commit();
     }
-    ledger
+    if !w.pending.is_empty() {
+        let n = w.pending.len() as u64;
+        w.drop_writes(n);
+        tracing::error!(
+            writes = n,
+            "The ledger writer stopped with writes it could not store; they are lost."
+        );
+    }
+    w.ledger
 }
 
-fn commit(ledger: &mut Ledger, ops: &mut Vec<LedgerOp>, stats: &Mutex<WriterStats>) {
-    if ops.is_empty() {
-        return;
+/// How often a failing writer looks at its channel between retries.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The writer thread's state.
+struct Worker {
+    ledger: Ledger,
+    stats: Arc<Mutex<WriterStats>>,
+    /// Writes not committed yet, in order.
+    pending: Vec<LedgerOp>,
+    max_batch: usize,
+    retry_limit: usize,
+    retry_every: Duration,
+    next_retry: Instant,
+    hook: ErrorHook,
+    log: FailureLog,
+}
+
+impl Worker {
+    fn is_failing(&self) -> bool {
+        self.lock().failing_since.is_some()
     }
-    let n = ops.len() as u64;
-    let batch = ledger.apply_batch(ops);
-    let mut s = stats.lock().unwrap_or_else(PoisonError::into_inner);
-    match batch {
-        Ok(()) => {
-            s.batches += 1;
-            s.committed_ops += n;
-        }
-        Err(e) => {
-            tracing::warn!(error = %chain(&e), writes = n, "Ledger batch failed; retrying its writes one by one.");
-            let mut failed = 0u64;
-            for op in ops.iter() {
-                match ledger.apply_batch(std::slice::from_ref(op)) {
-                    Ok(()) => {
-                        s.batches += 1;
-                        s.committed_ops += 1;
-                    }
-                    Err(e) => {
-                        failed += 1;
-                        s.last_error = Some(chain(&e));
-                    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, WriterStats> {
+        self.stats.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn handle(&mut self, msg: Msg, closing: &mut bool, rx: &mut mpsc::Receiver<Msg>) {
+        match msg {
+            Msg::Op(op) => {
+                if self.is_failing() && self.pending.len() >= self.retry_limit {
+                    self.drop_writes(1);
+                    self.log
+                        .note(DROPPED, "the retry bound is reached", &self.stats);
+                    return;
+                }
+                self.pending.push(op);
+                if !self.is_failing() && self.pending.len() >= self.max_batch {
+                    self.commit();
                 }
             }
-            if failed > 0 {
-                s.failed_ops += failed;
-                tracing::error!(
-                    failed,
-                    error = s.last_error.as_deref().unwrap_or(""),
-                    "Ledger writes dropped."
-                );
+            Msg::Flush(done) => {
+                // While failing, a flush does not wait for the storage to come back.
+                if !self.is_failing() {
+                    self.commit();
+                }
+                let _ = done.send(());
+            }
+            Msg::Close => {
+                // Refuse new writes, but commit everything already queued.
+                *closing = true;
+                rx.close();
             }
         }
     }
-    ops.clear();
+
+    fn drop_writes(&mut self, n: u64) {
+        self.lock().failed_ops += n;
+        for _ in 0..n {
+            (self.hook)(DROPPED);
+        }
+    }
+
+    /// Commits the pending writes, `max_batch` at a time; stops at a storage failure,
+    /// keeping what is left for the next retry.
+    fn commit(&mut self) {
+        if self.is_failing() && Instant::now() < self.next_retry {
+            return;
+        }
+        while !self.pending.is_empty() {
+            let n = self.pending.len().min(self.max_batch);
+            match self.ledger.apply_batch(&self.pending[..n]) {
+                Ok(()) => self.committed(n, 1),
+                Err(e) => match failure_reason(&e) {
+                    Some(reason) => return self.storage_failed(reason, &e),
+                    None => {
+                        if !self.one_by_one(n) {
+                            return;
+                        }
+                    }
+                },
+            }
+        }
+        self.lock().pending_ops = 0;
+    }
+
+    /// After a batch failed for one of its writes: its first `n` writes one per
+    /// transaction, dropping the bad ones. False when the storage failed meanwhile.
+    fn one_by_one(&mut self, n: usize) -> bool {
+        for _ in 0..n {
+            match self.ledger.apply_batch(&self.pending[..1]) {
+                Ok(()) => self.committed(1, 1),
+                Err(e) => match failure_reason(&e) {
+                    Some(reason) => {
+                        self.storage_failed(reason, &e);
+                        return false;
+                    }
+                    None => {
+                        self.pending.remove(0);
+                        let text = chain(&e);
+                        self.log.note("invalid", &text, &self.stats);
+                        let mut s = self.lock();
+                        s.failed_ops += 1;
+                        s.last_error = Some(text);
+                        drop(s);
+                        (self.hook)("invalid");
+                    }
+                },
+            }
+        }
+        true
+    }
+
+    fn committed(&mut self, n: usize, batches: u64) {
+        self.pending.drain(..n);
+        let mut s = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
+        s.batches += batches;
+        s.committed_ops += n as u64;
+        s.pending_ops = self.pending.len() as u64;
+        if let Some(since) = s.failing_since.take() {
+            s.log_lines += 1;
+            tracing::info!(
+                failed_for_s = since.elapsed().as_secs_f64(),
+                failed_commits = s.failed_commits,
+                "Ledger writes succeed again; the writes kept meanwhile are being stored."
+            );
+            drop(s);
+            self.log = FailureLog::default();
+        }
+    }
+
+    fn storage_failed(&mut self, reason: &'static str, e: &LedgerError) {
+        let text = chain(e);
+        self.log.note(reason, &text, &self.stats);
+        let mut s = self.lock();
+        s.failed_commits += 1;
+        s.failing_since.get_or_insert_with(Instant::now);
+        s.last_error = Some(text);
+        s.pending_ops = self.pending.len() as u64;
+        drop(s);
+        (self.hook)(reason);
+        self.next_retry = Instant::now() + self.retry_every;
+    }
+}
+
+/// The `reason` label of a failure of the storage, which retrying the same writes later may
+/// get past: `full`, `io`, `readonly`, `busy`, `corrupt` or `other`. `None` when the write
+/// itself is at fault (a time out of range, a constraint, a value SQLite refuses): retrying
+/// it can never succeed.
+pub fn failure_reason(e: &LedgerError) -> Option<&'static str> {
+    match e {
+        LedgerError::Corrupt { .. } | LedgerError::NotADatabase { .. } => Some("corrupt"),
+        LedgerError::Sqlite { source, .. } => match source.sqlite_error_code()? {
+            ErrorCode::DiskFull => Some("full"),
+            ErrorCode::SystemIoFailure
+            | ErrorCode::CannotOpen
+            | ErrorCode::OutOfMemory
+            | ErrorCode::FileLockingProtocolFailed => Some("io"),
+            ErrorCode::ReadOnly | ErrorCode::PermissionDenied => Some("readonly"),
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => Some("busy"),
+            ErrorCode::ConstraintViolation
+            | ErrorCode::TypeMismatch
+            | ErrorCode::TooBig
+            | ErrorCode::ParameterOutOfRange
+            | ErrorCode::ApiMisuse => None,
+            _ => Some("other"),
+        },
+        LedgerError::TimeOutOfRange { .. } | LedgerError::InvalidData { .. } => None,
+        _ => Some("other"),
+    }
+}
+
+/// Bounded failure logging: per reason, one line the first time, then at most one line a
+/// minute with how many failures it stands for. Reset when writes recover.
+#[derive(Default)]
+struct FailureLog {
+    /// Per reason: when its last line was logged and the failures since.
+    reasons: BTreeMap<&'static str, (Instant, u64)>,
+}
+
+impl FailureLog {
+    /// At most one line per reason and this period.
+    const EVERY: Duration = Duration::from_secs(60);
+
+    fn note(&mut self, reason: &'static str, error: &str, stats: &Mutex<WriterStats>) {
+        let now = Instant::now();
+        let logged = match self.reasons.get_mut(reason) {
+            None => {
+                self.reasons.insert(reason, (now, 0));
+                tracing::error!(
+                    reason,
+                    error,
+                    "Ledger write failed; failed writes are kept and retried (see docs/LEDGER.md, \"Write failures\")."
+                );
+                true
+            }
+            Some((last, since)) => {
+                *since += 1;
+                if now.duration_since(*last) >= Self::EVERY {
+                    tracing::warn!(
+                        reason,
+                        error,
+                        failures = *since,
+                        "Ledger writes still failing."
+                    );
+                    *last = now;
+                    *since = 0;
+                    true
+                } else {
+                    false
+                }
+            }
+        };
+        if logged {
+            stats
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .log_lines += 1;
+        }
+    }
 }
 
 /// The error and its causes, `a: b: c`.

@@ -69,9 +69,13 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     let conn = kube_connect(g).await?;
     let ledger = open_ledger(g)?;
     let db_path = ledger.path().to_path_buf();
-    let writer = LedgerWriter::spawn(ledger, WriterOptions::default())
-        .context("starting the ledger writer")?;
     let mut metrics = Metrics::new();
+    let writer = LedgerWriter::spawn_with_error_hook(
+        ledger,
+        WriterOptions::default(),
+        metrics.ledger_error_hook(),
+    )
+    .context("starting the ledger writer")?;
     let am = AgentMetrics::register(&mut metrics);
     let metrics = Arc::new(metrics);
     let ready = Arc::new(AtomicBool::new(false));
@@ -175,6 +179,7 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     let mut pruner = RetentionPruner::new(args.retention);
     let mut synced_sent = false;
     let mut open_before = OpenSet::new();
+    let mut failed = Ok(());
     loop {
         let step = p.next().await;
         let now = Time::now();
@@ -183,7 +188,6 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
             Step::Truth {
                 received, events, ..
             } => {
-                ready.store(p.session.judging(), Ordering::Relaxed);
                 if let TruthEvent::WatchFailed { kind, error } = &received.event {
                     tracing::warn!(%kind, %error, "watch failed; retrying with backoff (truth gap)");
                 }
@@ -200,10 +204,20 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
                 health.follow_paths(&p);
             }
             Step::Tick(now) => {
-                ready.store(p.session.judging(), Ordering::Relaxed);
                 pruner.tick(now, &ledger_tx).await;
             }
             Step::Probe => {}
+        }
+        // Not ready while the ledger cannot be written; exit 2 past the bound.
+        failed = super::watch::update_ready(
+            &ready,
+            p.session.judging(),
+            &writer,
+            args.ledger_failure_exit_after,
+            &db_path,
+        );
+        if failed.is_err() {
+            break;
         }
         if let Some(r) = reads.as_mut() {
             r.finish_reads(&mut p, &out, now, synced_sent).await;
@@ -221,7 +235,7 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     shut_down(p, writer, server, &kill_readers).await;
     printer.line(&Line::Stopped { at: Time::now() });
     tracing::info!("ghostip agent stopped");
-    Ok(Outcome::Clean)
+    failed.map(|()| Outcome::Clean)
 }
 
 /// The shortest `--min-audit-period` accepted: a full audit at most once a second. At 0 s the
