@@ -62,6 +62,7 @@ mod time;
 pub use aggregate::{Aggregator, Group, Report};
 pub use classify::{
     Class, OwnerFacts, class_of_kind, classify, classify_with_owner, is_local_address,
+    is_loopback_name,
 };
 pub use mmap::{MappedLog, map_settled};
 pub use model::{
