@@ -150,14 +150,18 @@ impl TruthHistory {
                 merge(&mut pods, rec, deleted);
                 Ok(())
             };
+            // The document is taken apart, not copied: a watch stream is mostly Pod objects.
+            let mut doc = doc;
             match (&doc["type"], &doc["object"], &doc["items"], &doc["kind"]) {
                 (Value::String(t), Value::Object(_), _, _) => {
                     let deleted = t == "DELETED";
-                    add(doc["object"].clone(), deleted)?;
+                    add(doc["object"].take(), deleted)?;
                 }
-                (_, _, Value::Array(items), _) => {
-                    for item in items {
-                        add(item.clone(), false)?;
+                (_, _, Value::Array(_), _) => {
+                    if let Value::Array(items) = doc["items"].take() {
+                        for item in items {
+                            add(item, false)?;
+                        }
                     }
                 }
                 (_, _, _, Value::String(k)) if k == "Pod" => add(doc, false)?,
