@@ -398,6 +398,15 @@ pub(crate) fn excerpt(line: &[u8]) -> String {
     }
     match std::str::from_utf8(&line[..end]) {
         Ok(s) => s.to_owned(),
-        Err(_) => String::from_utf8_lossy(&line[..end]).into_owned(),
+        Err(_) => {
+            // Each byte that is not UTF-8 becomes U+FFFD, three bytes: cut again.
+            let mut s = String::from_utf8_lossy(&line[..end]).into_owned();
+            let mut cut = s.len().min(RAW_EXCERPT_MAX);
+            while !s.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            s.truncate(cut);
+            s
+        }
     }
 }

@@ -7,7 +7,9 @@
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use ghostip_logs::{Kind, ScanError, ScanOptions, Scanner, open_reader, scan_bytes};
+use ghostip_logs::{
+    Kind, RAW_EXCERPT_MAX, ScanError, ScanOptions, Scanner, open_reader, scan_bytes,
+};
 
 fn opts() -> ScanOptions {
     ScanOptions {
@@ -39,6 +41,23 @@ fn a_latin1_byte_hides_no_failure() {
     assert!(stats.warnings().iter().all(|w| !w.contains("binary")));
     // The excerpt is text (the byte decoded as U+FFFD).
     assert!(found[0].raw.contains("caf\u{fffd}"), "{}", found[0].raw);
+}
+
+#[test]
+fn the_excerpt_of_a_line_of_latin1_stays_within_its_bound() {
+    // Every 0xE9 is shown as U+FFFD (three bytes): the excerpt is cut again after decoding
+    // (found by fuzzing once such lines were scanned).
+    let mut line = b"2024-05-01T15:42:10Z dial tcp 10.0.0.1:80: i/o timeout ".to_vec();
+    line.extend_from_slice(&[0xE9; 4000]);
+    line.push(b'\n');
+    let (found, _) = scan_bytes(&line, opts()).unwrap();
+    assert_eq!(found.len(), 1);
+    assert!(
+        found[0].raw.len() <= RAW_EXCERPT_MAX,
+        "{}",
+        found[0].raw.len()
+    );
+    assert!(found[0].raw.ends_with('\u{fffd}'));
 }
 
 /// The fastest of `rounds` scans of `data` (the least disturbed by other processes).
