@@ -10,17 +10,13 @@
 //! same literal work as the scanner's first stage. With `EXPLAIN_BENCH_NO_RG=1` only the
 //! scanner runs (for instruction counts under callgrind); with `EXPLAIN_BENCH_SLICE=1` the file is
 //! also read into memory and scanned with `Scanner::scan_slice` (no copy), after the peak RSS was
-//! taken. With `EXPLAIN_BENCH_THREADS=N` (N ≥ 2) each round also runs `Scanner::scan_parallel` on
-//! N threads over the file (positional reads), and its best run is reported beside the others.
-//! With `EXPLAIN_BENCH_MMAP=1` each round also maps the file (`map_settled`) and scans it in
-//! place (`scan_mapped` on the N threads of `EXPLAIN_BENCH_THREADS`, else one).
+//! taken. The scan on several threads (segments read with positional reads) is the command's:
+//! time `ghostip explain --threads N` (docs/BENCHMARKS.md).
 
 use std::process::Command;
 use std::time::Instant;
 
-use ghostip_logs::{
-    ParallelOptions, ScanOptions, Scanner, map_settled, open_reader, prefilter_needles,
-};
+use ghostip_logs::{ScanOptions, Scanner, open_reader, prefilter_needles};
 
 fn vm_hwm_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -54,41 +50,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut failures = 0;
     let mut rg_counts = (String::new(), String::new());
     let with_rg = std::env::var_os("EXPLAIN_BENCH_NO_RG").is_none();
-    let threads = std::env::var("EXPLAIN_BENCH_THREADS")
-        .ok()
-        .and_then(|s| s.parse::<usize>().ok())
-        .and_then(std::num::NonZeroUsize::new)
-        .filter(|n| n.get() >= 2);
     let new_scanner = || {
         Scanner::new(ScanOptions {
             year: Some(2024),
             ..ScanOptions::default()
         })
     };
-    let mut best_par = f64::MAX;
-    let mmap = std::env::var_os("EXPLAIN_BENCH_MMAP").is_some();
-    let mut best_map = f64::MAX;
     for _ in 0..runs {
-        if mmap {
-            let t = Instant::now();
-            let mut scanner = new_scanner()?;
-            let file = std::fs::File::open(path)?;
-            let now = std::time::SystemTime::now();
-            let map = map_settled(&file, now, std::time::Duration::ZERO)?.ok_or("not mapped")?;
-            let n = threads.unwrap_or(std::num::NonZeroUsize::MIN);
-            let mut k = 0u64;
-            scanner.scan_mapped(&map, ParallelOptions::new(n), &mut |_| k += 1)?;
-            best_map = best_map.min(t.elapsed().as_secs_f64());
-        }
-        if let Some(n) = threads {
-            let t = Instant::now();
-            let mut scanner = new_scanner()?;
-            let file = std::fs::File::open(path)?;
-            let len = file.metadata()?.len();
-            let mut k = 0u64;
-            scanner.scan_parallel(&file, len, ParallelOptions::new(n), &mut |_| k += 1)?;
-            best_par = best_par.min(t.elapsed().as_secs_f64());
-        }
         let t = Instant::now();
         let mut scanner = new_scanner()?;
         let mut n = 0u64;
@@ -110,7 +78,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let hwm = vm_hwm_kib().unwrap_or(0);
     if std::env::var_os("EXPLAIN_BENCH_SLICE").is_some() {
-        // The file in memory (as a caller's mmap would give it), scanned without a copy.
+        // The file in memory, scanned without a copy.
         let t = Instant::now();
         let data = std::fs::read(path)?;
         let read_secs = t.elapsed().as_secs_f64();
@@ -134,36 +102,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         hwm / 1024,
         hwm_before / 1024
     );
-    if let Some(n) = threads {
-        println!(
-            "explain scanner, {n} threads: {best_par:.3} s = {:.2} GB/s",
-            gb / best_par
-        );
-    }
-    if mmap {
-        println!(
-            "explain scanner, mapped, {} thread(s): {best_map:.3} s = {:.2} GB/s",
-            threads.map_or(1, std::num::NonZeroUsize::get),
-            gb / best_map
-        );
-    }
     if !with_rg {
         return Ok(());
     }
     println!(
-        "rg -c -F 10.244.3.70:8080: {best_lit:.3} s = {:.2} GB/s ({} matching lines); explain/rg = {:.2}x{}",
+        "rg -c -F 10.244.3.70:8080: {best_lit:.3} s = {:.2} GB/s ({} matching lines); explain/rg = {:.2}x",
         gb / best_lit,
         rg_counts.0,
         best_lit / best_scan,
-        if threads.is_some() {
-            format!(", {:.2}x with threads", best_lit / best_par)
-        } else {
-            String::new()
-        }
     );
-    if mmap {
-        println!("  mapped: explain/rg = {:.2}x", best_lit / best_map);
-    }
     println!(
         "rg -c IP:port regex:       {best_re:.3} s = {:.2} GB/s ({} matching lines); explain/rg = {:.2}x",
         gb / best_re,

@@ -26,7 +26,8 @@ pub enum Class {
     /// Another connect error (`operation not permitted`, a bare "failed to connect").
     Unclassified,
     /// The target is a loopback, link-local or unspecified address (127.0.0.0/8, `::1`,
-    /// 169.254.0.0/16, `fe80::/10`, `0.0.0.0`, `::`): never a pod IP, so not staleness (a
+    /// 169.254.0.0/16, `fe80::/10`, `0.0.0.0`, `::`) or a loopback name (`localhost`,
+    /// `localhost.localdomain`, `*.localhost`): never a pod IP, so not staleness (a
     /// local sidecar or agent, the node's metadata service).
     LocalTarget,
     /// Ledger: no pod owned the IP at the error time: a stale client cache, registry or DNS.
@@ -126,14 +127,31 @@ pub fn is_local_address(ip: IpAddr) -> bool {
     }
 }
 
+/// Whether `host` names the loopback interface: `localhost`, `localhost.localdomain` or a name
+/// under `.localhost` (RFC 6761 reserves them all for loopback), in any case, with or without
+/// the root's trailing dot.
+pub fn is_loopback_name(host: &str) -> bool {
+    let h = host.strip_suffix('.').unwrap_or(host);
+    let ends_with = |suffix: &str| {
+        h.len() >= suffix.len()
+            && h.is_char_boundary(h.len() - suffix.len())
+            && h[h.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+    };
+    h.eq_ignore_ascii_case("localhost")
+        || h.eq_ignore_ascii_case("localhost.localdomain")
+        || (h.len() > ".localhost".len() && ends_with(".localhost"))
+}
+
 /// Whether the failure is a connection (not a DNS lookup) aimed at a local address
-/// ([`is_local_address`]).
+/// ([`is_local_address`]) or at a loopback name ([`is_loopback_name`]).
 fn aims_at_local_address(failure: &ConnFailure) -> bool {
-    !failure.kind.is_dns() && failure.target.is_some_and(|t| is_local_address(t.ip()))
+    !failure.kind.is_dns()
+        && (failure.target.is_some_and(|t| is_local_address(t.ip()))
+            || failure.host.as_deref().is_some_and(is_loopback_name))
 }
 
 /// Classifies by error kind only (no ledger); a failure aimed at a loopback or link-local
-/// address is [`Class::LocalTarget`] whatever its kind.
+/// address, or at a loopback name, is [`Class::LocalTarget`] whatever its kind.
 pub fn classify(failure: &ConnFailure) -> Class {
     if aims_at_local_address(failure) {
         return Class::LocalTarget;
@@ -180,7 +198,7 @@ impl OwnerFacts {
 ///
 /// Rules, in order:
 /// 1. DNS failures and failures without a target IP keep their kind's class; a failure aimed at
-///    a loopback or link-local address is [`Class::LocalTarget`].
+///    a loopback or link-local address or a loopback name is [`Class::LocalTarget`].
 /// 2. A live, ready pod owned the IP at the error time → [`Class::NotStaleness`].
 /// 3. A different live pod owns the IP now → [`Class::IpReused`].
 /// 4. No pod (or a gone one) at the error time: reset → [`Class::PooledConnection`], timeout or
@@ -308,6 +326,54 @@ mod tests {
         dns.target = None;
         dns.dns_server = "169.254.20.10:53".parse().ok();
         assert_eq!(classify(&dns), Class::DnsPath);
+    }
+
+    #[test]
+    fn loopback_names_are_local_targets_never_staleness() {
+        for host in [
+            "localhost",
+            "LocalHost",
+            "localhost.",
+            "localhost.localdomain",
+            "api.localhost",
+            "a.b.LOCALHOST.",
+        ] {
+            for (target, kind) in [
+                (None, Kind::Refused),
+                (None, Kind::Timeout),
+                (Some("127.0.0.1:8080"), Kind::Refused),
+                (Some("[::1]:80"), Kind::Reset),
+            ] {
+                let mut f = failure(kind);
+                f.target = target.and_then(|t| t.parse().ok());
+                f.host = Some(host.to_owned());
+                assert_eq!(classify(&f), Class::LocalTarget, "{host} {target:?}");
+                let a = pod("a", false, false, true);
+                assert_eq!(
+                    classify_with_owner(&f, Some(&a), None),
+                    Class::LocalTarget,
+                    "{host}"
+                );
+            }
+        }
+        // Names that only look like it, and a DNS failure for the name (the DNS path's).
+        for host in [
+            "localhost1",
+            "mylocalhost",
+            "localhost.example.com",
+            ".localhost",
+            "é.localhos",
+        ] {
+            assert!(!is_loopback_name(host), "{host}");
+            let mut f = failure(Kind::Refused);
+            f.target = None;
+            f.host = Some(host.to_owned());
+            assert_eq!(classify(&f), Class::StaleTarget, "{host}");
+        }
+        let mut dns = failure(Kind::DnsNotFound);
+        dns.target = None;
+        dns.host = Some("localhost".to_owned());
+        assert_eq!(classify(&dns), Class::NameNotFound);
     }
 
     #[test]

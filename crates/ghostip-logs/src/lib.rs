@@ -9,14 +9,13 @@
 //! class by error kind; [`classify_with_owner`] applies the ledger's facts about who owned the IP;
 //! [`Aggregator`] groups them per target, class, Service and rollout window and renders a table.
 //!
-//! A regular file can also be scanned on several threads with [`Scanner::scan_parallel`]
-//! (positional reads through [`ReadAt`], segments merged in file order: the same failures and
-//! counts as the sequential scan), or, once [`map_settled`] has mapped it, in place with
-//! [`Scanner::scan_slice`] and [`Scanner::scan_parallel_slice`] (no copy into read buffers).
+//! An input can also be cut into segments scanned independently, on the caller's threads, and
+//! merged in input order into the same result ([`segment_cuts`], [`Scanner::segment_scanner`],
+//! [`Scanner::apply_segment`]); [`Scanner::scan_slice`] scans bytes already in memory.
 //!
-//! The crate does no IO besides reading the caller's reader or [`ReadAt`] source and mapping a
-//! file the caller opened, and has no clock: years and zones missing from log timestamps come
-//! from [`ScanOptions`], the current time for [`map_settled`] from the caller.
+//! The crate does no IO besides reading the caller's reader (or [`ReadAt`] source), starts no
+//! thread and has no clock: years and zones missing from log timestamps come from
+//! [`ScanOptions`].
 //!
 //! ```
 //! use ghostip_logs::{Aggregator, Kind, ScanOptions, Scanner, classify};
@@ -36,13 +35,12 @@
 //! ```
 //!
 //! # Errors
-//! Only reading can fail ([`ScanError::Io`]). Bad input never does: binary and non-UTF-8 lines
-//! are skipped and counted, unknown shapes are counted with one example each
+//! Only reading can fail ([`ScanError::Io`]). Bad input never does: binary lines (with a NUL
+//! byte) are skipped and counted, lines are read as bytes whatever their encoding (a Latin-1 or
+//! broken UTF-8 byte hides no failure), unknown shapes are counted with one example each
 //! ([`ScanStats::unknown_shapes`]), timestamps without year or zone are marked approximate.
 
-// `unsafe` is denied everywhere but in `mmap` (mapping a settled file and releasing scanned
-// pages; the module doc gives the reason, the risk and its mitigation).
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod addr;
 mod aggregate;
@@ -51,24 +49,26 @@ mod extract;
 mod formats;
 mod lines;
 mod lit;
-mod mmap;
 mod model;
-mod parallel;
 mod prefilter;
 mod reader;
 mod scanner;
+mod segments;
 mod time;
 
 pub use aggregate::{Aggregator, Group, Report};
 pub use classify::{
     Class, OwnerFacts, class_of_kind, classify, classify_with_owner, is_local_address,
+    is_loopback_name,
 };
-pub use mmap::{MappedLog, map_settled};
 pub use model::{
     ConnFailure, FOCUS_LINES, Format, Kind, RAW_EXCERPT_MAX, ScanOptions, ScanStats, Target,
     UnknownShape,
 };
-pub use parallel::{ParallelOptions, ReadAt};
 pub use prefilter::prefilter_needles;
 pub use reader::{is_gzip, open_reader, open_reader_gz};
 pub use scanner::{ScanError, Scanner, scan_bytes, scan_reader};
+pub use segments::{
+    BOUNDARY_SEARCH, LOOK_BACK, ReadAt, ScannedSegment, SegmentScanner, look_back_start, read_full,
+    segment_cuts,
+};

@@ -109,7 +109,6 @@ pub(crate) struct LineScan {
     pub counts: ScanStats,
     /// See [`Candidate::year`].
     pub year: Option<i16>,
-    scratch: Vec<usize>,
     /// A focused scan's literal.
     focus: Option<Arc<Finder<'static>>>,
     /// Focused scan: the range-relative number of the last line examined, and of the last line
@@ -152,7 +151,6 @@ impl LineScan {
             skip_binary_check,
             counts: ScanStats::default(),
             year: None,
-            scratch: Vec::new(),
             focus,
             examined_to: i64::MIN,
             forward_to: i64::MIN,
@@ -180,8 +178,8 @@ impl LineScan {
     /// Reads `reader` to its end through `buf`, whose first `prefilled` bytes are look-back
     /// history (a whole number of lines, ending at a newline, at most [`HISTORY`] bytes; a
     /// focused scan reads only whole inputs, from their start).
-    /// Candidates go to `emit` in input order. On a read error the candidates before it were
-    /// emitted.
+    /// Candidates go to `emit` in input order. On a read error every byte read before it is
+    /// scanned (its last line as if the input ended there), then the error is returned.
     pub fn scan_reader<R: Read>(
         &mut self,
         mut reader: R,
@@ -200,6 +198,7 @@ impl LineScan {
         let mut skipping = false; // inside the rest of an overlong line
         let mut newlines: u64 = 0; // newlines before `pos`
         let mut open_line = false; // bytes after the last newline were processed
+        let mut failed = None; // the read error that ended the input
         let keep = self.keep();
         self.start_range();
         loop {
@@ -229,7 +228,12 @@ impl LineScan {
                         self.counts.bytes += n as u64;
                     }
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
+                    // The bytes before the error are scanned first, to the last one (a
+                    // truncated gzip's last decompressed lines), as at the end of input.
+                    Err(e) => {
+                        failed = Some(e);
+                        eof = true;
+                    }
                 }
             }
             if skipping {
@@ -288,7 +292,7 @@ impl LineScan {
             }
         }
         self.counts.lines += newlines + u64::from(open_line);
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     /// Scans bytes already in memory without copying them (see `Scanner::scan_slice`).
@@ -362,9 +366,8 @@ impl LineScan {
     /// lines of `hay[b..]`. Returns the number of newlines in `hay[a..b]`.
     ///
     /// Each byte is read twice: by the prefilter (by the focused scan's literal search), and by
-    /// [`tally`], which counts newlines (for line numbers) and checks for NUL and non-ASCII bytes
-    /// in the same pass; only a region with such bytes is examined again, line by line, for
-    /// garbled lines.
+    /// [`tally`], which counts newlines (for line numbers) and checks for NUL bytes in the same
+    /// pass; only a region with a NUL is examined again, once, for the binary lines.
     fn process(
         &mut self,
         hay: &[u8],
@@ -553,34 +556,19 @@ impl LineScan {
         }
     }
 
-    /// Counts lines of `hay[a..b]` that hold a NUL byte or invalid UTF-8.
+    /// Counts the lines of `hay[a..b]` that hold a NUL byte (binary lines). Linear in the
+    /// region: after a NUL the search goes on from the next line, so a line of NULs costs one
+    /// pass over it.
     fn count_garbled(&mut self, hay: &[u8], a: usize, b: usize) {
         let region = &hay[a..b];
-        let nul = memchr::memchr(0, region).is_some();
-        if !nul && (region.is_ascii() || std::str::from_utf8(region).is_ok()) {
-            return;
-        }
-        self.scratch.clear();
-        let line_start = |p: usize| memchr::memrchr(b'\n', &region[..p]).map_or(0, |i| i + 1);
-        let line_end =
-            |p: usize| memchr::memchr(b'\n', &region[p..]).map_or(region.len(), |i| p + i);
-        let mut s = 0;
-        while s < region.len() {
-            match std::str::from_utf8(&region[s..]) {
-                Ok(_) => break,
-                Err(e) => {
-                    let bad = s + e.valid_up_to();
-                    self.scratch.push(line_start(bad));
-                    s = line_end(bad) + 1;
-                }
+        let mut at = 0;
+        while let Some(i) = memchr::memchr(0, &region[at..]) {
+            self.counts.binary_lines += 1;
+            match memchr::memchr(b'\n', &region[at + i..]) {
+                Some(j) => at += i + j + 1,
+                None => break,
             }
         }
-        for p in memchr::memchr_iter(0, region) {
-            self.scratch.push(line_start(p));
-        }
-        self.scratch.sort_unstable();
-        self.scratch.dedup();
-        self.counts.binary_lines += self.scratch.len() as u64;
     }
 
     fn handle_line(
@@ -606,7 +594,9 @@ impl LineScan {
             unknown: None,
             found: None,
         };
-        if memchr::memchr(0, line).is_some() || std::str::from_utf8(line).is_err() {
+        // A NUL byte makes the line binary; any other byte is text, whatever its encoding: the
+        // extractors read bytes, so a Latin-1 or broken UTF-8 byte hides no failure.
+        if memchr::memchr(0, line).is_some() {
             if self.skip_binary_check {
                 self.counts.binary_lines += 1;
             }
@@ -712,39 +702,32 @@ fn line_number(newlines: u64) -> i64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Tally {
     newlines: u64,
-    /// No NUL and no byte above 0x7F (so no garbled line).
+    /// No NUL byte (so no binary line).
     clean: bool,
 }
 
-/// Counts the newlines of `s` and checks that it holds no NUL and only ASCII, in one pass over
-/// 64-byte blocks with per-lane counters that the compiler turns into vector instructions.
+/// Counts the newlines of `s` and checks that it holds no NUL, in one pass over 64-byte
+/// blocks with per-lane counters that the compiler turns into vector instructions.
 fn tally(s: &[u8]) -> Tally {
     const W: usize = 64;
     let (blocks, rest) = s.as_chunks::<W>();
     let mut newlines = 0u64;
     let mut low = [u8::MAX; W];
-    let mut any = [0u8; W];
     // A lane counter holds at most 255: sum them every 255 blocks.
     for run in blocks.chunks(255) {
         let mut count = [0u8; W];
         for block in run {
-            for (((c, l), o), &x) in count
-                .iter_mut()
-                .zip(low.iter_mut())
-                .zip(any.iter_mut())
-                .zip(block)
-            {
+            for ((c, l), &x) in count.iter_mut().zip(low.iter_mut()).zip(block) {
                 *c += u8::from(x == b'\n');
                 *l = (*l).min(x);
-                *o |= x;
             }
         }
         newlines += count.iter().map(|&c| u64::from(c)).sum::<u64>();
     }
-    let mut clean = low.iter().all(|&l| l != 0) && any.iter().all(|&o| o < 0x80);
+    let mut clean = low.iter().all(|&l| l != 0);
     for &x in rest {
         newlines += u64::from(x == b'\n');
-        clean &= x != 0 && x < 0x80;
+        clean &= x != 0;
     }
     Tally { newlines, clean }
 }
@@ -777,7 +760,7 @@ mod tests {
     fn naive(s: &[u8]) -> Tally {
         Tally {
             newlines: s.iter().filter(|&&x| x == b'\n').count() as u64,
-            clean: s.iter().all(|&x| x != 0 && x < 0x80),
+            clean: s.iter().all(|&x| x != 0),
         }
     }
 
@@ -796,7 +779,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn tally_is_a_newline_count_and_a_nul_or_non_ascii_check(
+        fn tally_is_a_newline_count_and_a_nul_check(
             s in proptest::collection::vec(
                 prop_oneof![
                     8 => Just(b'\n'),

@@ -198,7 +198,7 @@ pub struct ScanOptions {
     /// Zone for formats that have none (Go log, nginx, logback, Python logging). Without it UTC
     /// is assumed and the time is marked approximate.
     pub tz: Option<TimeZone>,
-    /// Skip the whole-input check for binary / non-UTF-8 lines (candidate lines are always
+    /// Skip the whole-input check for binary lines (NUL bytes; candidate lines are always
     /// checked). Saves one pass over the bytes; `binary_lines` then counts candidate lines only.
     pub skip_binary_check: bool,
     /// Only failures aimed at this address (see [`Target`]). For an IPv4 address the scan also
@@ -289,7 +289,8 @@ pub struct ScanStats {
     /// Candidate lines that turned out not to report a failure ("timeoutSeconds=30", an Envoy
     /// 200, a "password reset").
     pub dismissed_lines: u64,
-    /// Lines skipped as binary or garbled (NUL bytes or invalid UTF-8).
+    /// Lines skipped as binary (they hold a NUL byte). Lines with bytes that are not UTF-8 are
+    /// scanned as any other.
     pub binary_lines: u64,
     /// Lines longer than the scanner's line cap (1 MiB); only their first MiB is examined.
     pub overlong_lines: u64,
@@ -316,7 +317,7 @@ impl ScanStats {
         let mut out = Vec::new();
         if self.binary_lines > 0 {
             out.push(format!(
-                "{} binary or non-UTF-8 line(s) skipped",
+                "{} binary line(s) (NUL bytes) skipped",
                 self.binary_lines
             ));
         }
@@ -397,6 +398,15 @@ pub(crate) fn excerpt(line: &[u8]) -> String {
     }
     match std::str::from_utf8(&line[..end]) {
         Ok(s) => s.to_owned(),
-        Err(_) => String::from_utf8_lossy(&line[..end]).into_owned(),
+        Err(_) => {
+            // Each byte that is not UTF-8 becomes U+FFFD, three bytes: cut again.
+            let mut s = String::from_utf8_lossy(&line[..end]).into_owned();
+            let mut cut = s.len().min(RAW_EXCERPT_MAX);
+            while !s.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            s.truncate(cut);
+            s
+        }
     }
 }

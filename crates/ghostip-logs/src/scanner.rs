@@ -8,9 +8,9 @@
 //!
 //! A scan has two stages: the line stage ([`crate::lines`]) finds candidate lines and extracts
 //! what each says, with no state across lines; the merge stage (here) applies, in input order,
-//! what does cross lines. Regular files can be scanned in parallel
-//! ([`Scanner::scan_parallel`]): ranges of the file go through the line stage on several threads
-//! and their candidates through the one merge stage in file order, with the same result as the
+//! what does cross lines. An input can be cut into segments ([`crate::segments`]):
+//! the segments go through line stages independently (on the caller's threads) and their
+//! candidates through the one merge stage in input order, with the same result as the
 //! sequential scan.
 //!
 //! # Multi-line events
@@ -50,9 +50,6 @@ pub enum ScanError {
     /// The literal matchers could not be built (a bug: they are constants).
     #[error("building the literal matchers failed")]
     Build,
-    /// A scanning thread stopped without a result (a bug).
-    #[error("a scanning thread stopped early")]
-    Worker,
 }
 
 /// The automata are immutable and built from constants: build them once per process.
@@ -75,6 +72,8 @@ pub struct Scanner {
     pub(crate) lines: LineScan,
     pub(crate) merge: Merge,
     pub(crate) stats: ScanStats,
+    /// Lines of the segments applied so far (see [`Scanner::apply_segment`]).
+    pub(crate) segment_base: u64,
 }
 
 /// The merge stage: the state that crosses lines.
@@ -109,6 +108,7 @@ impl Scanner {
                 applied_to: 0,
             },
             stats: ScanStats::default(),
+            segment_base: 0,
         })
     }
 

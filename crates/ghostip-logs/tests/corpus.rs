@@ -367,11 +367,16 @@ fn every_failure_in_the_corpus_is_found_and_classified() {
         }
         for f in &got {
             // Every failure gets a class, and the class agrees with the kind, but for a
-            // connection to a loopback or link-local address (never a pod IP).
+            // connection to a loopback or link-local address or a loopback name such as
+            // `localhost` (never a pod IP).
             let class = classify(f);
             let local = !f.kind.is_dns()
-                && f.target
-                    .is_some_and(|t| ghostip_logs::is_local_address(t.ip()));
+                && (f
+                    .target
+                    .is_some_and(|t| ghostip_logs::is_local_address(t.ip()))
+                    || f.host
+                        .as_deref()
+                        .is_some_and(ghostip_logs::is_loopback_name));
             if local {
                 assert_eq!(class, ghostip_logs::Class::LocalTarget, "{name}: {}", f.raw);
                 local_targets += 1;

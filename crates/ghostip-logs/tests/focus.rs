@@ -5,11 +5,10 @@
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
-use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
 use ghostip_logs::{
-    ConnFailure, ParallelOptions, ScanOptions, ScanStats, Scanner, Target, open_reader,
+    ConnFailure, ScanOptions, ScanStats, Scanner, Target, open_reader, segment_cuts,
 };
 use ghostip_testkit::logs::{GenConfig, LogGenerator};
 use proptest::prelude::*;
@@ -31,35 +30,29 @@ fn sequential(data: &[u8], target: Option<Target>) -> (Vec<ConnFailure>, ScanSta
     (out, scanner.into_stats())
 }
 
-/// The focused scan through every path: read (one thread, and `scan_parallel`, which reads a
-/// focused scan in one pass), in place on one thread, in place on `threads` threads.
+/// The focused scan through every path: read, in place, and in segments (`scan_segments`, which
+/// scans a focused scan in one pass: its windows cross segments).
 fn every_path(
     data: &[u8],
     target: Target,
-    threads: usize,
+    _threads: usize,
     segment: u64,
 ) -> Vec<(&'static str, Vec<ConnFailure>, ScanStats)> {
-    let po = ParallelOptions {
-        threads: NonZeroUsize::new(threads).unwrap(),
-        segment_bytes: segment,
-    };
     let mut out = Vec::new();
     let (f, s) = sequential(data, Some(target));
     out.push(("scan", f, s));
     let mut sc = Scanner::new(opts(Some(target))).unwrap();
     let mut f = Vec::new();
-    sc.scan_parallel(data, data.len() as u64, po, &mut |x| f.push(x))
-        .unwrap();
-    out.push(("scan_parallel", f, sc.into_stats()));
-    let mut sc = Scanner::new(opts(Some(target))).unwrap();
-    let mut f = Vec::new();
     sc.scan_slice(data, &mut |x| f.push(x));
     out.push(("scan_slice", f, sc.into_stats()));
     let mut sc = Scanner::new(opts(Some(target))).unwrap();
+    assert!(!sc.segmentable());
     let mut f = Vec::new();
-    sc.scan_parallel_slice(data, po, &mut |x| f.push(x))
-        .unwrap();
-    out.push(("scan_parallel_slice", f, sc.into_stats()));
+    let cuts = segment_cuts(data, data.len() as u64, segment)
+        .unwrap()
+        .unwrap_or_else(|| vec![0, data.len() as u64]);
+    sc.scan_segments(data, &cuts, &mut |x| f.push(x)).unwrap();
+    out.push(("scan_segments", f, sc.into_stats()));
     out
 }
 

@@ -1,13 +1,11 @@
-//! The parallel scan of a seekable input gives the sequential scan's failures, line numbers and
-//! counts, however the input is cut into segments and whatever the number of threads: events
-//! spanning segment cuts, years inferred from earlier segments, unknown-shape examples, binary,
-//! overlong and unterminated lines.
+//! An input scanned in segments (each by a line stage of its own, merged in input order: what
+//! the caller's threads do) gives the sequential scan's failures, line numbers and counts,
+//! however it is cut: events spanning segment cuts, years inferred from earlier segments,
+//! unknown-shape examples, binary, overlong and unterminated lines.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::num::NonZeroUsize;
-
-use ghostip_logs::{ConnFailure, ParallelOptions, ReadAt, ScanOptions, ScanStats, Scanner};
+use ghostip_logs::{ConnFailure, ScanOptions, ScanStats, Scanner, look_back_start, segment_cuts};
 use ghostip_testkit::logs::{GenConfig, LogGenerator};
 use proptest::prelude::*;
 
@@ -25,22 +23,44 @@ fn sequential(data: &[u8]) -> (Vec<ConnFailure>, ScanStats) {
     (out, scanner.into_stats())
 }
 
-fn parallel<S: ReadAt + ?Sized>(
-    src: &S,
-    len: u64,
-    threads: usize,
-    segment: u64,
-) -> (Vec<ConnFailure>, ScanStats) {
+/// Scans `data` in segments of about `segment` bytes: `None` when no cut could be made (a line
+/// too long for the boundary search: the caller scans such an input in one pass).
+fn segmented(data: &[u8], segment: u64) -> Option<(Vec<ConnFailure>, ScanStats)> {
+    let cuts = segment_cuts(data, data.len() as u64, segment).unwrap()?;
     let mut scanner = Scanner::new(opts()).unwrap();
     let mut out = Vec::new();
-    let par = ParallelOptions {
-        threads: NonZeroUsize::new(threads).unwrap(),
-        segment_bytes: segment,
-    };
     scanner
-        .scan_parallel(src, len, par, &mut |f| out.push(f))
+        .scan_segments(data, &cuts, &mut |f| out.push(f))
         .unwrap();
-    (out, scanner.into_stats())
+    Some((out, scanner.into_stats()))
+}
+
+/// The segments of `data` scanned out of order (last first, as threads may finish them) and
+/// applied in input order: the same as in order.
+fn out_of_order(data: &[u8], segment: u64) -> Option<(Vec<ConnFailure>, ScanStats)> {
+    let cuts = segment_cuts(data, data.len() as u64, segment).unwrap()?;
+    let mut scanner = Scanner::new(opts()).unwrap();
+    let mut stages = [
+        scanner.segment_scanner().unwrap(),
+        scanner.segment_scanner().unwrap(),
+    ];
+    let mut scanned: Vec<_> = cuts
+        .windows(2)
+        .enumerate()
+        .rev()
+        .map(|(i, w)| {
+            let from = look_back_start(w[0]) as usize;
+            stages[i % 2].scan(&data[from..w[1] as usize], (w[0] - from as u64) as usize)
+        })
+        .collect();
+    scanned.reverse();
+    let mut out = Vec::new();
+    scanner.begin_segments();
+    for seg in scanned {
+        scanner.apply_segment(seg, &mut |f| out.push(f));
+    }
+    scanner.end_segments(&mut |f| out.push(f));
+    Some((out, scanner.into_stats()))
 }
 
 /// Lines whose meaning depends on lines before them, and lines the scanner skips or cuts.
@@ -122,46 +142,26 @@ fn generated(bytes: usize, seed: u64, every: usize) -> Vec<u8> {
     data
 }
 
-/// The same scans over bytes in memory, in place (what a memory-mapped file gets): one thread
-/// (`scan_slice`) and `threads` threads (`scan_parallel_slice`).
-fn in_place(data: &[u8], threads: usize, segment: u64) -> [(Vec<ConnFailure>, ScanStats); 2] {
-    let mut one = Scanner::new(opts()).unwrap();
-    let mut one_out = Vec::new();
-    one.scan_slice(data, &mut |f| one_out.push(f));
-    let mut par = Scanner::new(opts()).unwrap();
-    let mut par_out = Vec::new();
-    let po = ParallelOptions {
-        threads: NonZeroUsize::new(threads).unwrap(),
-        segment_bytes: segment,
-    };
-    par.scan_parallel_slice(data, po, &mut |f| par_out.push(f))
-        .unwrap();
-    [(one_out, one.into_stats()), (par_out, par.into_stats())]
-}
-
-fn assert_same(data: &[u8], threads: usize, segment: u64) {
+fn assert_same(data: &[u8], segment: u64) {
     let (want, want_stats) = sequential(data);
-    for (i, (got, got_stats)) in in_place(data, threads, segment).into_iter().enumerate() {
-        let what = ["scan_slice", "scan_parallel_slice"][i];
-        assert_eq!(got, want, "{what}, threads {threads}, segment {segment}");
-        assert_eq!(
-            got_stats, want_stats,
-            "{what}, threads {threads}, segment {segment}"
-        );
-    }
-    let (got, got_stats) = parallel(data, data.len() as u64, threads, segment);
-    assert_eq!(
-        got.len(),
-        want.len(),
-        "threads {threads}, segment {segment}"
-    );
+    let mut one = Scanner::new(opts()).unwrap();
+    let mut got = Vec::new();
+    one.scan_slice(data, &mut |f| got.push(f));
+    assert_eq!(got, want, "scan_slice");
+    assert_eq!(one.into_stats(), want_stats, "scan_slice");
+    let Some((got, got_stats)) = segmented(data, segment) else {
+        // No cut: the caller scans in one pass; so does the out-of-order scan.
+        assert!(out_of_order(data, segment).is_none());
+        return;
+    };
+    assert_eq!(got.len(), want.len(), "segment {segment}");
     for (g, w) in got.iter().zip(&want) {
-        assert_eq!(g, w, "threads {threads}, segment {segment}");
+        assert_eq!(g, w, "segment {segment}");
     }
-    assert_eq!(
-        got_stats, want_stats,
-        "threads {threads}, segment {segment}"
-    );
+    assert_eq!(got_stats, want_stats, "segment {segment}");
+    let (got, got_stats) = out_of_order(data, segment).unwrap();
+    assert_eq!(got, want, "out of order, segment {segment}");
+    assert_eq!(got_stats, want_stats, "out of order, segment {segment}");
 }
 
 #[test]
@@ -182,8 +182,8 @@ fn any_segment_size_gives_the_sequential_result() {
     assert!(stats.overlong_lines == 1 && stats.binary_lines > 0 && stats.unknown_lines > 32);
     assert!(stats.unknown_shapes.len() == 32);
     assert!(want.iter().any(|f| f.end_line_no > f.line_no));
-    for (threads, segment) in [(2, 1 << 20), (2, 65_536), (3, 4096), (4, 777), (8, 4 << 20)] {
-        assert_same(&data, threads, segment);
+    for segment in [1 << 20, 65_536, 4096, 777, 4 << 20] {
+        assert_same(&data, segment);
     }
 }
 
@@ -191,8 +191,8 @@ fn any_segment_size_gives_the_sequential_result() {
 fn one_line_segments_give_the_sequential_result() {
     // Every line its own segment: every multi-line event spans a cut.
     let data = generated(200 << 10, 5, 8_000);
-    assert_same(&data, 2, 1);
-    assert_same(&data, 3, 1);
+    assert_same(&data, 1);
+    assert_same(&data, 2);
 }
 
 #[test]
@@ -202,7 +202,8 @@ fn a_line_too_long_for_the_boundary_search_falls_back_to_one_thread() {
     data.resize(data.len() + (5 << 20), b'z');
     data.push(b'\n');
     data.extend_from_slice(&generated(300 << 10, 10, 20_000));
-    assert_same(&data, 2, 64 << 10);
+    assert!(segmented(&data, 64 << 10).is_none());
+    assert_same(&data, 64 << 10);
 }
 
 #[test]
@@ -213,53 +214,8 @@ fn empty_and_tiny_inputs() {
         b"x",
         b"dial tcp 10.0.0.1:80: connect: connection refused",
     ] {
-        assert_same(data, 2, 1);
+        assert_same(data, 1);
     }
-}
-
-/// A source whose large reads (not the 4 KiB probes for line starts) fail from an offset on.
-struct FailsAt<'a> {
-    data: &'a [u8],
-    at: u64,
-}
-
-impl ReadAt for FailsAt<'_> {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-        if buf.len() > 8192 && offset + buf.len() as u64 > self.at {
-            return Err(std::io::Error::other("disk on fire"));
-        }
-        self.data.read_at(buf, offset)
-    }
-}
-
-#[test]
-fn a_read_error_stops_the_scan_after_the_failures_before_it() {
-    let data = generated(2 << 20, 3, 30_000);
-    let (want, _) = sequential(&data);
-    let src = FailsAt {
-        data: &data,
-        at: (data.len() as u64) * 3 / 4,
-    };
-    let mut scanner = Scanner::new(opts()).unwrap();
-    let mut got = Vec::new();
-    let par = ParallelOptions {
-        threads: NonZeroUsize::new(2).unwrap(),
-        segment_bytes: 64 << 10,
-    };
-    let r = scanner.scan_parallel(&src, data.len() as u64, par, &mut |f| got.push(f));
-    assert!(matches!(r, Err(ghostip_logs::ScanError::Io(_))), "{r:?}");
-    assert!(!got.is_empty() && got.len() < want.len());
-    assert_eq!(got[..got.len() - 1], want[..got.len() - 1]);
-}
-
-#[test]
-fn a_file_shorter_than_announced_ends_where_the_reads_end() {
-    // A log truncated while it is read (copytruncate): the reads come back short.
-    let data = generated(1 << 20, 4, 30_000);
-    let (want, _) = sequential(&data);
-    let (got, stats) = parallel(&data[..], data.len() as u64 + 100_000, 2, 64 << 10);
-    assert_eq!(got, want);
-    assert_eq!(stats.bytes, data.len() as u64);
 }
 
 proptest! {
@@ -271,18 +227,16 @@ proptest! {
             "[ -~]{0,60}|dial tcp 10\\.0\\.0\\.[0-9]:80: connect: connection refused|\tat x\\.Y\\(Y\\.java:1\\)|Caused by: java\\.net\\.ConnectException: Connection refused: /10\\.1\\.1\\.[0-9]:80|java\\.net\\.SocketException: Connection reset|2024-05-01T15:42:1[0-9]Z x|Mar 19 08:02:43 h p\\[1\\]: dial tcp 10\\.2\\.2\\.2:53: i/o timeout|  code: 'ECONNRESET',|Error: read ECONNRESET|q[a-z]{2} thing: connection refused",
             0..120,
         ),
-        threads in 2usize..5,
         segment in 1u64..400,
     ) {
         let text = lines.join("\n");
         let (want, want_stats) = sequential(text.as_bytes());
-        let (got, got_stats) = parallel(text.as_bytes(), text.len() as u64, threads, segment);
+        let (got, got_stats) = segmented(text.as_bytes(), segment).unwrap();
         prop_assert_eq!(&got, &want);
         prop_assert_eq!(&got_stats, &want_stats);
-        for (got, got_stats) in in_place(text.as_bytes(), threads, segment) {
-            prop_assert_eq!(&got, &want);
-            prop_assert_eq!(&got_stats, &want_stats);
-        }
+        let (got, got_stats) = out_of_order(text.as_bytes(), segment).unwrap();
+        prop_assert_eq!(&got, &want);
+        prop_assert_eq!(&got_stats, &want_stats);
     }
 }
 
@@ -316,35 +270,7 @@ fn lines_around_the_overlong_limit_are_cut_the_same_in_every_path() {
             // The phrase ends the line: it is whole in the first MiB up to a 1 MiB line.
             let found = if line.len() <= max { 2 } else { 1 };
             assert_eq!(want.len(), found, "line {}", line.len());
-            assert_same(&data, 2, 64 << 10);
+            assert_same(&data, 64 << 10);
         }
     }
-}
-
-#[test]
-fn a_mapped_file_scans_like_the_read_path() {
-    let data = generated(3 << 20, 11, 30_000);
-    let dir = std::env::temp_dir().join(format!("ghostip-logs-mapped-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("app.log");
-    std::fs::write(&path, &data).unwrap();
-    let file = std::fs::File::open(&path).unwrap();
-    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
-    let map = ghostip_logs::map_settled(&file, later, std::time::Duration::ZERO)
-        .unwrap()
-        .unwrap();
-    let (want, want_stats) = sequential(&data);
-    for (threads, segment) in [(1, 64 << 10), (2, 64 << 10), (3, 1 << 20), (2, 8 << 20)] {
-        let mut scanner = Scanner::new(opts()).unwrap();
-        let mut got = Vec::new();
-        let po = ParallelOptions {
-            threads: NonZeroUsize::new(threads).unwrap(),
-            segment_bytes: segment,
-        };
-        scanner.scan_mapped(&map, po, &mut |f| got.push(f)).unwrap();
-        assert_eq!(got, want, "threads {threads}, segment {segment}");
-        assert_eq!(scanner.into_stats(), want_stats, "threads {threads}");
-    }
-    drop(map);
-    std::fs::remove_dir_all(&dir).unwrap();
 }

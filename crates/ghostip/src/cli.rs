@@ -763,18 +763,16 @@ pub struct ExplainArgs {
     /// approximate.
     #[arg(long, value_name = "TZ")]
     pub tz: Option<String>,
-    /// Threads that scan each regular, uncompressed log file (ranges of the file at once; the
-    /// result is the same as with one). Gzip files and standard input are read by one thread.
-    /// Default: the available cores, at most 8.
+    /// Threads that scan each regular, uncompressed log file (4 MiB segments of it at once,
+    /// each thread reading into one reused buffer of about that size; the result is the same as
+    /// with one). Gzip files and standard input are read by one thread. Default: the available
+    /// cores, at most 8.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: Option<u16>,
-    /// Memory-map regular, uncompressed files not modified in the last 5 seconds and scan them
-    /// in place (`auto`, the default, as ripgrep does for a file it is given: no copy into read
-    /// buffers, the resident set bounded by the 4 MiB segments in flight), or read every file (`never`). The
-    /// result is the same. A mapped file truncated while it is scanned (a quiet log that
-    /// copytruncate rotation empties mid-scan) ends the process with SIGBUS: use `never` on
-    /// logs that may be rotated under the scan.
-    #[arg(long, value_enum, default_value_t = MmapMode::Auto, value_name = "WHEN")]
+    /// Accepted for scripts written for earlier versions, and ignored: every file is read with
+    /// plain reads (a memory-mapped file truncated under the scan ended the process with
+    /// SIGBUS; a read of it is short, and reported).
+    #[arg(long, value_enum, default_value_t = MmapMode::Auto, value_name = "WHEN", hide = true)]
     pub mmap: MmapMode,
     /// Only failures aimed at this address (their target, or the DNS server a lookup asked):
     /// `IP` or `IP:PORT`, IPv6 as `[::1]:8080` or bare. For an IPv4 address only the lines
@@ -801,10 +799,10 @@ pub fn parse_target(s: &str) -> Result<Target, String> {
         .map_err(|_| format!("`{s}` is not an IP or IP:PORT"))
 }
 
-/// `explain --mmap`.
+/// `explain --mmap` (ignored: every file is read).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum MmapMode {
-    /// Map settled regular files, read the others.
+    /// Formerly: map settled regular files. Now: read them.
     Auto,
     /// Read every file.
     Never,

@@ -7,19 +7,20 @@ use std::io::Read;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, bail};
 use ghostip_core::Time;
 use ghostip_logs::{
-    ConnFailure, ParallelOptions, ReadAt, ScanError, ScanOptions, ScanStats, Scanner, is_gzip,
-    map_settled, open_reader_gz,
+    ConnFailure, ScanError, ScanOptions, ScanStats, Scanner, is_gzip, open_reader_gz,
 };
 use jiff::tz::{Offset, TimeZone};
 
 use super::{Outcome, print_json};
-use crate::cli::{ExplainArgs, GlobalArgs, MmapMode, OutputFormat};
-use crate::explain::{Explainer, HistorySource, ReadError, TimeFilter, TruthHistory};
+use crate::cli::{ExplainArgs, GlobalArgs, OutputFormat};
+use crate::explain::{
+    Explainer, HistorySource, Positional, ReadError, SEGMENT_BYTES, TimeFilter, TruthHistory,
+    scan_positional,
+};
 use crate::ledger::{Ledger, default_db_path, parse_at};
 use crate::report::sanitize::escape_controls;
 
@@ -34,6 +35,16 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
         since: at("--since", &args.since)?,
         until: at("--until", &args.until)?,
     };
+    if let (Some(since), Some(until)) = (filter.since, filter.until)
+        && since > until
+    {
+        bail!(
+            "--since {} is later than --until {}: no failure can be in that window \
+             (swap them, or leave one out)",
+            escape_controls(args.since.as_deref().unwrap_or_default()),
+            escape_controls(args.until.as_deref().unwrap_or_default()),
+        );
+    }
     let tz = args
         .tz
         .as_deref()
@@ -51,6 +62,7 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
     let mut stats = ScanStats::default();
     let mut names = Vec::new();
     let mut read_errors = Vec::new();
+    let mut shrank = Vec::new();
     for (index, path) in inputs.iter().enumerate() {
         let name = if path == Path::new("-") {
             "<stdin>".to_owned()
@@ -73,7 +85,15 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
             scan_stream(&mut scanner, std::io::stdin(), sink)
         } else {
             let file = File::open(path).with_context(|| format!("opening {shown}"))?;
-            scan_file(&mut scanner, file, threads, args.mmap, sink)
+            scan_file(&mut scanner, file, threads, sink).map(|short| {
+                if let Some((len, read)) = short {
+                    shrank.push(format!(
+                        "{shown}: the file shrank while it was read ({len} bytes when opened, \
+                         {read} read; rotated by copytruncate?): failures after byte {read} \
+                         were not seen"
+                    ));
+                }
+            })
         };
         // A read that fails part way keeps what was read before it: the report is printed,
         // then the error, and the command exits 2.
@@ -93,6 +113,7 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
         .context("joining failures with the history")?;
     explanation.only_target = args.target.map(|t| t.to_string());
     explanation.read_errors = read_errors;
+    explanation.warnings.extend(shrank);
     for w in &explanation.warnings {
         eprintln!("warning: {}", escape_controls(w));
     }
@@ -185,31 +206,21 @@ fn scan_stream<R: Read + 'static>(
     })
 }
 
-/// A file is memory-mapped only when it was not modified for this long (see `--mmap`).
-const MMAP_SETTLE: Duration = Duration::from_secs(5);
-
-/// Scans one opened file: in place when `--mmap auto` maps it (regular, not gzip, settled,
-/// and no process has it open for writing: see `map_settled`), else with positional reads on
-/// `threads` threads (regular, not gzip, also for one thread), else as a stream (counting the
-/// compressed bytes of gzip).
+/// Scans one opened file: a regular, uncompressed file with positional reads on `threads`
+/// threads (also for one thread: the stream's `BufReader`, there to sniff the gzip magic, would
+/// copy every byte a second time), else as a stream (counting the compressed bytes of gzip).
+/// `Some((length when opened, bytes read))` when the file shrank while it was read.
 fn scan_file(
     scanner: &mut Scanner,
     file: File,
     threads: NonZeroUsize,
-    mmap: MmapMode,
     sink: &mut dyn FnMut(ConnFailure),
-) -> Result<(), ReadFailure> {
+) -> Result<Option<(u64, u64)>, ReadFailure> {
     let Some(len) = positional_len(&file)? else {
-        return scan_stream(scanner, file, sink);
+        return scan_stream(scanner, file, sink).map(|()| None);
     };
-    if mmap == MmapMode::Auto
-        && let Some(map) = map_settled(&file, SystemTime::now(), MMAP_SETTLE)?
-    {
-        scanner.scan_mapped(&map, ParallelOptions::new(threads), sink)?;
-        return Ok(());
-    }
-    scanner.scan_parallel(&file, len, ParallelOptions::new(threads), sink)?;
-    Ok(())
+    let scan = scan_positional(scanner, &file, len, threads, SEGMENT_BYTES, sink)?;
+    Ok(scan.shrank().then_some((scan.len, scan.read)))
 }
 
 /// `--threads`, else the available cores, at most 8.
@@ -225,8 +236,6 @@ fn scan_threads(flag: Option<u16>) -> NonZeroUsize {
 
 /// The length to scan `file` with positional reads (on one thread or more): `None` (read it
 /// as a stream) for anything but a regular file (a pipe, a FIFO, a device) and for gzip.
-/// One thread takes this path too: the stream's `BufReader` (there to sniff the gzip magic)
-/// would copy every byte a second time.
 fn positional_len(file: &File) -> std::io::Result<Option<u64>> {
     let meta = file.metadata()?;
     if !meta.is_file() {
@@ -235,7 +244,7 @@ fn positional_len(file: &File) -> std::io::Result<Option<u64>> {
     let mut head = [0u8; 2];
     let mut n = 0;
     while n < head.len() {
-        match ReadAt::read_at(file, &mut head[n..], n as u64) {
+        match Positional::read_at(file, &mut head[n..], n as u64) {
             Ok(0) => break,
             Ok(k) => n += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -270,7 +279,7 @@ fn open_history(
     if !path.exists() {
         eprintln!(
             "warning: no ledger at {}; classifying by error kind only (pass --db PATH or --truth-history FILE)",
-            path.display()
+            escape_controls(&path.display().to_string())
         );
         return Ok(None);
     }

@@ -7,16 +7,19 @@
 //! failures aimed at twenty IPs costs twenty lookups. Rollout windows ([`rollout_windows`]) are
 //! computed after the scan from the removals the join met: removals of pods of one workload
 //! (the Deployment behind a ReplicaSet, a StatefulSet, …) less than [`WINDOW_GAP`] apart form
-//! one window.
+//! one window. Log files are read by [`scan_positional`]: positional reads in segments on
+//! several threads, no memory map.
 
 mod history;
 mod join;
+mod read;
 mod report;
 mod truth_file;
 mod windows;
 
 pub use history::{FlowWindow, HistoryError, HistorySource, IpHistory};
 pub use join::{Joined, Joiner, OwnerState, Removal, TargetFacts, owner_at, owner_now};
+pub use read::{FileScan, Positional, SEGMENT_BYTES, scan_positional};
 pub use report::{
     AgentFlows, Explainer, Explanation, HistoryInfo, ReadError, TargetSummary, TimeFilter,
     WindowSummary,
