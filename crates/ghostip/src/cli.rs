@@ -748,6 +748,11 @@ pub struct ExplainArgs {
     /// incident, and/or `kubectl get pods -A -o json` (used instead of --db).
     #[arg(long, value_name = "FILE")]
     pub truth_history: Option<PathBuf>,
+    /// Largest --truth-history read (bytes, or with a Ki, Mi, Gi suffix); a larger file is
+    /// refused unread and a stream is read no further than this. The default holds a watch of
+    /// 1 000 000 Pod events (about 540 MB) with room to spare (docs/EXPLAIN.md).
+    #[arg(long, value_name = "SIZE", default_value = "1Gi", value_parser = crate::input::parse_size)]
+    pub max_input_size: u64,
     /// Only failures at or after this time: RFC 3339, `now`, or relative like `-2h`.
     #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     pub since: Option<String>,

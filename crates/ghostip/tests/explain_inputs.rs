@@ -306,3 +306,33 @@ fn the_missing_ledger_warning_escapes_the_path() {
         "{err}"
     );
 }
+
+/// `--truth-history` is read up to `--max-input-size`: an endless stream stops one byte past
+/// it and a larger file is refused unread, each an error naming the file and the bound (it
+/// grew until a memory limit stopped it).
+#[test]
+fn a_truth_history_past_the_bound_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("app.log");
+    std::fs::write(&log, "").unwrap();
+    let sparse = dir.path().join("pods.json");
+    let f = std::fs::File::create(&sparse).unwrap();
+    f.set_len(2 * 1024 * 1024 + 1).unwrap();
+    for history in [Path::new("/dev/zero"), sparse.as_path()] {
+        let out = ghostip()
+            .arg("explain")
+            .arg("--truth-history")
+            .arg(history)
+            .args(["--max-input-size", "2Mi"])
+            .arg(&log)
+            .timeout(Duration::from_secs(30))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&history.display().to_string()) && err.contains("larger than 2 MiB"),
+            "{err}"
+        );
+    }
+}

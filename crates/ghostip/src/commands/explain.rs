@@ -261,7 +261,8 @@ fn open_history(
     args: &ExplainArgs,
 ) -> anyhow::Result<Option<Box<dyn HistorySource>>> {
     if let Some(file) = &args.truth_history {
-        let h = TruthHistory::from_file(file).context("reading the truth history")?;
+        let h = TruthHistory::from_file(file, args.max_input_size)
+            .context("reading the truth history")?;
         return Ok(Some(Box::new(h)));
     }
     let path = match &g.db {

@@ -37,6 +37,14 @@ pub enum TruthHistoryError {
         #[source]
         source: std::io::Error,
     },
+    /// The file is larger than the bound (`--max-input-size`).
+    #[error("{path}: larger than {} (--max-input-size; raise it if this history is real)", crate::input::show_size(*limit))]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The bound, in bytes.
+        limit: u64,
+    },
     /// A document is not JSON, or not a Pod, List or watch event.
     #[error("{path}:{line}: {reason}")]
     Invalid {
@@ -94,15 +102,29 @@ impl LineCounter {
 }
 
 impl TruthHistory {
-    /// Reads and parses `path`.
+    /// Reads and parses `path` (`-`: standard input), at most `limit` bytes: a larger file is
+    /// refused unread, a stream read no further than one byte past the bound.
     ///
     /// # Errors
-    /// [`TruthHistoryError`] naming the file and the line of the bad document.
-    pub fn from_file(path: &Path) -> Result<TruthHistory, TruthHistoryError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TruthHistoryError::Read {
+    /// [`TruthHistoryError`] naming the file and the line of the bad document;
+    /// [`TruthHistoryError::TooLarge`] past the bound.
+    pub fn from_file(path: &Path, limit: u64) -> Result<TruthHistory, TruthHistoryError> {
+        let read = |source| TruthHistoryError::Read {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        let bytes = match crate::input::read_all(path, limit) {
+            Ok(b) => b,
+            Err(crate::input::InputError::TooLarge { limit }) => {
+                return Err(TruthHistoryError::TooLarge {
+                    path: path.to_path_buf(),
+                    limit,
+                });
+            }
+            Err(crate::input::InputError::Io(e)) => return Err(read(e)),
+        };
+        let text = String::from_utf8(bytes)
+            .map_err(|e| read(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
         TruthHistory::parse(path, &text)
     }
 

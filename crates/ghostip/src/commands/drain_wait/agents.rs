@@ -37,7 +37,16 @@ pub(super) async fn ask(
     ip: IpAddr,
 ) -> Result<NodeReport, String> {
     let body = client.get(agent, &format!("/v1/ips/{ip}")).await?;
-    let r: IpReport = serde_json::from_slice(&body)
+    read_answer(agent, &body)
+}
+
+/// Reads an agent's answer to `/v1/ips/{ip}` (pure: the body as received).
+///
+/// # Errors
+/// A one-line reason: the body is not the answer's JSON, names another node than `agent`'s,
+/// or says the agent reads no datapath.
+pub fn read_answer(agent: &Agent, body: &[u8]) -> Result<NodeReport, String> {
+    let r: IpReport = serde_json::from_slice(body)
         .map_err(|e| format!("unreadable answer from {}: {e}", agent.addr))?;
     check_node(agent, r.node.as_deref().unwrap_or_default())?;
     if r.datapath.is_none() {

@@ -19,7 +19,7 @@
 //! pod (reason `DrainWait`), from which `ghostip watch` exports
 //! `ghostip_drain_wait_seconds{layer}`.
 
-mod agents;
+pub mod agents;
 mod dns;
 mod endpoint;
 pub mod events;
