@@ -1,12 +1,12 @@
 //! Fuzzes the reading of a node agent's `/status` document, as `ghostip check` reads it
-//! (`ghostip::agents::AgentStatus` from JSON, its open trackings judged, the node it names
+//! (`ghostip::agent_client::AgentStatus` from JSON, its open trackings judged, the node it names
 //! checked against the node asked): arbitrary bytes must never panic, and a document that is
 //! read keeps every tracking it holds.
 #![no_main]
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use ghostip::agents::{Agent, AgentStatus, check_node};
+use ghostip::agent_client::{Agent, AgentStatus, check_node};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,8 +5,8 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use ghostip::agents::Agent;
-use ghostip::commands::drain_wait::agents::read_answer;
+use ghostip::agent_client::Agent;
+use ghostip::commands::drain_wait::agent_answers::read_answer;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -148,6 +148,11 @@ impl Session {
         self.layers.push(Box::new(layer));
     }
 
+    /// Registers a layer built elsewhere (a registration table).
+    pub fn register_boxed(&mut self, layer: Box<dyn LayerModel>) {
+        self.layers.push(layer);
+    }
+
     /// Registers a layer (builder form).
     #[must_use]
     pub fn with_layer(mut self, layer: impl LayerModel) -> Self {

@@ -23,13 +23,13 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use ghostip::agent::DatapathModel;
-use ghostip::agent::cost::{CostCap, CostConfig};
-use ghostip::agent::readers::run_and_parse;
 use ghostip::kube::{Received, ResourceKind, SyncState, TruthEvent, TruthObject};
+use ghostip::layers::datapath::readers::run_and_parse;
 use ghostip_core::truth::PodRecord;
 use ghostip_core::{PathInfo, PathKind, PodRef, Time};
 use ghostip_datapath::Format;
+use ghostip_session::layers::datapath::DatapathModel;
+use ghostip_session::layers::datapath::cost::{CostCap, CostConfig};
 use ghostip_session::layers::dns::paths::PathConfig;
 use ghostip_session::layers::dns::{DnsConfig, DnsModel};
 use ghostip_session::{Session, SessionConfig};
@@ -238,14 +238,14 @@ fn audit(s: &mut Session, program: &str, argv: &[&str], cancel: &Arc<AtomicBool>
         mib(status_kib("VmRSS:"))
     );
     // The thread's CPU in nanoseconds, as the agent measures it.
-    let diff_cpu_before = ghostip::agent::readers::thread_cpu();
+    let diff_cpu_before = ghostip::layers::datapath::readers::thread_cpu();
     let Some((out, _)) =
         s.with_layer_cx::<DatapathModel, _>(|m, cx| m.on_read(cx, &read.table, Time::now()))
     else {
         println!("audit: no datapath model registered (AGENT_RSS_NO_TRACKER)");
         return;
     };
-    let diff_cpu = ghostip::agent::readers::thread_cpu_since(diff_cpu_before);
+    let diff_cpu = ghostip::layers::datapath::readers::thread_cpu_since(diff_cpu_before);
     let total_wall = wall.elapsed();
     let stale = s
         .layer::<DatapathModel>()

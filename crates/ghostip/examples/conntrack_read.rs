@@ -15,7 +15,7 @@
 //!
 //! Each round runs `conntrack -L` (IPv4, stdout to /dev/null) from a thread moved into the
 //! namespace and measures its CPU (`cutime + cstime` of `/proc/self/stat`, 10 ms ticks),
-//! then the agent's read as the agent does it: `conntrack_reader::read_flows` (the kernel's
+//! then the agent's read as the agent does it: `reader::read_flows` (the kernel's
 //! dump in the receive calls, decoding and aggregating) and `ConntrackModel::on_read` (the
 //! join), each on the thread CPU clock. Memory: VmRSS before the first read and VmHWM after
 //! the last (the reads' peak above the session), from `/proc/self/status`.
@@ -28,14 +28,14 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use ghostip::agent::conntrack_reader;
-use ghostip::agent::cost::CpuTimes;
-use ghostip::agent::readers::{thread_cpu, thread_cpu_since};
+use ghostip::layers::conntrack::reader;
+use ghostip::layers::datapath::readers::{thread_cpu, thread_cpu_since};
 use ghostip_core::truth::{
     AddressType, EndpointPort, EndpointRecord, PodRecord, ServicePort, ServiceRecord, SliceRecord,
 };
 use ghostip_core::{PodRef, Protocol, ServiceKey, Time};
 use ghostip_session::layers::conntrack::ConntrackModel;
+use ghostip_session::layers::datapath::cost::CpuTimes;
 use ghostip_session::{
     Received, ResourceKind, Session, SessionConfig, SyncState, TruthEvent, TruthObject,
 };
@@ -334,7 +334,7 @@ fn main() {
             .unwrap_or_default();
         let clients = s.layer::<ConntrackModel>().unwrap().client_ips();
         let read = ns
-            .enter(|| conntrack_reader::read_flows(clients, Duration::from_secs(60), &cancel))
+            .enter(|| reader::read_flows(clients, Duration::from_secs(60), &cancel))
             .unwrap();
         let cpu = thread_cpu();
         let (outcome, _) = s

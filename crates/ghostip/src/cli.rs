@@ -12,7 +12,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use ghostip_datapath::Format;
 use ghostip_logs::Target;
 
-use crate::agent::readers::Datapath;
+use crate::layers::datapath::readers::Datapath;
 
 /// Measures how long DNS caches, node datapaths and clients keep routing to pod IPs
 /// that Kubernetes already removed.

@@ -5,18 +5,18 @@
 //! together for the CLI in `main.rs`.
 #![forbid(unsafe_code)]
 
-pub mod agent;
-pub mod agents;
+pub mod agent_client;
 pub mod audit;
 pub mod cli;
 pub mod clock;
 pub mod commands;
-pub mod dns;
 pub mod explain;
 pub mod http;
 pub mod input;
 pub mod kube;
+pub mod layers;
 pub mod ledger;
 pub mod metrics;
+pub mod pipeline;
 pub mod printer;
 pub mod report;

@@ -23,7 +23,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use ghostip::agent::conntrack_reader::{self, ReadError};
+use ghostip::layers::conntrack::reader::{self, ReadError};
 use ghostip_core::truth::{
     AddressType, EndpointPort, EndpointRecord, PodRecord, ServicePort, ServiceRecord, SliceRecord,
 };
@@ -283,7 +283,7 @@ fn the_netlink_reader_reads_what_conntrack_lists_and_keeps_the_pods_live_flows()
     let stats = lab
         .node
         .enter(|| {
-            conntrack_reader::dump(Duration::from_secs(30), &cancel, |v| {
+            reader::dump(Duration::from_secs(30), &cancel, |v| {
                 entries.push(v.to_entry())
             })
         })
@@ -309,7 +309,7 @@ fn the_netlink_reader_reads_what_conntrack_lists_and_keeps_the_pods_live_flows()
 
     let read = lab
         .node
-        .enter(|| conntrack_reader::read_flows(clients(), Duration::from_secs(30), &cancel))
+        .enter(|| reader::read_flows(clients(), Duration::from_secs(30), &cancel))
         .unwrap();
     let keys: BTreeSet<FlowKey> = read.flows.flows.iter().map(|f| f.key).collect();
     assert_eq!(
@@ -477,7 +477,7 @@ fn real_reads_of_a_connection_pinned_to_a_removed_pod_make_a_stale_flow() {
         let clients = s.layer::<ConntrackModel>().unwrap().client_ips();
         let read = lab
             .node
-            .enter(|| conntrack_reader::read_flows(clients, Duration::from_secs(30), &cancel))
+            .enter(|| reader::read_flows(clients, Duration::from_secs(30), &cancel))
             .unwrap();
         s.with_layer_cx::<ConntrackModel, _>(|m, cx| m.on_read(cx, &read.flows, at))
             .unwrap();
@@ -527,14 +527,14 @@ fn without_cap_net_admin_the_error_names_it() {
             let mut caps = rustix::thread::capabilities(None).unwrap();
             caps.effective.remove(CapabilitySet::NET_ADMIN);
             rustix::thread::set_capabilities(None, caps).unwrap();
-            conntrack_reader::dump(Duration::from_secs(30), &AtomicBool::new(false), |_| {})
+            reader::dump(Duration::from_secs(30), &AtomicBool::new(false), |_| {})
         })
         .unwrap_err();
     assert!(matches!(err, ReadError::Privilege { .. }), "{err}");
     assert_eq!(err.missing_capability(), Some("CAP_NET_ADMIN"));
     assert!(err.to_string().contains("CAP_NET_ADMIN"), "{err}");
-    let cancelled = node
-        .enter(|| conntrack_reader::dump(Duration::from_secs(30), &AtomicBool::new(true), |_| {}));
+    let cancelled =
+        node.enter(|| reader::dump(Duration::from_secs(30), &AtomicBool::new(true), |_| {}));
     assert!(
         matches!(cancelled, Err(ReadError::Cancelled)),
         "{cancelled:?}"

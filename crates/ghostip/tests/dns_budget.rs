@@ -16,13 +16,14 @@ use std::time::Duration;
 
 use dns_support::prober::Running;
 use ghostip::clock::{Clock, TokioClock};
-use ghostip::dns::{
-    DnsAnswer, DnsPath, DnsTransport, ProbeCommand, ProbeEvent, ProbeName, ProbePath, ProbeSource,
-    ProberConfig, QueryError, QueryType, ServiceNames, Transport,
-};
+use ghostip::layers::dns::prober::{DnsTransport, ProbeEvent, ProbeSource, ProberConfig};
+use ghostip::layers::dns::query::{DnsAnswer, QueryError, Transport};
 use ghostip_core::{
     FailureReason, HeldTarget, ObservationResult, PathIdx, PathKind, ServiceKey, Target, Time,
 };
+use ghostip_session::layers::dns::names::{ProbeName, QueryType, ServiceNames};
+use ghostip_session::layers::dns::paths::DnsPath;
+use ghostip_session::layers::dns::probe::{ProbeCommand, ProbePath};
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::Name;
 use tokio::time::Instant;
@@ -78,7 +79,7 @@ impl DnsTransport for Recorder {
                 name: name.clone(),
                 qtype,
                 rcode: ResponseCode::NoError,
-                addrs: vec![ghostip::dns::AddrRecord {
+                addrs: vec![ghostip::layers::dns::query::AddrRecord {
                     name,
                     ip: IpAddr::V4(Ipv4Addr::new(10, 244, 0, 1)),
                     ttl: 30,

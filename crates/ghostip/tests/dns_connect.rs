@@ -6,7 +6,8 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use ghostip::clock::SystemClock;
-use ghostip::dns::{Budget, ConnectOutcome, ConnectProber, connect};
+use ghostip::layers::dns::budget::Budget;
+use ghostip::layers::dns::connect::{ConnectOutcome, ConnectProber, connect};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 fn addr(s: &str) -> SocketAddr {

@@ -3,7 +3,7 @@
 //! the named port against the endpoints' `ip:port`.
 //!
 //! The server is an in-process hickory server over real UDP; the queries are ghostip's own
-//! ([`ghostip::dns::query`]), the names and the judging the DNS layer's
+//! ([`ghostip::layers::dns::query`]), the names and the judging the DNS layer's
 //! ([`DnsModel::scope`]), the verdicts the engine's.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use dns_support::{FakeDns, TestServer, Zone, ip};
-use ghostip::dns::{QueryConfig, query};
+use ghostip::layers::dns::query::{QueryConfig, query};
 use ghostip_core::engine::Discrepancy;
 use ghostip_core::truth::{
     AddressType, EndpointPort, EndpointRecord, ServicePort, ServiceRecord, SliceRecord,

@@ -4,15 +4,15 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
-use ghostip::dns::{
-    DnsPath, NameConfig, PathConfig, ProbeName, QueryType, diff, diff_with_truth, discover,
-    service_names, sweep_names,
-};
 use ghostip_core::truth::{
     AddressType, EndpointPort, EndpointRecord, ServicePort, ServiceRecord, SliceRecord,
     TrafficPolicy, Truth,
 };
 use ghostip_core::{PathKind, PodRef, Protocol, ServiceKey, Time};
+use ghostip_session::layers::dns::names::{
+    NameConfig, ProbeName, QueryType, service_names, sweep_names,
+};
+use ghostip_session::layers::dns::paths::{DnsPath, PathConfig, diff, diff_with_truth, discover};
 use hickory_proto::rr::Name;
 
 fn t0() -> Time {
@@ -137,7 +137,7 @@ fn discovers_every_kind_of_dns_path() {
         ("10.244.3.7", "coredns-c", false, false), // starting, not serving yet
     ]);
     let config = PathConfig {
-        node_local: Some(ghostip::dns::paths::DEFAULT_NODE_LOCAL),
+        node_local: Some(ghostip_session::layers::dns::paths::DEFAULT_NODE_LOCAL),
         overrides: vec![sock("192.0.2.1:5353")],
         ..PathConfig::default()
     };

@@ -10,16 +10,17 @@ use std::time::Duration;
 use dns_support::prober::Running;
 use dns_support::{Behavior, CachingFront, FakeDns, TestServer, Zone, blackhole_udp, ip, name};
 use ghostip::clock::{Clock, TokioClock};
-use ghostip::dns::{
-    DnsPath, ProbeCommand, ProbeEvent, ProbeName, ProbePath, ProberConfig, QueryConfig, QueryType,
-    ServiceNames, Transport,
-};
+use ghostip::layers::dns::prober::{ProbeEvent, ProberConfig};
+use ghostip::layers::dns::query::{QueryConfig, Transport};
 use ghostip_core::{FailureReason, ObservationResult, PathIdx, PathKind, ServiceKey, Target, Time};
+use ghostip_session::layers::dns::names::{ProbeName, QueryType, ServiceNames};
+use ghostip_session::layers::dns::paths::DnsPath;
+use ghostip_session::layers::dns::probe::{ProbeCommand, ProbePath};
 
 const WEB: &str = "web.prod.svc.cluster.local.";
 
 fn start(config: ProberConfig, query: QueryConfig) -> Running {
-    let transport = ghostip::dns::HickoryTransport { config: query };
+    let transport = ghostip::layers::dns::prober::HickoryTransport { config: query };
     Running::spawn(config, transport, TokioClock::new())
 }
 

@@ -7,8 +7,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use dns_support::{Behavior, FakeDns, TestServer, Zone, blackhole_udp, ip, name};
-use ghostip::dns::{QueryConfig, QueryType, Transport, query};
+use ghostip::layers::dns::query::{QueryConfig, Transport, query};
 use ghostip_core::{FailureReason, HeldTarget, Target};
+use ghostip_session::layers::dns::names::QueryType;
 use hickory_proto::op::ResponseCode;
 
 const WEB: &str = "web.prod.svc.cluster.local.";

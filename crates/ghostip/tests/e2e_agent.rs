@@ -82,7 +82,10 @@ fn agent_reports_the_stale_node_datapath_and_clears_after_kube_proxy_restarts() 
             v["event"] == "dns-health" && v["state"] == "healthy"
         });
     }
-    let started = n2.lines()[0]["datapath"].as_str().unwrap().to_string();
+    let started = n2.lines()[0]["layers"]["datapath"]
+        .as_str()
+        .unwrap()
+        .to_string();
     eprintln!("agents synced; datapath {started}");
 
     // The incident: node-2's kube-proxy frozen, one CoreDNS pod deleted.
@@ -180,7 +183,16 @@ fn agent_reports_the_stale_node_datapath_and_clears_after_kube_proxy_restarts() 
         open_datapath_stale(&st1).is_empty(),
         "node-1 /status: {st1}"
     );
-    assert_eq!(st1["dns"]["state"], "healthy", "node-1 /status: {st1}");
+    assert_eq!(
+        st1["layers"]["dns"]["health"]["state"], "healthy",
+        "node-1 /status: {st1}"
+    );
+    assert!(
+        st1["summary"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("node-1: ")),
+        "node-1 /status leads with its summary: {st1}"
+    );
     let ip1 = n1.ip(dead);
     assert_eq!(ip1["holding"], serde_json::json!([]), "node-1: {ip1}");
     let read_at: jiff::Timestamp = ip1["read_at"].as_str().unwrap().parse().unwrap();
@@ -307,7 +319,10 @@ fn agent_without_net_admin_names_the_capability_and_keeps_probing_dns() {
         v["event"] == "dns-health" && v["state"] == "healthy"
     });
     let st = a.status();
-    assert_eq!(st["missing_capability"], "CAP_NET_ADMIN", "{st}");
+    assert_eq!(
+        st["layers"]["datapath"]["missing_capability"], "CAP_NET_ADMIN",
+        "{st}"
+    );
     assert_eq!(st["truth_synced"], true, "{st}");
     assert!(
         a.metric("ghostip_datapath_read_errors_total{datapath=\"iptables\",error=\"privilege\"}")

@@ -55,7 +55,7 @@ impl Drop for Namespace {
 
 /// The conntrack part of an agent's `/status`.
 fn conntrack(agent: &Agent) -> Value {
-    agent.status()["conntrack"].clone()
+    agent.status()["layers"]["conntrack"].clone()
 }
 
 const MANIFESTS: &str = "\

@@ -23,16 +23,16 @@ use ghostip_core::{ChangeTime, Layer, Observation, ObservationResult, ServiceKey
 use serde::Serialize;
 
 use super::{Outcome, kube_connect, print_json, service_filter};
-use crate::agents::{self, Agent, AgentClient, AgentSelector, AgentStatus};
+use crate::agent_client::{self, Agent, AgentClient, AgentSelector, AgentStatus};
 use crate::cli::{AgentsArgs, CheckArgs, GlobalArgs, OutputFormat};
 use crate::clock::SystemClock;
-use crate::dns::budget::Budget;
-use crate::dns::names::{NameConfig, ProbeName, service_a_name, service_names};
-use crate::dns::paths::{DnsPath, PathConfig, discover};
-use crate::dns::query::{QueryConfig, query};
 use crate::kube::{Connection, WatchScope, snapshot};
+use crate::layers::dns::budget::Budget;
+use crate::layers::dns::query::{QueryConfig, query};
 use crate::printer::{Layout, Table, fit_text};
 use ghostip_session::ServiceFilter;
+use ghostip_session::layers::dns::names::{NameConfig, ProbeName, service_a_name, service_names};
+use ghostip_session::layers::dns::paths::{DnsPath, PathConfig, discover};
 use ghostip_session::layers::dns::{answer_scope, desired_answers};
 
 /// One (service, question, path) comparison.
@@ -408,7 +408,7 @@ async fn ask_agents(
         selector: a.agents_selector.clone(),
         port: a.agents_port,
     };
-    let found = agents::find(&conn.client, &sel, a.agent_timeout).await?;
+    let found = agent_client::find(&conn.client, &sel, a.agent_timeout).await?;
     let client = AgentClient::new(conn.bearer.clone(), a.agent_timeout);
     let answers = futures::future::join_all(found.iter().map(|agent| client.status(agent))).await;
     Ok(found.into_iter().zip(answers).collect())

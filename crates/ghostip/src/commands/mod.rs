@@ -6,7 +6,6 @@ mod check;
 mod datapath;
 pub mod drain_wait;
 mod explain;
-pub mod pipeline;
 mod rollout;
 mod watch;
 mod whois;
@@ -18,12 +17,14 @@ use anyhow::Context as _;
 use ghostip_core::engine::EngineConfig;
 
 use crate::cli::{Cli, Command, DnsArgs, GlobalArgs, Scope};
-use crate::dns::{NameConfig, PathConfig};
 use crate::kube::{ConnectOptions, Connection, KubeError};
 use crate::ledger::{Ledger, LedgerError};
-use ghostip_session::layers::dns::{DnsConfig, DnsModel};
+use crate::pipeline::ProbeSettings;
+use ghostip_session::layers::dns::DnsConfig;
+use ghostip_session::layers::dns::names::NameConfig;
+use ghostip_session::layers::dns::paths::PathConfig;
 use ghostip_session::{ServiceFilter, SessionConfig};
-use pipeline::ProbeSettings;
+use ghostip_session::{Session, SyncState};
 
 /// How a command ended, when it did not fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,9 +175,17 @@ pub(crate) fn dns_config(d: &DnsArgs) -> DnsConfig {
     }
 }
 
-/// The DNS layer's model for a session.
-pub(crate) fn dns_model(d: &DnsArgs) -> DnsModel {
-    DnsModel::new(dns_config(d))
+/// A session with every registered layer's model ([`crate::layers::LAYERS`]); `node` for the
+/// agent's node-local layers.
+pub(crate) fn new_session(
+    cfg: SessionConfig,
+    sync: SyncState,
+    dns: &DnsConfig,
+    node: Option<&str>,
+) -> Session {
+    let mut session = Session::new(cfg, sync);
+    crate::layers::register_models(&mut session, &crate::layers::ModelSetup { dns, node });
+    session
 }
 
 pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {

@@ -15,18 +15,19 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use tokio_util::sync::CancellationToken;
 
-use super::pipeline::{Pipeline, Step};
 use super::{
-    Outcome, dns_model, kube_connect, open_ledger, print_json, probe_settings, session_config,
+    Outcome, dns_config, kube_connect, new_session, open_ledger, print_json, probe_settings,
+    session_config,
 };
 use crate::cli::{GlobalArgs, OutputFormat, RolloutArgs};
 use crate::clock::SystemClock;
-use crate::dns::prober::ProbeCommand;
 use crate::kube::{Connection, SyncState, WatchScope, watch_truth};
+use crate::layers::dns::prober::ProbeCommand;
 use crate::ledger::{LedgerWriter, WriterOptions};
+use crate::pipeline::{Pipeline, Step};
 use crate::report::{self, Report, html, path_rows, summarize, window_row};
+use ghostip_session::ServiceFilter;
 use ghostip_session::layers::dns::DnsModel;
-use ghostip_session::{ServiceFilter, Session};
 
 /// A workload kind ghostip can observe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,18 +232,21 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
         only: Some(headless.clone()),
         selector: Vec::new(),
     };
-    let mut dns = dns_model(&args.dns);
     let deadline = tokio::time::Instant::now() + args.timeout;
     // Probe the workload's Services for the whole observation (wall clock for the runtime).
     let burst_until = Time::now()
         .checked_add(args.timeout + args.settle)
         .unwrap_or_else(|_| Time::now());
-    dns.set_min_burst_until(burst_until);
-    let session = Session::new(
+    let mut session = new_session(
         session_config(filter, true),
         SyncState::new(Time::now(), scope.kinds()),
-    )
-    .with_layer(dns);
+        &dns_config(&args.dns),
+        None,
+    );
+    // A rollout measures DNS: its Services are probed for the whole observation.
+    if let Some(dns) = session.layer_mut::<DnsModel>() {
+        dns.set_min_burst_until(burst_until);
+    }
     let settings = probe_settings(&args.dns, Duration::from_secs(3600))?;
     let mut p = Pipeline::start(
         session,
@@ -272,9 +276,11 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
     // 2. Probe the workload's names on every path for the whole observation, so the TTL held
     //    at t0 is known and every change is seen at the probe interval.
     for key in &headless {
-        if let Ok(names) =
-            crate::dns::names::service_names(&p.session.truth, key, &session_names(&args))
-        {
+        if let Ok(names) = ghostip_session::layers::dns::names::service_names(
+            &p.session.truth,
+            key,
+            &session_names(&args),
+        ) {
             p.probe(ProbeCommand::Burst {
                 service: key.clone(),
                 names,
@@ -414,8 +420,8 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
     })
 }
 
-fn session_names(args: &RolloutArgs) -> crate::dns::names::NameConfig {
-    crate::dns::names::NameConfig {
+fn session_names(args: &RolloutArgs) -> ghostip_session::layers::dns::names::NameConfig {
+    ghostip_session::layers::dns::names::NameConfig {
         zone: args.dns.zone.clone(),
         srv: !args.dns.no_srv,
     }

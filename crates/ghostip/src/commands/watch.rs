@@ -14,16 +14,16 @@ use futures::StreamExt;
 use ghostip_core::Time;
 use tokio_util::sync::CancellationToken;
 
-use super::pipeline::{Pipeline, Step};
 use super::{
-    Outcome, dns_model, kube_connect, open_ledger, probe_settings, service_filter, session_config,
+    Outcome, dns_config, kube_connect, new_session, open_ledger, probe_settings, service_filter,
+    session_config,
 };
 use crate::cli::{GlobalArgs, WatchArgs};
 use crate::clock::SystemClock;
 use crate::kube::{SyncState, WatchScope, watch_truth};
 use crate::ledger::{LedgerHealth, LedgerWriter, RetentionPruner, WriterOptions};
 use crate::metrics::Metrics;
-use ghostip_session::Session;
+use crate::pipeline::{Pipeline, Step};
 
 pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outcome> {
     let conn = kube_connect(g).await?;
@@ -60,11 +60,12 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
     };
     let truth = watch_truth(&conn, &scope, Arc::new(SystemClock));
     let filter = service_filter(&args.scope);
-    let session = Session::new(
+    let session = new_session(
         session_config(filter, false),
         SyncState::new(Time::now(), scope.kinds()),
-    )
-    .with_layer(dns_model(&args.dns));
+        &dns_config(&args.dns),
+        None,
+    );
     let settings = probe_settings(&args.dns, args.sweep)?;
     metrics.truth_synced.set(0);
     let mut p = Pipeline::start(

@@ -3,7 +3,8 @@
 use std::sync::{Arc, Mutex};
 
 use ghostip::clock::TokioClock;
-use ghostip::dns::{DnsTransport, ProbeCommand, ProbeEvent, ProbeStats, Prober, ProberConfig};
+use ghostip::layers::dns::prober::{DnsTransport, ProbeEvent, ProbeStats, Prober, ProberConfig};
+use ghostip_session::layers::dns::probe::ProbeCommand;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

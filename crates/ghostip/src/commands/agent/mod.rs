@@ -1,29 +1,19 @@
-//! `ghostip agent`: one per node; diffs this node's load-balancer datapath with the truth and probes this node's DNS paths.
+//! `ghostip agent`: one per node; diffs this node's load-balancer datapath and conntrack table with the truth and probes this node's DNS paths.
 //!
-//! The same session, engine, prober, ledger and metrics as `ghostip watch`, with two more
-//! layers registered:
-//! - the node's datapath ([`datapath`]): one path (`iptables/<node>`, …) whose desired sets
-//!   the runtime's `DatapathModel` derives from the truth on every change, and whose
-//!   observations come from reads of the datapath: re-reads after each truth change until
-//!   converged (bounded), and a periodic full audit whose period adapts to the measured CPU
-//!   cost;
-//! - DNS health ([`dns_health`]): one query per DNS path of this node every
-//!   `--dns-health-interval` inside the prober's global budget;
-//! - the node's conntrack table ([`conntrack`]): one path (`conntrack/<node>`) judged for
-//!   staleness only, read over netlink within the same kind of CPU cap: flows of this
-//!   node's pods to endpoints that left their Service.
+//! The same session, engine, prober, ledger and metrics as `ghostip watch`, with every
+//! layer of [`crate::layers::LAYERS`] that has a node-local adapter started on the
+//! pipeline: today DNS health (one query per DNS path of this node every
+//! `--dns-health-interval`), the node's datapath (`iptables/<node>`, …: re-reads after each
+//! truth change until converged, and a periodic audit whose period follows the measured CPU
+//! cost) and its conntrack table (`conntrack/<node>`: flows of this node's pods to endpoints
+//! that left their Service). The agent names no layer: `/status` has one section per layer.
 //!
 //! The truth is node-scoped where the API allows (Pods by `spec.nodeName`). A reader
 //! that fails (a missing capability, a missing tool) is reported with its cause and the
 //! rest keeps working. SIGTERM ends the agent within 5 s. [`run`] is the steps in order:
-//! [`serve`] the HTTP endpoints, choose the datapath, start the pipeline and the adapters,
+//! [`serve`] the HTTP endpoints, start the pipeline and the layers' adapters,
 //! then [`step`] until stopped, then [`shut_down`].
 
-mod conntrack;
-mod datapath;
-mod dns_health;
-mod metrics;
-mod reads;
 mod status;
 
 use std::collections::BTreeMap;
@@ -35,26 +25,23 @@ use anyhow::Context as _;
 use futures::StreamExt;
 use ghostip_core::engine::{Discrepancy, EngineEvent, Verdict};
 use ghostip_core::{PathIdx, ServiceKey, Target, Time};
-use ghostip_session::layers::conntrack::ConntrackModel;
-use ghostip_session::layers::dns::DnsModel;
-use ghostip_session::{ServiceFilter, Session};
-use hickory_proto::rr::Name;
+use ghostip_session::ServiceFilter;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::pipeline::{Pipeline, Step};
-use super::{Outcome, dns_config, kube_connect, open_ledger, probe_settings, session_config};
+use super::{
+    Outcome, dns_config, kube_connect, new_session, open_ledger, probe_settings, session_config,
+};
 use crate::cli::{AgentArgs, GlobalArgs, OutputFormat};
 use crate::clock::SystemClock;
-use crate::dns::query::QueryConfig;
 use crate::kube::{LivenessProbe, SyncState, TruthEvent, WatchScope, watch_truth};
+use crate::layers::metrics::AgentMetrics;
+use crate::layers::node::{Line, NodeOutputs, Printer, emit_events, view};
+use crate::layers::{self, NodeSetup};
 use crate::ledger::{LedgerWriter, RetentionPruner, WriterOptions};
 use crate::metrics::Metrics;
-use conntrack::ConntrackReads;
-use datapath::{DatapathReads, Outputs, choose_source};
-use dns_health::DnsHealthCheck;
-use metrics::AgentMetrics;
-use status::{AgentStatus, Line, Printer, SharedStatus, emit_events, lock, view};
+use crate::pipeline::{Pipeline, Step};
+use status::{AgentStatus, SharedStatus, lock};
 
 /// Open trackings by identity, with whether each was stuck and over its expected lag, to
 /// report what the engine changed on its own tick.
@@ -84,23 +71,13 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
         max_cpu_percent: args.max_cpu,
         ..AgentStatus::default()
     }));
+    lock(&status).summarize();
     let cancel = CancellationToken::new();
     let kill_readers = Arc::new(AtomicBool::new(false));
     let server = serve(&args, &conn.client, &metrics, &ready, &status, &cancel)?;
     stop_on_signal(&cancel, &kill_readers);
 
-    let (source, first_read) =
-        choose_source(&args, &conn.client, &node, &kill_readers, &status).await;
-    let dp_name = source.as_ref().map(|s| s.datapath().as_str());
-    lock(&status).datapath = dp_name.map(str::to_string);
-    tracing::info!(node = %node, datapath = dp_name.unwrap_or("none"), listen = %args.listen, db = %db_path.display(), api = %conn.origin, "ghostip agent started");
-    printer.line(&Line::Started {
-        node: &node,
-        datapath: dp_name,
-        listen: args.listen.to_string(),
-    });
-
-    // The session: the DNS layer seen from this node, and the node's datapath.
+    // The session: every layer's model seen from this node.
     // One agent per node probes the API server's liveness: every 5 s, not every second, so
     // a large cluster's agents stay a few requests per second in all.
     let scope = WatchScope {
@@ -118,12 +95,12 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     dns.paths.node = Some(node.clone());
     let dns_service = dns.paths.dns_service.clone();
     let zone = dns.names.zone.clone();
-    let session = Session::new(
+    let session = new_session(
         session_config(ServiceFilter::default(), false),
         SyncState::new(Time::now(), scope.kinds()),
-    )
-    .with_layer(DnsModel::new(dns))
-    .with_layer(ConntrackModel::new(node.clone()));
+        &dns,
+        Some(&node),
+    );
     // Sweeps of headless names are the watch's job; the agent probes them on bursts only
     // (the sweep period is long) and checks DNS health on its own schedule.
     let settings = probe_settings(&args.dns, Duration::from_secs(300))?;
@@ -136,46 +113,35 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
         Some(Arc::clone(&metrics)),
         cancel.clone(),
     );
-    let mut reads = source.map(|s| {
-        DatapathReads::start(
-            &mut p,
-            s,
-            first_read,
-            &args,
-            &node,
-            dns_service.clone(),
-            Arc::clone(&kill_readers),
-        )
-    });
-    let mut conntrack =
-        ConntrackReads::start(&args, &node, dns_service.clone(), Arc::clone(&kill_readers));
-    let health_name = Name::from_ascii(format!(
-        "{}.{}.svc.{}.",
-        dns_service.name,
-        dns_service.namespace,
-        zone.trim_end_matches('.')
-    ))
-    .with_context(|| format!("building the DNS health name for {dns_service} in zone {zone}"))?;
-    let mut health = DnsHealthCheck::start(
-        &node,
-        dns_service,
-        health_name,
-        p.budget(),
-        QueryConfig {
-            timeout: args.dns.query_timeout,
-            ..QueryConfig::default()
-        },
-        args.dns_health_interval,
-        cancel.child_token(),
-    );
-
     let ledger_tx = writer.sender();
-    let out = Outputs {
-        printer: &printer,
-        ledger: &ledger_tx,
-        metrics: &am,
-        status: &status,
+    let out = NodeOutputs {
+        printer,
+        ledger: ledger_tx.clone(),
+        metrics: am,
+        fixed: Arc::clone(&metrics),
     };
+    layers::start_node_adapters(
+        &NodeSetup {
+            args: &args,
+            client: &conn.client,
+            node: &node,
+            dns_service: &dns_service,
+            zone: &zone,
+            kill: &kill_readers,
+            out: &out,
+        },
+        &mut p,
+    )
+    .await;
+    publish(&p, &status);
+    let sources = lock(&status).sources();
+    tracing::info!(node = %node, layers = %sources.iter().map(|(l, s)| format!("{l}={}", s.as_deref().unwrap_or("-"))).collect::<Vec<_>>().join(","), listen = %args.listen, db = %db_path.display(), api = %conn.origin, "ghostip agent started");
+    printer.line(&Line::Started {
+        node: &node,
+        layers: &sources,
+        listen: args.listen.to_string(),
+    });
+
     let mut pruner = RetentionPruner::new(args.retention);
     let mut synced_sent = false;
     let mut open_before = OpenSet::new();
@@ -197,11 +163,7 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
                     tracing::info!("truth synced");
                     printer.line(&Line::Synced { at: received.at });
                 }
-                if let Some(r) = reads.as_mut() {
-                    r.on_truth(&mut p, now, synced_sent);
-                }
-                conntrack.on_truth(&mut p, now, synced_sent);
-                health.follow_paths(&p);
+                p.adapters_on_truth(now, synced_sent);
             }
             Step::Tick(now) => {
                 pruner.tick(now, &ledger_tx).await;
@@ -219,19 +181,10 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
         if failed.is_err() {
             break;
         }
-        if let Some(r) = reads.as_mut() {
-            r.finish_reads(&mut p, &out, now, synced_sent).await;
-            r.start_due(&p, now, synced_sent);
-        }
-        conntrack.finish_reads(&mut p, &out, now).await;
-        conntrack.start_due(&p, now, synced_sent);
-        health.drain(&p, &out, &metrics).await;
+        p.step_adapters(now, synced_sent).await;
         report_open(&p, &printer, &status, &mut open_before);
+        publish(&p, &status);
     }
-    if let Some(r) = reads.as_mut() {
-        r.shutdown();
-    }
-    conntrack.shutdown();
     shut_down(p, writer, server, &kill_readers).await;
     printer.line(&Line::Stopped { at: Time::now() });
     tracing::info!("ghostip agent stopped");
@@ -374,6 +327,14 @@ fn report_open(p: &Pipeline, printer: &Printer, status: &SharedStatus, open_befo
     let mut st = lock(status);
     st.open = open;
     st.truth_synced = p.session.judging();
+}
+
+/// Publishes every layer's section of `/status`, and the summary that leads it.
+fn publish(p: &Pipeline, status: &SharedStatus) {
+    let sections = layers::snapshots(p);
+    let mut st = lock(status);
+    st.layers = sections;
+    st.summarize();
 }
 
 /// Clean shutdown within 5 s: kill readers, stop probing, flush the ledger with a deadline.

@@ -1,8 +1,9 @@
-//! What the agent shows: the `/status` document, the per-IP answer of `/v1/ips/{ip}`, its JSON lines (`-o json`) and the log lines of tracking changes.
+//! What the agent serves: the `/status` document (a summary first, then the open trackings and one section per layer) and the per-IP answer of `/v1/ips/{ip}`.
 //!
 //! Both endpoints read a snapshot that the agent's loop publishes under one mutex after
 //! each step; a handler holds the lock only to copy what it serves.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -11,83 +12,105 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use ghostip_core::engine::{EngineEvent, Tracking};
-use ghostip_core::{Layer, Time};
+use ghostip_core::Layer;
 use serde::Serialize;
+use serde::ser::SerializeMap as _;
 
-use super::super::pipeline::Pipeline;
-use super::conntrack::ConntrackStatus;
-use crate::agent::cost::ReadReason;
-use crate::agent::health::{HealthVerdict, PathHealth};
-
-/// A stale or missing backend the datapath holds now, for `/status` and JSON lines.
-#[derive(Clone, Debug, Serialize)]
-pub(super) struct TrackingView {
-    pub path: String,
-    pub layer: Layer,
-    pub service: String,
-    pub target: String,
-    /// The target's address, to answer `/v1/ips/{ip}`.
-    #[serde(skip)]
-    pub ip: IpAddr,
-    pub kind: String,
-    pub verdict: String,
-    /// When the truth changed (or the tracking was opened).
-    pub since: Time,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_seen: Option<Time>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub converged_by: Option<Time>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub window_s: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub former_pod: Option<String>,
-    /// The path's expected lag: past it, the verdict is `over expected lag` at once.
-    pub expected_lag_s: f64,
-    /// Why `since` is the receive time rather than the slice's trigger time.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub t0_correction: Option<String>,
-}
-
-/// The last read.
-#[derive(Clone, Debug, Default, Serialize)]
-pub(super) struct ReadView {
-    pub reason: Option<ReadReason>,
-    /// When the read started: what it saw is the datapath at that time or later.
-    pub at: Option<Time>,
-    pub cpu_s: f64,
-    pub child_cpu_s: f64,
-    pub parse_cpu_s: f64,
-    /// CPU of comparing the table with the truth (the engine's observations).
-    pub diff_cpu_s: f64,
-    pub wall_s: f64,
-    pub bytes: u64,
-    pub frontends: usize,
-    pub backends: usize,
-    pub services: usize,
-    pub unknown_frontends: usize,
-    pub skipped_unknown: u64,
-}
+use crate::layers::LayerSnapshot;
+use crate::layers::node::{IpView, TrackingView};
 
 /// What `/status` serves.
 #[derive(Clone, Debug, Default, Serialize)]
 pub(super) struct AgentStatus {
+    /// One sentence: what is wrong on this node now, or that every layer matches the truth.
+    pub summary: String,
     pub node: String,
-    pub datapath: Option<String>,
-    pub datapath_error: Option<String>,
-    /// Capability a reader lacks, when that is why it failed.
-    pub missing_capability: Option<String>,
     pub truth_synced: bool,
     pub max_cpu_percent: f64,
-    pub audit_period_s: f64,
-    pub reads: u64,
-    pub read_cpu_total_s: f64,
-    pub last_read: ReadView,
-    /// Open stale/missing trackings of this node's paths (datapath and DNS).
+    /// Open stale/missing trackings of this node's paths (every layer's).
     pub open: Vec<TrackingView>,
-    pub dns: Option<HealthVerdict>,
-    pub dns_paths: Vec<PathHealth>,
-    pub conntrack: ConntrackStatus,
+    /// One section per running layer, by layer id.
+    #[serde(serialize_with = "layer_sections")]
+    pub layers: BTreeMap<Layer, Arc<dyn LayerSnapshot>>,
+}
+
+/// `layers` as `{ "<id>": <section> }`.
+fn layer_sections<S: serde::Serializer>(
+    layers: &BTreeMap<Layer, Arc<dyn LayerSnapshot>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    let mut m = s.serialize_map(Some(layers.len()))?;
+    for (layer, snap) in layers {
+        m.serialize_entry(layer.as_str(), &snap.to_json())?;
+    }
+    m.end()
+}
+
+impl AgentStatus {
+    /// What each running layer reads on this node (`datapath: iptables`); `null` where the
+    /// layer has no choice to report.
+    pub fn sources(&self) -> BTreeMap<String, Option<String>> {
+        self.layers
+            .iter()
+            .map(|(l, s)| (l.to_string(), s.source()))
+            .collect()
+    }
+
+    /// Fills `summary` from the open trackings and the layers' own problems.
+    pub fn summarize(&mut self) {
+        self.summary = summary(self);
+    }
+}
+
+/// The answer first: not synced yet; how many targets are held past their expected lag and
+/// where; how many changes still converge within it; the layers that cannot be read.
+fn summary(st: &AgentStatus) -> String {
+    let mut parts = Vec::new();
+    if !st.truth_synced {
+        parts.push("the truth is not synced: nothing is judged".to_string());
+    } else {
+        let open: Vec<&TrackingView> = st
+            .open
+            .iter()
+            .filter(|t| t.converged_by.is_none())
+            .collect();
+        let findings: Vec<&&TrackingView> = open
+            .iter()
+            .filter(|t| t.verdict == "over expected lag" || t.verdict == "stuck")
+            .collect();
+        if findings.is_empty() && open.is_empty() {
+            parts.push("every path matches the truth".to_string());
+        } else if !findings.is_empty() {
+            let mut paths: Vec<&str> = findings.iter().map(|t| t.path.as_str()).collect();
+            paths.sort_unstable();
+            paths.dedup();
+            let stuck = findings.iter().filter(|t| t.verdict == "stuck").count();
+            parts.push(format!(
+                "{} target{} held past the expected lag ({} stuck) on {}",
+                findings.len(),
+                if findings.len() == 1 { "" } else { "s" },
+                stuck,
+                paths.join(", ")
+            ));
+        }
+        let converging = open.len()
+            - open
+                .iter()
+                .filter(|t| t.verdict == "over expected lag" || t.verdict == "stuck")
+                .count();
+        if converging > 0 {
+            parts.push(format!(
+                "{converging} change{} converging within the expected lag",
+                if converging == 1 { "" } else { "s" }
+            ));
+        }
+    }
+    for (layer, snap) in &st.layers {
+        if let Some(problem) = snap.problem() {
+            parts.push(format!("{layer}: {problem}"));
+        }
+    }
+    format!("{}: {}", st.node, parts.join("; "))
 }
 
 /// The shared `/status` document.
@@ -115,75 +138,22 @@ pub(super) async fn status_handler(State(status): State<SharedStatus>) -> impl I
     ([(header::CONTENT_TYPE, "application/json")], body)
 }
 
-/// What `GET /v1/ips/{ip}` answers: whether this node's datapath still holds one IP.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub(super) struct IpView {
-    pub node: String,
-    /// The truth is synced (no truth gap): trackings are being opened and judged.
-    pub synced: bool,
-    /// When the last successful datapath read started; `null` before the first.
-    pub read_at: Option<Time>,
-    /// The datapath read (`iptables`, `nftables`, `ipvs`, `cilium`), `null` when none was
-    /// found.
-    pub datapath: Option<String>,
-    /// Why the datapath cannot be read now (the last read failed, or none was found).
-    pub error: Option<String>,
-    /// The open, unconverged stale trackings of this node's datapath with this target IP,
-    /// as `service -> target`.
-    pub holding: Vec<String>,
-    /// The conntrack layer's confirmed stale flows of this node's pods to this IP.
-    pub stale_flows: Vec<IpStaleFlow>,
-}
-
-/// A confirmed stale conntrack flow to the asked IP, as `GET /v1/ips/{ip}` lists it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub(super) struct IpStaleFlow {
-    pub node: String,
-    /// The client's address.
-    pub client: IpAddr,
-    /// The client pod (`namespace/name`), `null` when the address is no known pod.
-    pub client_pod: Option<String>,
-    /// Where the client sent the flow: the Service address when it was DNATed, else the
-    /// endpoint itself.
-    pub original_dst: String,
-    /// When the endpoint left its Service, else the first read that saw the flow.
-    pub since: Time,
-}
-
-/// The answer for `ip` from the status document.
+/// The answer for `ip` from the status document: each layer adds what it knows.
 pub(super) fn ip_view(st: &AgentStatus, ip: IpAddr) -> IpView {
     let ip = ip.to_canonical();
-    IpView {
+    let mut view = IpView {
         node: st.node.clone(),
         synced: st.truth_synced,
-        read_at: st.last_read.at,
-        datapath: st.datapath.clone(),
-        error: st.datapath_error.clone(),
-        holding: st
-            .open
-            .iter()
-            .filter(|t| {
-                t.layer == Layer::Datapath
-                    && t.kind == "stale"
-                    && t.converged_by.is_none()
-                    && t.ip.to_canonical() == ip
-            })
-            .map(|t| format!("{} -> {}", t.service, t.target))
-            .collect(),
-        stale_flows: st
-            .conntrack
-            .stale_flows
-            .iter()
-            .filter(|f| f.confirmed && f.target.ip.to_canonical() == ip)
-            .map(|f| IpStaleFlow {
-                node: st.node.clone(),
-                client: f.client_ip,
-                client_pod: f.client_pod.as_ref().map(ToString::to_string),
-                original_dst: f.via.unwrap_or(f.target).to_string(),
-                since: f.left_at.unwrap_or(f.first_seen),
-            })
-            .collect(),
+        read_at: None,
+        datapath: None,
+        error: None,
+        holding: Vec::new(),
+        stale_flows: Vec::new(),
+    };
+    for snap in st.layers.values() {
+        snap.answer_ip(ip, &st.open, &mut view);
     }
+    view
 }
 
 /// `GET /v1/ips/{ip}`: 400 when `{ip}` is not an IP address.
@@ -202,124 +172,15 @@ pub(super) async fn ip_handler(
     Json(view).into_response()
 }
 
-/// One JSON line of `-o json`.
-#[derive(Serialize)]
-#[serde(tag = "event", rename_all = "kebab-case")]
-pub(super) enum Line<'a> {
-    Started {
-        node: &'a str,
-        datapath: Option<&'a str>,
-        listen: String,
-    },
-    Synced {
-        at: Time,
-    },
-    Read {
-        #[serde(flatten)]
-        read: &'a ReadView,
-        audit_period_s: f64,
-        stale_now: usize,
-    },
-    ReaderError {
-        datapath: &'a str,
-        error: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        capability: Option<&'a str>,
-    },
-    Tracking {
-        change: &'a str,
-        #[serde(flatten)]
-        tracking: &'a TrackingView,
-    },
-    DnsHealth {
-        #[serde(flatten)]
-        verdict: &'a HealthVerdict,
-        paths: &'a [PathHealth],
-    },
-    Stopped {
-        at: Time,
-    },
-}
-
-/// Writes JSON lines to stdout with `-o json`.
-pub(super) struct Printer {
-    pub json: bool,
-}
-
-impl Printer {
-    pub fn line(&self, l: &Line<'_>) {
-        if self.json
-            && let Ok(s) = serde_json::to_string(l)
-        {
-            crate::printer::write_stdout_line(&s);
-        }
-    }
-}
-
-/// A tracking as `/status` and the JSON lines show it.
-pub(super) fn view(p: &Pipeline, t: &Tracking) -> Option<TrackingView> {
-    let info = p.session.engine.path(t.path)?;
-    let start = t.change.map_or(t.opened, |c| c.t0);
-    Some(TrackingView {
-        path: info.id.clone(),
-        layer: info.layer(),
-        service: t.service.to_string(),
-        target: t.target.to_string(),
-        ip: t.target.ip,
-        kind: format!("{:?}", t.kind).to_lowercase(),
-        verdict: t.verdict.label().to_string(),
-        since: start,
-        last_seen: t.last_wrong,
-        converged_by: t.converged_by,
-        window_s: t.window_upper().map(|d| d.as_secs_f64()),
-        former_pod: p.session.former_pod(t.target.ip),
-        expected_lag_s: t.expected_lag.as_secs_f64(),
-        t0_correction: t.change.and_then(|c| c.corrected).map(|c| c.to_string()),
-    })
-}
-
-/// Logs and prints engine events: only verdicts that are findings are warnings (every truth
-/// change opens trackings on every node until its next read).
-pub(super) fn emit_events(printer: &Printer, p: &Pipeline, events: &[EngineEvent]) {
-    for ev in events {
-        let (change, t) = match ev {
-            EngineEvent::Opened(t) => ("opened", t),
-            EngineEvent::Converging(t) => ("converging", t),
-            EngineEvent::Reappeared(t) => ("reappeared", t),
-            EngineEvent::OverExpectedLag(t) => ("over-lag", t),
-            EngineEvent::Stuck(t) => ("stuck", t),
-            EngineEvent::Closed(t) => ("closed", t),
-        };
-        let Some(v) = view(p, t) else { continue };
-        if v.layer == Layer::Datapath {
-            match change {
-                "stuck" => {
-                    tracing::warn!(path = %v.path, service = %v.service, target = %v.target, kind = %v.kind, "datapath stuck: still differs from the truth")
-                }
-                "closed" if t.verdict.is_finding() => {
-                    tracing::warn!(path = %v.path, service = %v.service, target = %v.target, kind = %v.kind, verdict = %v.verdict, window_s = v.window_s.unwrap_or(0.0), "datapath converged late")
-                }
-                "closed" => {
-                    tracing::info!(path = %v.path, service = %v.service, target = %v.target, kind = %v.kind, verdict = %v.verdict, window_s = v.window_s.unwrap_or(0.0), "datapath converged")
-                }
-                _ => {
-                    tracing::debug!(path = %v.path, service = %v.service, target = %v.target, kind = %v.kind, change, "datapath tracking")
-                }
-            }
-        }
-        printer.line(&Line::Tracking {
-            change,
-            tracking: &v,
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::layers::conntrack::adapter::ConntrackStatus;
+    use crate::layers::datapath::adapter::{DatapathStatus, ReadView};
     use axum::body::Body;
     use axum::extract::Request;
+    use ghostip_core::Time;
     use ghostip_core::{PodRef, Protocol, ServiceKey, Target};
     use ghostip_session::layers::conntrack::StaleFlow;
     use tower::ServiceExt as _;
@@ -361,12 +222,18 @@ mod tests {
         converging.converged_by = Some(t("2026-03-19T08:00:06Z"));
         AgentStatus {
             node: "node-2".to_string(),
-            datapath: Some("iptables".to_string()),
             truth_synced: true,
-            last_read: ReadView {
-                at: Some(t("2026-03-19T08:00:05.250Z")),
-                ..ReadView::default()
-            },
+            layers: BTreeMap::from([(
+                Layer::Datapath,
+                Arc::new(DatapathStatus {
+                    datapath: Some("iptables".to_string()),
+                    last_read: ReadView {
+                        at: Some(t("2026-03-19T08:00:05.250Z")),
+                        ..ReadView::default()
+                    },
+                    ..DatapathStatus::default()
+                }) as Arc<dyn LayerSnapshot>,
+            )]),
             open: vec![
                 tracking(Layer::Datapath, dp, "demo/web", "10.244.1.7:8080", "stale"),
                 tracking(Layer::Datapath, dp, "demo/web", "10.244.1.8:8080", "stale"),
@@ -441,7 +308,13 @@ mod tests {
     async fn before_the_first_read_and_without_a_datapath_the_answer_says_so() {
         let st = AgentStatus {
             node: "node-3".to_string(),
-            datapath_error: Some("no datapath detected (iptables: not found)".to_string()),
+            layers: BTreeMap::from([(
+                Layer::Datapath,
+                Arc::new(DatapathStatus {
+                    error: Some("no datapath detected (iptables: not found)".to_string()),
+                    ..DatapathStatus::default()
+                }) as Arc<dyn LayerSnapshot>,
+            )]),
             ..AgentStatus::default()
         };
         let (code, v) = get_json(st, "/v1/ips/10.244.1.7").await;
@@ -521,7 +394,7 @@ mod tests {
         let direct = flow("10.244.2.11", None, "10.244.1.7:8080", None);
         let mut unconfirmed = flow("10.244.2.12", Some("10.96.5.5:80"), "10.244.1.7:8080", None);
         unconfirmed.confirmed = false;
-        st.conntrack.stale_flows = vec![
+        let stale_flows = vec![
             pooled,
             flow(
                 "10.244.2.10",
@@ -533,6 +406,13 @@ mod tests {
             unconfirmed,
             flow("fd00::10", Some("[fd00::96]:80"), "[fd00::7]:8080", None),
         ];
+        st.layers.insert(
+            Layer::Conntrack,
+            Arc::new(ConntrackStatus {
+                stale_flows,
+                ..ConntrackStatus::default()
+            }),
+        );
         let (code, v) = get_json(st.clone(), "/v1/ips/10.244.1.7").await;
         assert_eq!(code, StatusCode::OK);
         assert_eq!(
@@ -572,5 +452,60 @@ mod tests {
     fn ipv4_mapped_addresses_match_their_ipv4_trackings() {
         let v = ip_view(&status(), "::ffff:10.244.1.8".parse().unwrap());
         assert_eq!(v.holding, vec!["demo/web -> 10.244.1.8:8080".to_string()]);
+    }
+
+    /// `/status` leads with one sentence, then one section per running layer under
+    /// `layers`, keyed by the layer's id.
+    #[tokio::test]
+    async fn status_leads_with_the_summary_and_has_one_section_per_layer() {
+        let mut st = status();
+        st.open[0].verdict = "over expected lag".to_string();
+        st.open[1].verdict = "stuck".to_string();
+        st.layers.insert(
+            Layer::Conntrack,
+            Arc::new(ConntrackStatus {
+                error: Some("netlink: permission denied".to_string()),
+                ..ConntrackStatus::default()
+            }),
+        );
+        st.summarize();
+        // The summary is the first key of the document.
+        let body = serde_json::to_string(&st).unwrap();
+        assert!(body.starts_with("{\"summary\":\"node-2: "), "{body}");
+        let (code, v) = get_json(st, "/status").await;
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(
+            v["summary"],
+            "node-2: 2 targets held past the expected lag (1 stuck) on iptables/node-2; \
+             5 changes converging within the expected lag; conntrack: netlink: permission denied"
+        );
+        let keys: Vec<&str> = v["layers"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, ["conntrack", "datapath"]);
+        assert_eq!(v["layers"]["datapath"]["datapath"], "iptables");
+        assert_eq!(
+            v["layers"]["conntrack"]["error"],
+            "netlink: permission denied"
+        );
+    }
+
+    #[test]
+    fn the_summary_says_when_nothing_is_judged_or_everything_matches() {
+        let mut st = AgentStatus {
+            node: "node-1".to_string(),
+            ..AgentStatus::default()
+        };
+        st.summarize();
+        assert_eq!(
+            st.summary,
+            "node-1: the truth is not synced: nothing is judged"
+        );
+        st.truth_synced = true;
+        st.summarize();
+        assert_eq!(st.summary, "node-1: every path matches the truth");
     }
 }

@@ -8,7 +8,7 @@
 //!   DNSCache, its own resolvers) for the names of its headless Services, with the prober and
 //!   the global query budget every DNS probe of ghostip uses;
 //! - asks every node's agent whether its datapath still routes a Service to the IP
-//!   ([`agents`]);
+//!   ([`agent_answers`]);
 //! - with `--wait-connections`, counts established connections to its listening ports in
 //!   its own network namespace (`/proc/net/tcp{,6}`, read from the kernel);
 //!
@@ -19,7 +19,7 @@
 //! pod (reason `DrainWait`), from which `ghostip watch` exports
 //! `ghostip_drain_wait_seconds{layer}`.
 
-pub mod agents;
+pub mod agent_answers;
 mod dns;
 mod endpoint;
 pub mod events;
@@ -44,11 +44,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Outcome, kube_connect};
-use crate::agents::{self as node_agents, Agent, AgentClient, AgentSelector};
+use crate::agent_client::{self as node_agents, Agent, AgentClient, AgentSelector};
 use crate::cli::{DrainWaitArgs, Given, GlobalArgs};
-use crate::dns::prober::{ProbeEvent, Prober, ProberConfig};
-use crate::dns::query::QueryConfig;
 use crate::kube::Connection;
+use crate::layers::dns::prober::{ProbeEvent, Prober, ProberConfig};
+use crate::layers::dns::query::QueryConfig;
 use endpoint::{EndpointView, SliceUpdate};
 
 /// The annotation of the `DrainWait` Event holding the drain's JSON line.
@@ -538,7 +538,7 @@ async fn drain(
             _ = ticker.tick() => {
                 ticks += 1;
                 if !agents.is_empty() && ticks % 2 == 1 {
-                    let asks = agents.iter().map(|a| agents::ask(&agent_client, a, ip));
+                    let asks = agents.iter().map(|a| agent_answers::ask(&agent_client, a, ip));
                     let answers = futures::future::join_all(asks).await;
                     agent_requests += answers.len() as u64;
                     for (a, r) in agents.iter().zip(answers) {

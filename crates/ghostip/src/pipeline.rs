@@ -1,10 +1,13 @@
-//! The async pipeline around a [`Session`]: truth watch, the DNS layer's prober, connect probes, ledger, metrics.
+//! The async pipeline around a [`Session`]: truth watch, the DNS layer's prober, connect probes, the node-local layer adapters, ledger, metrics.
 //!
 //! [`Pipeline::next`] waits for whatever happens first (a truth event, a probe answer, a
 //! connect result, the 250 ms tick) and applies it to the session, forwarding the DNS
 //! model's commands to the prober and writes to the ledger. Every command's session has
-//! the DNS layer ([`DnsModel`]); other layers (the agent's datapath) are fed by their own
-//! adapters through [`Pipeline::engine_events`].
+//! the DNS layer ([`DnsModel`]) and its prober; the agent adds its node-local
+//! [`LayerAdapter`]s ([`crate::layers::LAYERS`]), which the pipeline keeps and drives
+//! ([`Pipeline::adapters_on_truth`] after a truth event, [`Pipeline::step_adapters`] after
+//! every step), each feeding its reads to its model and the engine events through
+//! [`Pipeline::act`].
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
@@ -22,14 +25,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::clock::TokioClock;
-use crate::dns::budget::Budget;
-use crate::dns::connect::ConnectProber;
-use crate::dns::prober::{ProbeCommand, ProbeEvent, ProbeStats, Prober, ProberConfig};
-use crate::dns::query::QueryConfig;
 use crate::kube::{Received, ResourceKind, SyncTransition, TruthEvent, TruthKey, TruthObject};
+use crate::layers::LayerAdapter;
+use crate::layers::dns::budget::Budget;
+use crate::layers::dns::connect::ConnectProber;
+use crate::layers::dns::prober::{ProbeEvent, ProbeStats, Prober, ProberConfig};
+use crate::layers::dns::query::QueryConfig;
 use crate::ledger::{FindingKind, FindingRecord, LedgerOp, LedgerSender, LedgerWriter};
 use crate::metrics::{ErrorLabels, Metrics, QueryLabels, StaleLabels, StuckLabels};
 use ghostip_session::layers::dns::DnsModel;
+use ghostip_session::layers::dns::probe::ProbeCommand;
 use ghostip_session::{Actions, ConnectRequest, Session};
 
 /// What happened in one step.
@@ -81,7 +86,7 @@ pub struct Pipeline {
     metrics: Option<Arc<Metrics>>,
     stats: Arc<ProbeStats>,
     budget: Budget,
-    reported: crate::dns::prober::StatsSnapshot,
+    reported: crate::layers::dns::prober::StatsSnapshot,
     ticker: tokio::time::Interval,
     clock: TokioClock,
     cancel: CancellationToken,
@@ -90,6 +95,7 @@ pub struct Pipeline {
     /// Stop a service's burst once nothing is left to measure (`watch`); a rollout keeps
     /// probing its own services until it ends.
     pub auto_stop_bursts: bool,
+    adapters: Vec<Box<dyn LayerAdapter>>,
 }
 
 impl Pipeline {
@@ -147,7 +153,43 @@ impl Pipeline {
             cancel,
             events_seen: 0,
             auto_stop_bursts: true,
+            adapters: Vec::new(),
         }
+    }
+
+    /// Adds a layer's adapter; the pipeline drives it from now on.
+    pub fn add_adapter(&mut self, adapter: Box<dyn LayerAdapter>) {
+        self.adapters.push(adapter);
+    }
+
+    /// The running adapters, in the order they were added.
+    pub fn adapters(&self) -> &[Box<dyn LayerAdapter>] {
+        &self.adapters
+    }
+
+    /// Tells every adapter that a truth event was applied.
+    pub fn adapters_on_truth(&mut self, now: Time, synced: bool) {
+        let mut adapters = std::mem::take(&mut self.adapters);
+        for a in &mut adapters {
+            a.on_truth(self, now, synced);
+        }
+        adapters.append(&mut self.adapters);
+        self.adapters = adapters;
+    }
+
+    /// Lets every adapter feed what finished to the session and start what is due.
+    pub async fn step_adapters(&mut self, now: Time, synced: bool) {
+        let mut adapters = std::mem::take(&mut self.adapters);
+        for a in &mut adapters {
+            a.step(self, now, synced).await;
+        }
+        adapters.append(&mut self.adapters);
+        self.adapters = adapters;
+    }
+
+    /// The token that stops the pipeline; adapters' background tasks take a child.
+    pub fn cancel_token(&self) -> &CancellationToken {
+        &self.cancel
     }
 
     /// The prober's global query budget (other DNS probes share it).
@@ -443,7 +485,7 @@ impl Pipeline {
     }
 
     /// Probe statistics.
-    pub fn stats(&self) -> crate::dns::prober::StatsSnapshot {
+    pub fn stats(&self) -> crate::layers::dns::prober::StatsSnapshot {
         self.stats.snapshot()
     }
 
@@ -472,10 +514,13 @@ impl Pipeline {
         }
     }
 
-    /// Stops background tasks.
+    /// Stops background tasks, the adapters' included.
     pub fn shutdown(&mut self) {
         self.cancel.cancel();
         self.connect_tasks.abort_all();
+        for a in &mut self.adapters {
+            a.shutdown();
+        }
     }
 
     /// A clean shutdown within `flush` + 2 s: stops probing, flushes the ledger (at most

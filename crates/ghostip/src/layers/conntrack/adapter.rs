@@ -1,8 +1,8 @@
 //! The agent's conntrack adapter: reads the node's conntrack table over netlink within the CPU cap, feeds each complete read to the layer's pure model, and reports the stale flows.
 //!
 //! Reads are paced like the datapath's, by their own
-//! [`ReadSchedule`](crate::agent::cost::ReadSchedule) and
-//! [`CostCap`](crate::agent::cost::CostCap) (same `--max-cpu`, `--min-audit-period`, `--max-audit-period`, `--reread-interval`,
+//! [`ReadSchedule`](ghostip_session::layers::datapath::cost::ReadSchedule) and
+//! [`CostCap`](ghostip_session::layers::datapath::cost::CostCap) (same `--max-cpu`, `--min-audit-period`, `--max-audit-period`, `--reread-interval`,
 //! `--reread-for`): after a truth change that removed an endpoint, re-reads while the
 //! path has unconverged trackings or a flow waits for its confirming read; otherwise a
 //! periodic audit whose period follows the measured cost. Each read runs on a blocking
@@ -17,27 +17,29 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use ghostip_core::{Layer, PathIdx, Protocol, ServiceKey, Target, Time};
 use ghostip_session::layers::conntrack::{ConntrackModel, ReadOutcome, StaleFlow};
 use serde::Serialize;
 
-use super::super::pipeline::Pipeline;
-use super::datapath::Outputs;
-use super::metrics::{AgentMetrics, ConntrackErrorLabels, ConntrackReadLabels, StaleFlowLabels};
-use super::reads::Reads;
-use super::status::{Printer, emit_events, lock};
-use crate::agent::conntrack_reader::{self, FlowRead, ReadError};
-use crate::agent::cost::ReadReason;
-use crate::agent::readers::{thread_cpu, thread_cpu_since};
-use crate::cli::AgentArgs;
+use futures::future::LocalBoxFuture;
+use ghostip_session::layers::datapath::cost::ReadReason;
+
+use super::reader::{self, FlowRead, ReadError};
+use crate::layers::datapath::readers::{thread_cpu, thread_cpu_since};
+use crate::layers::metrics::{
+    AgentMetrics, ConntrackErrorLabels, ConntrackReadLabels, StaleFlowLabels,
+};
+use crate::layers::node::{IpStaleFlow, IpView, NodeOutputs, Printer, TrackingView, emit_events};
+use crate::layers::reads::Reads;
+use crate::layers::{LayerAdapter, LayerSnapshot, NodeSetup};
 use crate::ledger::LedgerOp;
+use crate::pipeline::Pipeline;
 
 /// The `conntrack` section of `/status`.
 #[derive(Clone, Debug, Default, Serialize)]
-pub(super) struct ConntrackStatus {
+pub(crate) struct ConntrackStatus {
     /// The engine path, once the table was read.
     pub path: Option<String>,
     /// Why the table cannot be read now.
@@ -57,7 +59,7 @@ pub(super) struct ConntrackStatus {
 
 /// The last complete read.
 #[derive(Clone, Debug, Default, Serialize)]
-pub(super) struct ConntrackReadView {
+pub(crate) struct ConntrackReadView {
     pub reason: Option<ReadReason>,
     pub at: Option<Time>,
     /// dump + parse + join.
@@ -103,11 +105,7 @@ enum CtLine<'a> {
 }
 
 fn print(printer: &Printer, line: &CtLine<'_>) {
-    if printer.json
-        && let Ok(s) = serde_json::to_string(line)
-    {
-        crate::printer::write_stdout_line(&s);
-    }
+    printer.line(line);
 }
 
 /// A stale flow's identity across reads.
@@ -117,40 +115,76 @@ fn flow_id(f: &StaleFlow) -> FlowId {
     (f.service.clone(), f.proto, f.client_ip, f.via, f.target)
 }
 
+impl LayerSnapshot for ConntrackStatus {
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The confirmed stale flows of this node's pods to `ip`.
+    fn answer_ip(&self, ip: IpAddr, _open: &[TrackingView], view: &mut IpView) {
+        view.stale_flows.extend(
+            self.stale_flows
+                .iter()
+                .filter(|f| f.confirmed && f.target.ip.to_canonical() == ip)
+                .map(|f| IpStaleFlow {
+                    node: view.node.clone(),
+                    client: f.client_ip,
+                    client_pod: f.client_pod.as_ref().map(ToString::to_string),
+                    original_dst: f.via.unwrap_or(f.target).to_string(),
+                    since: f.left_at.unwrap_or(f.first_seen),
+                }),
+        );
+    }
+
+    fn problem(&self) -> Option<String> {
+        self.error.clone()
+    }
+}
+
+/// The layer's id.
+const CONNTRACK: Layer = Layer::Conntrack;
+
+/// Starts the reads of the session's [`ConntrackModel`] (registered with the session's
+/// other models); the path is added at the first successful read.
+pub(super) fn start<'a>(
+    setup: &'a NodeSetup<'a>,
+    _p: &'a mut Pipeline,
+) -> LocalBoxFuture<'a, anyhow::Result<Option<Box<dyn LayerAdapter>>>> {
+    Box::pin(async move {
+        let adapter = ConntrackReads {
+            node: setup.node.to_string(),
+            lag: setup.args.datapath_lag,
+            reads: Reads::new(
+                setup.args,
+                setup.dns_service.clone(),
+                Arc::clone(setup.kill),
+            ),
+            reported: BTreeMap::new(),
+            out: setup.out.clone(),
+            status: Arc::new(ConntrackStatus::default()),
+        };
+        Ok(Some(Box::new(adapter) as Box<dyn LayerAdapter>))
+    })
+}
+
 /// The conntrack reads of one node.
-pub(super) struct ConntrackReads {
+struct ConntrackReads {
     node: String,
     lag: Duration,
     reads: Reads<Result<FlowRead, ReadError>>,
     /// Stale flows reported, as last seen, to report their end.
     reported: BTreeMap<FlowId, StaleFlow>,
+    out: NodeOutputs,
+    status: Arc<ConntrackStatus>,
 }
 
-impl ConntrackReads {
-    /// The reads of the session's [`ConntrackModel`] (registered where the session is
-    /// built).
-    pub fn start(
-        args: &AgentArgs,
-        node: &str,
-        failure_service: ServiceKey,
-        kill: Arc<AtomicBool>,
-    ) -> Self {
-        Self {
-            node: node.to_string(),
-            lag: args.datapath_lag,
-            reads: Reads::new(args, failure_service, kill),
-            reported: BTreeMap::new(),
-        }
+impl LayerAdapter for ConntrackReads {
+    fn layer(&self) -> Layer {
+        CONNTRACK
     }
 
-    fn path(p: &Pipeline) -> Option<PathIdx> {
-        p.session
-            .layer::<ConntrackModel>()
-            .and_then(ConntrackModel::path)
-    }
-
-    /// After a truth event: an endpoint that left a Service asks for a read.
-    pub fn on_truth(&mut self, p: &mut Pipeline, now: Time, synced: bool) {
+    /// An endpoint that left a Service asks for a read.
+    fn on_truth(&mut self, p: &mut Pipeline, now: Time, synced: bool) {
         let removed = p
             .session
             .layer_mut::<ConntrackModel>()
@@ -160,8 +194,36 @@ impl ConntrackReads {
         }
     }
 
+    fn step<'a>(
+        &'a mut self,
+        p: &'a mut Pipeline,
+        now: Time,
+        synced: bool,
+    ) -> LocalBoxFuture<'a, ()> {
+        Box::pin(async move {
+            self.finish_reads(p, now).await;
+            self.start_due(p, now, synced);
+        })
+    }
+
+    fn snapshot(&self) -> Arc<dyn LayerSnapshot> {
+        Arc::clone(&self.status) as Arc<dyn LayerSnapshot>
+    }
+
+    fn shutdown(&mut self) {
+        self.reads.shutdown();
+    }
+}
+
+impl ConntrackReads {
+    fn path(p: &Pipeline) -> Option<PathIdx> {
+        p.session
+            .layer::<ConntrackModel>()
+            .and_then(ConntrackModel::path)
+    }
+
     /// Starts the next read when one is due and the CPU budget allows it.
-    pub fn start_due(&mut self, p: &Pipeline, now: Time, synced: bool) {
+    fn start_due(&mut self, p: &Pipeline, now: Time, synced: bool) {
         let Some(model) = p.session.layer::<ConntrackModel>() else {
             return;
         };
@@ -171,18 +233,18 @@ impl ConntrackReads {
             let timeout = self.reads.timeout;
             let kill = Arc::clone(&self.reads.kill);
             self.reads.spawn_blocking(reason, now, move || {
-                conntrack_reader::read_flows(clients, timeout, &kill)
+                reader::read_flows(clients, timeout, &kill)
             });
         }
     }
 
     /// Feeds the reads that finished to the model, the ledger, the metrics and `/status`.
-    pub async fn finish_reads(&mut self, p: &mut Pipeline, out: &Outputs<'_>, now: Time) {
+    async fn finish_reads(&mut self, p: &mut Pipeline, now: Time) {
         while let Some((reason, started, result)) = self.reads.next() {
             match result {
-                Ok(read) => self.read_done(p, out, reason, started, read, now).await,
+                Ok(read) => self.read_done(p, reason, started, read, now).await,
                 Err(ReadError::Cancelled) => {}
-                Err(e) => self.read_failed(p, out, &e, now).await,
+                Err(e) => self.read_failed(p, &e, now).await,
             }
         }
     }
@@ -190,7 +252,6 @@ impl ConntrackReads {
     async fn read_done(
         &mut self,
         p: &mut Pipeline,
-        out: &Outputs<'_>,
         reason: ReadReason,
         started: Time,
         read: FlowRead,
@@ -205,7 +266,7 @@ impl ConntrackReads {
                 p.act(actions).await;
                 let id = p.session.engine.path(path).map(|i| i.id.clone());
                 tracing::info!(node = %self.node, path = id.as_deref().unwrap_or(""), "conntrack readable; its path is judged");
-                lock(out.status).conntrack.path = id;
+                Arc::make_mut(&mut self.status).path = id;
             }
         }
         let before = thread_cpu();
@@ -221,8 +282,8 @@ impl ConntrackReads {
         self.reads.cap.record(now, cost);
         let period = self.reads.cap.audit_period();
         self.reads.schedule.finished(now, period);
-        self.record(p, out, &outcome).await;
-        emit_events(out.printer, p, &actions.events);
+        self.record(p, &outcome).await;
+        emit_events(&self.out.printer, p, &actions.events);
         p.act(actions).await;
         let view = ConntrackReadView {
             reason: Some(reason),
@@ -244,7 +305,7 @@ impl ConntrackReads {
         if self.reads.recovered() {
             tracing::info!(node = %self.node, "conntrack readable again");
         }
-        let (stale, unconfirmed) = self.report_flows(p, out);
+        let (stale, unconfirmed) = self.report_flows(p);
         if reason != ReadReason::Reread {
             tracing::info!(
                 node = %self.node,
@@ -261,7 +322,7 @@ impl ConntrackReads {
             );
         }
         print(
-            out.printer,
+            &self.out.printer,
             &CtLine::ConntrackRead {
                 read: &view,
                 audit_period_s: period.as_secs_f64(),
@@ -270,8 +331,8 @@ impl ConntrackReads {
         );
         publish_read(
             &self.node,
-            out.metrics,
-            &mut lock(out.status).conntrack,
+            &self.out.metrics,
+            Arc::make_mut(&mut self.status),
             ReadPublication {
                 view,
                 stale,
@@ -283,7 +344,8 @@ impl ConntrackReads {
     }
 
     /// Sends the observations worth keeping to the ledger.
-    async fn record(&self, p: &Pipeline, out: &Outputs<'_>, outcome: &ReadOutcome) {
+    async fn record(&self, p: &Pipeline, outcome: &ReadOutcome) {
+        let out = &self.out;
         for obs in &outcome.recorded {
             if let Some(path) = p.session.engine.path(obs.path) {
                 let _ = out
@@ -299,7 +361,8 @@ impl ConntrackReads {
 
     /// Logs and prints the stale flows that appeared or ended with this read; returns the
     /// confirmed ones and the number waiting for confirmation.
-    fn report_flows(&mut self, p: &Pipeline, out: &Outputs<'_>) -> (Vec<StaleFlow>, usize) {
+    fn report_flows(&mut self, p: &Pipeline) -> (Vec<StaleFlow>, usize) {
+        let out = &self.out;
         let Some(model) = p.session.layer::<ConntrackModel>() else {
             return (Vec::new(), 0);
         };
@@ -326,7 +389,7 @@ impl ConntrackReads {
                 "conntrack: a pod still has flows to an endpoint that left its Service"
             );
             print(
-                out.printer,
+                &out.printer,
                 &CtLine::StaleFlow {
                     change: "opened",
                     flow: f,
@@ -347,7 +410,7 @@ impl ConntrackReads {
                 "conntrack: the stale flow ended"
             );
             print(
-                out.printer,
+                &out.printer,
                 &CtLine::StaleFlow {
                     change: "cleared",
                     flow: f,
@@ -358,7 +421,7 @@ impl ConntrackReads {
         (confirmed.into_iter().cloned().collect(), waiting.len())
     }
 
-    async fn read_failed(&mut self, p: &mut Pipeline, out: &Outputs<'_>, e: &ReadError, now: Time) {
+    async fn read_failed(&mut self, p: &mut Pipeline, e: &ReadError, now: Time) {
         let unreadable = e.is_unreadable();
         let period = if unreadable {
             self.reads.cap.config().max_period
@@ -371,7 +434,7 @@ impl ConntrackReads {
         if self.reads.new_error(&text) {
             tracing::error!(node = %self.node, error = %text, capability = capability.unwrap_or(""), "reading conntrack failed; the other layers keep running");
             print(
-                out.printer,
+                &self.out.printer,
                 &CtLine::ConntrackError {
                     error: &text,
                     capability,
@@ -385,21 +448,23 @@ impl ConntrackReads {
                     .session
                     .with_layer_cx::<ConntrackModel, _>(|m, cx| m.detach(cx))
                 {
-                    emit_events(out.printer, p, &actions.events);
+                    emit_events(&self.out.printer, p, &actions.events);
                     p.act(actions).await;
                 }
                 self.reported.clear();
             } else {
                 // One bad read: counted by the engine, never read as staleness.
-                self.reads.observe_failure(p, out, path, now, &text).await;
+                self.reads
+                    .observe_failure(p, &self.out, path, now, &text)
+                    .await;
             }
         }
-        publish_error(&self.node, out.metrics, &mut lock(out.status).conntrack, e);
-    }
-
-    /// Stops reads in flight.
-    pub fn shutdown(&mut self) {
-        self.reads.shutdown();
+        publish_error(
+            &self.node,
+            &self.out.metrics,
+            Arc::make_mut(&mut self.status),
+            e,
+        );
     }
 }
 
@@ -418,7 +483,7 @@ fn stale_flows_gauge<'m>(
     node: &str,
 ) -> impl std::ops::Deref<Target = prometheus_client::metrics::gauge::Gauge> + 'm {
     metrics.stale_flows.get_or_create(&StaleFlowLabels {
-        layer: Layer::Conntrack.to_string(),
+        layer: CONNTRACK.to_string(),
         node: node.to_string(),
     })
 }
@@ -473,14 +538,8 @@ fn publish_error(node: &str, metrics: &AgentMetrics, ct: &mut ConntrackStatus, e
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use std::sync::{Arc, Mutex};
-
-    use axum::body::Body;
-    use axum::extract::Request;
     use ghostip_core::PodRef;
-    use tower::ServiceExt as _;
 
-    use super::super::status::{AgentStatus, routes};
     use super::*;
     use crate::metrics::Metrics;
 
@@ -548,40 +607,18 @@ mod tests {
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
     }
 
-    async fn status_json(st: AgentStatus) -> serde_json::Value {
-        let resp = routes(Arc::new(Mutex::new(st)))
-            .oneshot(
-                Request::builder()
-                    .uri("/status")
-                    .body(Body::empty())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
-            .await
-            .unwrap();
-        serde_json::from_slice(&body).unwrap()
-    }
-
     /// A read with one confirmed stale flow: `/status` names the client pod, the dead IP,
     /// the former owner, since when and by how long it outlived it; the gauge counts its
     /// entries by layer and node only; the next read without it sets the gauge to 0.
     #[tokio::test]
     async fn a_read_puts_stale_flows_in_status_and_the_gauge() {
         let (m, a) = metrics();
-        let mut st = AgentStatus {
-            node: "node-1".into(),
-            ..AgentStatus::default()
+        let mut st = ConntrackStatus {
+            path: Some("conntrack/node-1".into()),
+            error: Some("an earlier error".into()),
+            ..ConntrackStatus::default()
         };
-        st.conntrack.path = Some("conntrack/node-1".into());
-        st.conntrack.error = Some("an earlier error".into());
-        publish_read(
-            "node-1",
-            &a,
-            &mut st.conntrack,
-            publication(vec![stale_flow()]),
-        );
+        publish_read("node-1", &a, &mut st, publication(vec![stale_flow()]));
         let text = m.encode();
         assert_eq!(
             sample(
@@ -597,8 +634,8 @@ mod tests {
             "{text}"
         );
         assert_eq!(sample(&text, "ghostip_conntrack_entries"), Some("120"));
-        let v = status_json(st.clone()).await;
-        let ct = &v["conntrack"];
+        let v = st.to_json();
+        let ct = &v;
         assert_eq!(ct["path"], "conntrack/node-1");
         assert_eq!(ct["error"], serde_json::Value::Null);
         assert_eq!(
@@ -627,7 +664,7 @@ mod tests {
                 "confirmed": true,
             }])
         );
-        publish_read("node-1", &a, &mut st.conntrack, publication(Vec::new()));
+        publish_read("node-1", &a, &mut st, publication(Vec::new()));
         let text = m.encode();
         assert_eq!(
             sample(
@@ -636,7 +673,7 @@ mod tests {
             ),
             Some("0")
         );
-        assert!(st.conntrack.stale_flows.is_empty());
+        assert!(st.stale_flows.is_empty());
     }
 
     /// A table that cannot be read at all (no CAP_NET_ADMIN) says so in `/status` with the
@@ -645,17 +682,14 @@ mod tests {
     #[tokio::test]
     async fn an_unreadable_table_is_said_in_status_and_clears_the_gauge() {
         let (m, a) = metrics();
-        let mut st = AgentStatus::default();
-        st.conntrack.path = Some("conntrack/node-1".into());
-        publish_read(
-            "node-1",
-            &a,
-            &mut st.conntrack,
-            publication(vec![stale_flow()]),
-        );
-        publish_error("node-1", &a, &mut st.conntrack, &ReadError::Interrupted);
-        assert_eq!(st.conntrack.stale_flows.len(), 1);
-        assert!(st.conntrack.path.is_some());
+        let mut st = ConntrackStatus {
+            path: Some("conntrack/node-1".into()),
+            ..ConntrackStatus::default()
+        };
+        publish_read("node-1", &a, &mut st, publication(vec![stale_flow()]));
+        publish_error("node-1", &a, &mut st, &ReadError::Interrupted);
+        assert_eq!(st.stale_flows.len(), 1);
+        assert!(st.path.is_some());
         let text = m.encode();
         assert_eq!(
             sample(
@@ -667,7 +701,7 @@ mod tests {
         let denied = ReadError::Privilege {
             detail: "Operation not permitted (os error 1)".into(),
         };
-        publish_error("node-1", &a, &mut st.conntrack, &denied);
+        publish_error("node-1", &a, &mut st, &denied);
         let text = m.encode();
         assert_eq!(
             sample(
@@ -690,8 +724,8 @@ mod tests {
             ),
             Some("1")
         );
-        let v = status_json(st).await;
-        let ct = &v["conntrack"];
+        let v = st.to_json();
+        let ct = &v;
         assert_eq!(ct["missing_capability"], "CAP_NET_ADMIN");
         assert!(
             ct["error"].as_str().unwrap().contains("CAP_NET_ADMIN"),

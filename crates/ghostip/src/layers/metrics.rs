@@ -1,4 +1,4 @@
-//! The agent's own metrics, registered next to the fixed ones: datapath read cost and errors, the audit period, DNS ClusterIP health, conntrack reads and stale flows.
+//! The node-local layers' own metrics, registered next to the fixed ones: datapath read cost and errors, the audit period, DNS ClusterIP health, conntrack reads and stale flows.
 
 use std::sync::atomic::AtomicU64;
 
@@ -11,60 +11,81 @@ use crate::metrics::Metrics;
 
 /// Labels of the agent's read counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct ReadLabels {
+pub struct ReadLabels {
+    /// The `datapath` label.
     pub datapath: String,
+    /// The `reason` label.
     pub reason: String,
 }
 
 /// Labels of the agent's reader errors.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct ReadErrorLabels {
+pub struct ReadErrorLabels {
+    /// The `datapath` label.
     pub datapath: String,
+    /// The `error` label.
     pub error: String,
 }
 
 /// Labels of node gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct NodeLabels {
+pub struct NodeLabels {
+    /// The `node` label.
     pub node: String,
 }
 
 /// Labels of the stale-flow gauge (no IP or pod: those are in `/status` and the ledger).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct StaleFlowLabels {
+pub struct StaleFlowLabels {
+    /// The `layer` label.
     pub layer: String,
+    /// The `node` label.
     pub node: String,
 }
 
 /// Labels of the conntrack read counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct ConntrackReadLabels {
+pub struct ConntrackReadLabels {
+    /// The `reason` label.
     pub reason: String,
 }
 
 /// Labels of the conntrack read errors.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct ConntrackErrorLabels {
+pub struct ConntrackErrorLabels {
+    /// The `error` label.
     pub error: String,
 }
 
-/// The agent's own metrics.
+/// The node-local layers' metrics.
 #[derive(Clone, Default)]
-pub(super) struct AgentMetrics {
+pub struct AgentMetrics {
+    /// `ghostip_datapath_read_cpu_seconds` (last read).
     pub read_cpu: Gauge<f64, AtomicU64>,
+    /// `ghostip_datapath_read_cpu_seconds_total`.
     pub read_cpu_total: Counter<f64, AtomicU64>,
+    /// `ghostip_datapath_audit_period_seconds`.
     pub audit_period: Gauge<f64, AtomicU64>,
+    /// `ghostip_datapath_reads_total`.
     pub reads: Family<ReadLabels, Counter>,
+    /// `ghostip_datapath_read_errors_total`.
     pub read_errors: Family<ReadErrorLabels, Counter>,
+    /// `ghostip_dns_cluster_ip_failing`.
     pub dns_cluster_ip_failing: Family<NodeLabels, Gauge>,
+    /// `ghostip_stale_flows`.
     pub stale_flows: Family<StaleFlowLabels, Gauge>,
+    /// `ghostip_conntrack_reads_total`.
     pub conntrack_reads: Family<ConntrackReadLabels, Counter>,
+    /// `ghostip_conntrack_read_errors_total`.
     pub conntrack_read_errors: Family<ConntrackErrorLabels, Counter>,
+    /// `ghostip_conntrack_read_cpu_seconds`.
     pub conntrack_read_cpu: Gauge<f64, AtomicU64>,
+    /// `ghostip_conntrack_entries`.
     pub conntrack_entries: Gauge,
 }
 
 impl AgentMetrics {
+    /// Registers them in `m`'s registry.
     pub fn register(m: &mut Metrics) -> Self {
         let a = Self::default();
         let r = m.registry_mut();

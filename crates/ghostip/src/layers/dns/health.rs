@@ -1,24 +1,101 @@
 //! The agent's DNS health check: one query per DNS path of this node at a low rate, within the prober's budget, judged by the runtime's [`DnsHealth`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use ghostip_core::{FailureReason, HeldTarget, Observation, ObservationResult, PathKind, Time};
+use anyhow::Context as _;
+use futures::future::LocalBoxFuture;
+use ghostip_core::{
+    FailureReason, HeldTarget, Layer, Observation, ObservationResult, PathKind, Time,
+};
+use ghostip_session::layers::dns::DnsModel;
+use ghostip_session::layers::dns::health::{DnsHealth, HealthConfig, HealthVerdict, PathHealth};
+use ghostip_session::layers::dns::names::QueryType;
+use ghostip_session::layers::dns::paths::DnsPath;
 use hickory_proto::rr::Name;
+use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::super::pipeline::Pipeline;
-use super::datapath::Outputs;
-use super::metrics::NodeLabels;
-use super::status::{Line, lock};
-use crate::agent::health::{DnsHealth, HealthConfig, HealthVerdict};
-use crate::dns::DnsPath;
-use crate::dns::budget::Budget;
-use crate::dns::query::{self, QueryConfig, QueryType};
+use super::budget::Budget;
+use super::query::{self, QueryConfig};
+use crate::layers::metrics::NodeLabels;
+use crate::layers::node::NodeOutputs;
+use crate::layers::{LayerAdapter, LayerSnapshot, NodeSetup};
 use crate::ledger::LedgerOp;
-use crate::metrics::{ErrorLabels, Metrics, QueryLabels};
-use ghostip_session::layers::dns::DnsModel;
+use crate::metrics::{ErrorLabels, QueryLabels};
+use crate::pipeline::Pipeline;
+
+/// The DNS layer's section of the agent's `/status`: the health of DNS from this node.
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct DnsHealthStatus {
+    /// The verdict over every DNS path of this node; `null` before the first probe.
+    pub health: Option<HealthVerdict>,
+    /// Each path's last probes.
+    pub paths: Vec<PathHealth>,
+}
+
+impl LayerSnapshot for DnsHealthStatus {
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+
+    fn problem(&self) -> Option<String> {
+        self.health
+            .as_ref()
+            .filter(|v| v.is_finding())
+            .map(|_| "DNS through the kube-dns ClusterIP fails from this node while the CoreDNS pods answer".to_string())
+    }
+}
+
+/// The DNS health check's JSON line (`-o json`).
+#[derive(Serialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+enum HealthLine<'a> {
+    DnsHealth {
+        #[serde(flatten)]
+        verdict: &'a HealthVerdict,
+        paths: &'a [PathHealth],
+    },
+}
+
+/// Starts the node's DNS health check: the DNS Service's own name on every DNS path of this
+/// node every `--dns-health-interval`, inside the prober's global budget.
+pub(super) fn start<'a>(
+    setup: &'a NodeSetup<'a>,
+    p: &'a mut Pipeline,
+) -> LocalBoxFuture<'a, anyhow::Result<Option<Box<dyn LayerAdapter>>>> {
+    Box::pin(async move {
+        let service = setup.dns_service;
+        let name = Name::from_ascii(format!(
+            "{}.{}.svc.{}.",
+            service.name,
+            service.namespace,
+            setup.zone.trim_end_matches('.')
+        ))
+        .with_context(|| {
+            format!(
+                "building the DNS health name for {service} in zone {}",
+                setup.zone
+            )
+        })?;
+        let check = DnsHealthCheck::start(
+            setup.node,
+            service.clone(),
+            name,
+            p.budget(),
+            QueryConfig {
+                timeout: setup.args.dns.query_timeout,
+                ..QueryConfig::default()
+            },
+            setup.args.dns_health_interval,
+            p.cancel_token().child_token(),
+            setup.out.clone(),
+        );
+        Ok(Some(Box::new(check) as Box<dyn LayerAdapter>))
+    })
+}
 
 /// The result of one health probe.
 struct HealthProbe {
@@ -30,7 +107,7 @@ struct HealthProbe {
 }
 
 /// The health check of this node's DNS paths.
-pub(super) struct DnsHealthCheck {
+struct DnsHealthCheck {
     node: String,
     health: DnsHealth,
     last_verdict: HealthVerdict,
@@ -38,12 +115,41 @@ pub(super) struct DnsHealthCheck {
     paths_sent: Vec<String>,
     rx: mpsc::Receiver<HealthProbe>,
     service: ghostip_core::ServiceKey,
+    out: NodeOutputs,
+    status: Arc<DnsHealthStatus>,
 }
+
+impl LayerAdapter for DnsHealthCheck {
+    fn layer(&self) -> Layer {
+        DNS
+    }
+
+    fn on_truth(&mut self, p: &mut Pipeline, _now: Time, _synced: bool) {
+        self.follow_paths(p);
+    }
+
+    fn step<'a>(
+        &'a mut self,
+        p: &'a mut Pipeline,
+        _now: Time,
+        _synced: bool,
+    ) -> LocalBoxFuture<'a, ()> {
+        Box::pin(self.drain(p))
+    }
+
+    fn snapshot(&self) -> Arc<dyn LayerSnapshot> {
+        Arc::clone(&self.status) as Arc<dyn LayerSnapshot>
+    }
+}
+
+/// The layer's id.
+const DNS: Layer = Layer::Dns;
 
 impl DnsHealthCheck {
     /// Starts the probing task: `name` (the DNS Service's own name) every `interval` on
     /// every DNS path, each query taking a cell of `budget`.
-    pub fn start(
+    #[allow(clippy::too_many_arguments)] // one call site, each argument named there
+    fn start(
         node: &str,
         service: ghostip_core::ServiceKey,
         name: Name,
@@ -51,6 +157,7 @@ impl DnsHealthCheck {
         config: QueryConfig,
         interval: Duration,
         cancel: CancellationToken,
+        out: NodeOutputs,
     ) -> Self {
         let (paths_tx, paths_rx) = watch::channel(Vec::<DnsPath>::new());
         let (tx, rx) = mpsc::channel(256);
@@ -65,11 +172,13 @@ impl DnsHealthCheck {
             paths_sent: Vec::new(),
             rx,
             service,
+            out,
+            status: Arc::new(DnsHealthStatus::default()),
         }
     }
 
     /// Follows the DNS layer's paths (CoreDNS pods come and go).
-    pub fn follow_paths(&mut self, p: &Pipeline) {
+    fn follow_paths(&mut self, p: &Pipeline) {
         let Some(dns) = p.session.layer::<DnsModel>() else {
             return;
         };
@@ -82,7 +191,9 @@ impl DnsHealthCheck {
     }
 
     /// Records the probes that came back: metrics, ledger, verdict, `/status`.
-    pub async fn drain(&mut self, p: &Pipeline, out: &Outputs<'_>, metrics: &Metrics) {
+    async fn drain(&mut self, p: &Pipeline) {
+        let out = &self.out;
+        let metrics = &*out.fixed;
         let mut changed = false;
         while let Ok(h) = self.rx.try_recv() {
             let kind = h.path.info.kind;
@@ -146,7 +257,7 @@ impl DnsHealthCheck {
             } else {
                 tracing::info!(node = %self.node, verdict = ?verdict, "DNS health");
             }
-            out.printer.line(&Line::DnsHealth {
+            out.printer.line(&HealthLine::DnsHealth {
                 verdict: &verdict,
                 paths: &paths,
             });
@@ -158,9 +269,10 @@ impl DnsHealthCheck {
             })
             .set(i64::from(verdict.is_finding()));
         self.last_verdict = verdict.clone();
-        let mut st = lock(out.status);
-        st.dns = Some(verdict);
-        st.dns_paths = paths;
+        self.status = Arc::new(DnsHealthStatus {
+            health: Some(verdict),
+            paths,
+        });
     }
 }
 

@@ -30,7 +30,7 @@ use rustix::net::netlink::{self, SocketAddrNetlink};
 use rustix::net::sockopt::{self, Timeout};
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 
-use super::readers::thread_cpu;
+use crate::layers::datapath::readers::thread_cpu;
 
 /// Netlink message header length.
 const NLMSG_HDRLEN: usize = 16;
@@ -296,7 +296,7 @@ pub fn dump(
         }
         let before = thread_cpu();
         let received = rustix::net::recv(&fd, &mut buf[..], RecvFlags::TRUNC);
-        stats.dump_cpu += super::readers::thread_cpu_since(before);
+        stats.dump_cpu += crate::layers::datapath::readers::thread_cpu_since(before);
         let (n, len) = match received {
             Ok((n, len)) => (n, len),
             Err(e) if e == Errno::AGAIN || e == Errno::WOULDBLOCK || e == Errno::INTR => continue,
@@ -320,7 +320,7 @@ pub fn dump(
             entries += 1;
             f(e);
         })?;
-        stats.parse_cpu += super::readers::thread_cpu_since(before);
+        stats.parse_cpu += crate::layers::datapath::readers::thread_cpu_since(before);
         if headers.done || decoder.is_done() {
             break;
         }
@@ -355,7 +355,7 @@ pub fn read_flows(
     let before = thread_cpu();
     let flows = collector.finish();
     let mut stats = stats;
-    stats.parse_cpu += super::readers::thread_cpu_since(before);
+    stats.parse_cpu += crate::layers::datapath::readers::thread_cpu_since(before);
     Ok(FlowRead { flows, stats })
 }
 

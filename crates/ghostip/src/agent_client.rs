@@ -183,9 +183,11 @@ pub struct AgentDnsHealth {
     pub pods_answering: Option<u64>,
 }
 
-/// What an agent's `/status` says, as far as `check` reads it.
+/// What an agent's `/status` says, as far as `check` reads it: the layers' sections
+/// (`layers.datapath`, `layers.dns`) or, from an agent of an earlier version, the same fields
+/// at the top level.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(default)]
+#[serde(default, from = "RawStatus")]
 pub struct AgentStatus {
     /// The node the agent runs on.
     pub node: String,
@@ -199,6 +201,44 @@ pub struct AgentStatus {
     pub open: Vec<AgentTracking>,
     /// DNS health from its node.
     pub dns: Option<AgentDnsHealth>,
+}
+
+/// `/status` as served: one section per layer; sections of layers `check` does not know
+/// are ignored.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct RawStatus {
+    node: String,
+    truth_synced: bool,
+    open: Vec<AgentTracking>,
+    layers: std::collections::BTreeMap<String, serde_json::Value>,
+    /// An earlier agent's top-level fields.
+    datapath: Option<String>,
+    datapath_error: Option<String>,
+    dns: Option<AgentDnsHealth>,
+}
+
+impl From<RawStatus> for AgentStatus {
+    fn from(r: RawStatus) -> Self {
+        let section = |layer: &str, field: &str| {
+            r.layers
+                .get(layer)
+                .and_then(|v| v.get(field))
+                .filter(|v| !v.is_null())
+                .cloned()
+        };
+        let text = |v: Option<serde_json::Value>| v.and_then(|v| v.as_str().map(str::to_string));
+        Self {
+            datapath: text(section("datapath", "datapath")).or(r.datapath),
+            datapath_error: text(section("datapath", "error")).or(r.datapath_error),
+            dns: section("dns", "health")
+                .and_then(|v| serde_json::from_value(v).ok())
+                .or(r.dns),
+            node: r.node,
+            truth_synced: r.truth_synced,
+            open: r.open,
+        }
+    }
 }
 
 /// An HTTP client for the agents' endpoints.
@@ -310,6 +350,38 @@ pub fn check_node(agent: &Agent, answered: &str) -> Result<(), String> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    /// The sections of `/status` as the agent serves them now, and an earlier agent's
+    /// top-level fields, read to the same status.
+    #[test]
+    fn status_is_read_from_the_layer_sections_and_from_an_earlier_agent() {
+        let now: AgentStatus = serde_json::from_value(serde_json::json!({
+            "summary": "node-2: …",
+            "node": "node-2",
+            "truth_synced": true,
+            "open": [],
+            "layers": {
+                "datapath": {"datapath": "nftables", "error": "nft: timeout"},
+                "dns": {"health": {"state": "cluster-ip-failing", "failures": 3}},
+                "grpc": {"anything": 1}
+            }
+        }))
+        .unwrap_or_default();
+        let before: AgentStatus = serde_json::from_value(serde_json::json!({
+            "node": "node-2",
+            "truth_synced": true,
+            "datapath": "nftables",
+            "datapath_error": "nft: timeout",
+            "dns": {"state": "cluster-ip-failing", "failures": 3}
+        }))
+        .unwrap_or_default();
+        assert_eq!(now, before);
+        assert_eq!(now.datapath.as_deref(), Some("nftables"));
+        assert_eq!(now.datapath_error.as_deref(), Some("nft: timeout"));
+        assert_eq!(
+            now.dns.map(|d| d.state),
+            Some("cluster-ip-failing".to_string())
+        );
+    }
 
     fn pod(node: &str, host_ip: Option<&str>, phase: &str) -> Pod {
         serde_json::from_value(serde_json::json!({

@@ -13,17 +13,18 @@ use ghostip_core::{FailureReason, Observation, ObservationResult, PathIdx, Servi
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::super::pipeline::Pipeline;
-use super::datapath::{Outputs, cost_cap};
-use crate::agent::cost::{CostCap, ReadReason, ReadSchedule};
+use ghostip_session::layers::datapath::cost::{CostCap, CostConfig, ReadReason, ReadSchedule};
+
+use super::node::NodeOutputs;
 use crate::cli::AgentArgs;
 use crate::ledger::LedgerOp;
+use crate::pipeline::Pipeline;
 
 /// One finished read: why it ran, when it started, what it gave.
-pub(super) type Finished<T> = (ReadReason, Time, T);
+pub(crate) type Finished<T> = (ReadReason, Time, T);
 
 /// The pacing and the reads in flight of one node-local reader; `T` is a read's result.
-pub(super) struct Reads<T> {
+pub(crate) struct Reads<T> {
     /// The Service the observation of a failed read is attributed to (a read has none of
     /// its own).
     pub failure_service: ServiceKey,
@@ -129,7 +130,7 @@ impl<T: Send + 'static> Reads<T> {
     pub async fn observe_failure(
         &self,
         p: &mut Pipeline,
-        out: &Outputs<'_>,
+        out: &NodeOutputs,
         path: PathIdx,
         now: Time,
         text: &str,
@@ -157,4 +158,15 @@ impl<T: Send + 'static> Reads<T> {
     pub fn shutdown(&mut self) {
         self.tasks.abort_all();
     }
+}
+
+/// The CPU cap `--max-cpu`, `--min-audit-period` and `--max-audit-period` set for one
+/// node-local reader (the datapath's, conntrack's: each has its own).
+pub(crate) fn cost_cap(args: &AgentArgs) -> CostCap {
+    CostCap::new(CostConfig {
+        max_cpu: args.max_cpu / 100.0,
+        min_period: args.min_audit_period,
+        max_period: args.max_audit_period,
+        ..CostConfig::default()
+    })
 }

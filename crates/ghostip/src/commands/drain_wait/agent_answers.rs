@@ -10,7 +10,7 @@ use ghostip_core::Time;
 use ghostip_session::drain::NodeReport;
 use serde::Deserialize;
 
-use crate::agents::{Agent, AgentClient, check_node};
+use crate::agent_client::{Agent, AgentClient, check_node};
 
 /// What `/v1/ips/{ip}` answers.
 #[derive(Debug, Deserialize)]

@@ -1,0 +1,180 @@
+//! The IO side of every layer, one folder each, behind one [`LayerAdapter`] trait and one registration table, [`LAYERS`].
+//!
+//! A layer is two folders and one line: its pure model in
+//! `ghostip-session/src/layers/<name>/` (a [`LayerModel`]), its adapter here in
+//! `layers/<name>/` (reader, adapter, status), and its [`Registration`] in [`LAYERS`]. The
+//! commands never name a layer: `watch`, `rollout` and the agent build their session's models
+//! with [`register_models`], and the agent starts the node-local adapters with
+//! [`start_node_adapters`] and drives them through the [`Pipeline`]
+//! ([`Pipeline::adapters_on_truth`], [`Pipeline::step_adapters`]); `/status` has one section
+//! per layer, filled from each adapter's [`LayerSnapshot`].
+//!
+//! | layer | model (pure) | adapter (IO) | where it runs |
+//! |---|---|---|---|
+//! | [`dns`] | answers of every DNS path, Corefile lags, names, health | the prober (queries within one global budget), connect probes, the node's DNS health check | every command; health in the agent |
+//! | [`datapath`] | a node's load-balancer backends against the truth, read pacing | dump readers (processes), Cilium exec | the agent |
+//! | [`conntrack`] | flows of this node's pods to removed endpoints | a netlink dump | the agent |
+//!
+//! [`LayerModel`]: ghostip_session::LayerModel
+
+pub mod conntrack;
+pub mod datapath;
+pub mod dns;
+pub mod metrics;
+pub mod node;
+pub mod reads;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use futures::future::LocalBoxFuture;
+use ghostip_core::{Layer, ServiceKey, Time};
+use ghostip_session::layers::dns::DnsConfig;
+use ghostip_session::{LayerModel, Session};
+
+use crate::cli::AgentArgs;
+use crate::pipeline::Pipeline;
+use node::{IpView, NodeOutputs, TrackingView};
+
+/// The IO side of one layer in a long-running command: it reads or probes its paths and feeds
+/// what it saw to its model in the [`Pipeline`]'s session.
+///
+/// The agent's loop calls [`on_truth`](Self::on_truth) after each truth event and
+/// [`step`](Self::step) after every step of the pipeline (at least every 250 ms), then
+/// publishes [`snapshot`](Self::snapshot) in `/status`.
+pub trait LayerAdapter: Send {
+    /// The layer this adapter reads.
+    fn layer(&self) -> Layer;
+
+    /// A truth event was applied: the model's desired sets may have changed (a re-read is
+    /// due). `synced`: the truth synced at least once.
+    fn on_truth(&mut self, _p: &mut Pipeline, _now: Time, _synced: bool) {}
+
+    /// Feeds what finished since the last step to the session, the ledger, the metrics and the
+    /// output, then starts what is due. Never waits on IO.
+    fn step<'a>(
+        &'a mut self,
+        p: &'a mut Pipeline,
+        now: Time,
+        synced: bool,
+    ) -> LocalBoxFuture<'a, ()>;
+
+    /// What `/status` shows of this layer now.
+    fn snapshot(&self) -> Arc<dyn LayerSnapshot>;
+
+    /// Stops IO in flight (readers are killed, probes cancelled).
+    fn shutdown(&mut self) {}
+}
+
+/// One layer's section of the agent's `/status`, and its part of the per-IP answer.
+pub trait LayerSnapshot: Send + Sync + std::fmt::Debug {
+    /// The section under `layers.<id>` in `/status`.
+    fn to_json(&self) -> serde_json::Value;
+
+    /// Adds what this layer knows of `ip` to the answer of `GET /v1/ips/{ip}`; `open` are the
+    /// open trackings of the node's paths.
+    fn answer_ip(&self, _ip: IpAddr, _open: &[TrackingView], _view: &mut IpView) {}
+
+    /// What the layer reads on this node (`iptables`, `nftables`), when it has a choice.
+    fn source(&self) -> Option<String> {
+        None
+    }
+
+    /// Why the layer cannot be read now, for the summary that leads `/status`.
+    fn problem(&self) -> Option<String> {
+        None
+    }
+}
+
+/// A layer with nothing to show yet.
+#[derive(Debug)]
+pub struct NoSnapshot;
+
+impl LayerSnapshot for NoSnapshot {
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+}
+
+/// What every command's session is built from.
+pub struct ModelSetup<'a> {
+    /// The DNS layer's configuration (paths, names).
+    pub dns: &'a DnsConfig,
+    /// The node, for node-local layers (the agent); `None` in cluster-wide commands.
+    pub node: Option<&'a str>,
+}
+
+/// What the agent hands to each node-local adapter when it starts.
+pub struct NodeSetup<'a> {
+    /// The agent's flags.
+    pub args: &'a AgentArgs,
+    /// The Kubernetes client (the Cilium reader execs in the Cilium pod).
+    pub client: &'a kube::Client,
+    /// This node.
+    pub node: &'a str,
+    /// The cluster DNS Service (`kube-system/kube-dns`): failures of node-wide reads are
+    /// recorded under it, the DNS health check asks for its name.
+    pub dns_service: &'a ServiceKey,
+    /// The cluster's DNS zone (`cluster.local`).
+    pub zone: &'a str,
+    /// Set on shutdown: readers kill their process groups.
+    pub kill: &'a Arc<AtomicBool>,
+    /// Where the adapters report.
+    pub out: &'a NodeOutputs,
+}
+
+/// Starts a node-local adapter (registering its model and paths with the pipeline's session
+/// where it has them); `Ok(None)` when the layer has nothing to read on this node.
+pub type StartNode =
+    for<'a> fn(
+        &'a NodeSetup<'a>,
+        &'a mut Pipeline,
+    ) -> LocalBoxFuture<'a, anyhow::Result<Option<Box<dyn LayerAdapter>>>>;
+
+/// One layer's line in [`LAYERS`].
+pub struct Registration {
+    /// The layer.
+    pub layer: Layer,
+    /// Its pure model in every command's session, when it has one from the start (the
+    /// datapath's model waits for its path, registered by its adapter).
+    pub model: fn(&ModelSetup<'_>) -> Option<Box<dyn LayerModel>>,
+    /// Its node-local adapter in the agent.
+    pub node: Option<StartNode>,
+}
+
+/// Every layer ghostip knows, in the order the agent starts them.
+pub const LAYERS: &[Registration] = &[dns::LAYER, datapath::LAYER, conntrack::LAYER];
+
+/// Registers every layer's model that has one from the start with `session`.
+pub fn register_models(session: &mut Session, setup: &ModelSetup<'_>) {
+    for r in LAYERS {
+        if let Some(model) = (r.model)(setup) {
+            session.register_boxed(model);
+        }
+    }
+}
+
+/// Starts every node-local adapter on the pipeline, in [`LAYERS`] order. A layer that fails
+/// to start is logged with its cause and left out; the rest keep working.
+pub async fn start_node_adapters(setup: &NodeSetup<'_>, p: &mut Pipeline) {
+    for r in LAYERS {
+        let Some(start) = r.node else { continue };
+        match start(setup, p).await {
+            Ok(Some(adapter)) => p.add_adapter(adapter),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(layer = %r.layer, error = %format!("{e:#}"), "starting the layer failed; the other layers keep working");
+            }
+        }
+    }
+}
+
+/// The snapshots of every running adapter, by layer.
+pub fn snapshots(p: &Pipeline) -> BTreeMap<Layer, Arc<dyn LayerSnapshot>> {
+    p.adapters()
+        .iter()
+        .map(|a| (a.layer(), a.snapshot()))
+        .collect()
+}
