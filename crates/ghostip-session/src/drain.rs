@@ -6,24 +6,22 @@
 //! - **the endpoint** ([`EndpointState`]): until the EndpointSlices show the IP `ready:
 //!   false` / `terminating: true`, or no longer list it, nothing else is judged — no layer
 //!   has a reason to let go of a ready endpoint. The moment it left the ready set is t0.
-//! - **each DNS path** ([`DnsPathHold`]): the path lets go at the first answer after t0 that
-//!   no longer holds the IP, and the clients it answered let go when the TTL it handed out
-//!   with the IP expires: every answer that held it pushes the let-go time to `answer + TTL`.
-//!   A path that does not cache the cluster domain answered fresh until t0, so its clients
-//!   may keep the IP until t0 + the TTL such answers carry (the Corefile's `client_ttl`).
-//! - **each node's datapath** ([`NodeReport`]): the node's agent read its datapath after t0
-//!   and no Service routes to the IP any more.
-//! - **established connections** (optional): none left to the pod's listening ports.
+//! - **each registered layer's part** ([`LetGo`]), declared next to the layer's model: DNS
+//!   (`layers::dns::drain`: each path and the clients it answered, by the TTLs it handed
+//!   out) and the nodes' datapaths (`layers::datapath::drain`: each node's agent read its
+//!   datapath after t0 and no Service routes to the IP any more);
+//! - **established connections** ([`ConnectionsLetGo`], optional): none left to the pod's
+//!   listening ports.
 //!
 //! The wait never passes `max_wait` after the start ([`Release::Bound`]); a layer it cannot
 //! see ([`LayerView::Unknown`]) is named, and instead of its let-go time the model waits for
 //! the fallback budget (the audit's staleness budget for the Service), never zero.
 
-use std::collections::BTreeMap;
+use std::any::Any;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use ghostip_core::{Observation, ObservationResult, Time};
+use ghostip_core::Time;
 use serde::Serialize;
 
 /// Where the pod's IP stands in the truth.
@@ -44,54 +42,6 @@ pub enum EndpointState {
         /// When that was first seen.
         since: Time,
     },
-}
-
-/// What a node's agent says about the IP.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct NodeReport {
-    /// When the agent last read its datapath.
-    pub read_at: Option<Time>,
-    /// The agent's view of the truth is synced.
-    pub synced: bool,
-    /// Services the node's datapath still routes to the IP although it left them.
-    pub holding: Vec<String>,
-}
-
-/// One DNS path as the drain sees it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct DnsPathHold {
-    /// Path id.
-    pub path: String,
-    /// Whether the path caches the cluster domain (a caching path reveals, in its first
-    /// answer, the expiry of every copy it handed out; one that does not cache answered fresh
-    /// until t0).
-    pub caches: bool,
-    /// TTL a fresh answer carries to clients.
-    pub client_ttl: Duration,
-    /// Last answer that still held the IP.
-    pub last_held: Option<Time>,
-    /// Latest expiry of an answer that held the IP (answer time + TTL).
-    pub expiry: Option<Time>,
-    /// First answer after t0 (and after the last one that held it) without the IP.
-    pub first_without: Option<Time>,
-    /// The last query failed, with why.
-    pub failing: Option<String>,
-}
-
-impl DnsPathHold {
-    /// When this path and the clients it answered let go, once the path no longer answers
-    /// with the IP; `None` while it still does (or has not answered since t0).
-    fn let_go(&self, t0: Time) -> Option<Time> {
-        let dropped = self.first_without?;
-        let mut at = dropped;
-        if let Some(e) = self.expiry {
-            at = at.max(e);
-        }
-        if !self.caches {
-            at = at.max(t0.checked_add(self.client_ttl).unwrap_or(t0));
-        }
-        Some(at)
-    }
 }
 
 /// One layer's state for the log line and the decision.
@@ -168,24 +118,86 @@ pub struct DrainConfig {
     /// What stands in for a layer that cannot be checked: a wait from t0 (the audit's
     /// staleness budget for the Service), with where it came from.
     pub fallback: (Duration, String),
-    /// Also wait for established connections to the pod's listening ports to close.
-    pub wait_connections: bool,
+}
+
+/// One layer's part of a drain: what it learnt of the pod's IP, judged from t0.
+///
+/// Each layer that can hold a copy of an endpoint declares one next to its model
+/// (`layers::<name>::drain`); `ghostip drain-wait` registers every layer's part and feeds it
+/// what its adapter learns, reaching it by type with [`DrainModel::part_mut`].
+pub trait LetGo: Any + Send + std::fmt::Debug {
+    /// The state of each of the layer's paths at `now`; `t0`: when the IP left the ready
+    /// endpoints.
+    fn views(&self, t0: Time, now: Time, out: &mut Vec<LayerStatus>);
+}
+
+/// The pod's own established connections: not a copy of the truth, but what a pod that stops
+/// now would cut.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionsLetGo {
+    path: String,
+    connections: Option<(Time, usize)>,
+    let_go: Option<Time>,
+    unknown: Option<String>,
+}
+
+impl ConnectionsLetGo {
+    /// Connections to `ip`'s listening ports.
+    pub fn new(ip: IpAddr) -> Self {
+        Self {
+            path: format!("{ip} established"),
+            ..Self::default()
+        }
+    }
+
+    /// Established connections to the pod's listening ports, counted at `at`.
+    pub fn on_count(&mut self, at: Time, established: usize) {
+        self.connections = Some((at, established));
+        if established == 0 {
+            self.let_go.get_or_insert(at);
+        } else {
+            self.let_go = None;
+        }
+    }
+
+    /// Connections cannot be counted.
+    pub fn unknown(&mut self, why: impl Into<String>) {
+        self.unknown = Some(why.into());
+    }
+}
+
+impl LetGo for ConnectionsLetGo {
+    fn views(&self, _t0: Time, _now: Time, out: &mut Vec<LayerStatus>) {
+        let view = if let Some(why) = &self.unknown {
+            LayerView::Unknown { why: why.clone() }
+        } else {
+            match (self.connections, self.let_go) {
+                (_, Some(at)) => LayerView::LetGo { at },
+                (Some((_, n)), None) => LayerView::Holding {
+                    why: format!("{n} established connection(s) to the pod's ports"),
+                    until: None,
+                },
+                (None, None) => LayerView::Holding {
+                    why: "connections not counted yet".into(),
+                    until: None,
+                },
+            }
+        };
+        out.push(LayerStatus {
+            layer: "connections",
+            path: self.path.clone(),
+            view,
+        });
+    }
 }
 
 /// The drain of one pod IP.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct DrainModel {
     cfg: DrainConfig,
     endpoint: EndpointState,
-    dns: BTreeMap<String, DnsPathHold>,
-    /// DNS could not be checked at all (no path reachable), with why.
-    dns_unknown: Option<String>,
-    nodes: BTreeMap<String, Result<NodeReport, String>>,
-    /// Nodes are not checked at all, with why (no agent reachable or none deployed).
-    nodes_unknown: Option<String>,
-    connections: Option<(Time, usize)>,
-    connections_let_go: Option<Time>,
-    connections_unknown: Option<String>,
+    /// Every registered layer's part, in registration order.
+    parts: Vec<Box<dyn LetGo>>,
     /// Other parts that could not be checked (the endpoint without an API server, CoreDNS
     /// pods without RBAC in kube-system), with why.
     unknown: Vec<LayerStatus>,
@@ -197,15 +209,35 @@ impl DrainModel {
         Self {
             cfg,
             endpoint: EndpointState::Unknown,
-            dns: BTreeMap::new(),
-            dns_unknown: None,
-            nodes: BTreeMap::new(),
-            nodes_unknown: None,
-            connections: None,
-            connections_let_go: None,
-            connections_unknown: None,
+            parts: Vec::new(),
             unknown: Vec::new(),
         }
+    }
+
+    /// Registers a layer's part: from now on the decision asks it whether it let go.
+    #[must_use]
+    pub fn with_part(mut self, part: impl LetGo) -> Self {
+        self.parts.push(Box::new(part));
+        self
+    }
+
+    /// Registers a layer's part built elsewhere (a registration table).
+    pub fn register(&mut self, part: Box<dyn LetGo>) {
+        self.parts.push(part);
+    }
+
+    /// The registered part of type `T`, for its adapter.
+    pub fn part_mut<T: LetGo>(&mut self) -> Option<&mut T> {
+        self.parts
+            .iter_mut()
+            .find_map(|p| (&mut **p as &mut dyn Any).downcast_mut::<T>())
+    }
+
+    /// The registered part of type `T`.
+    pub fn part<T: LetGo>(&self) -> Option<&T> {
+        self.parts
+            .iter()
+            .find_map(|p| (&**p as &dyn Any).downcast_ref::<T>())
     }
 
     /// A part of `layer` (`endpoint`, `dns`, `datapath`) that cannot be checked: the fallback
@@ -263,87 +295,6 @@ impl DrainModel {
         }
     }
 
-    /// A DNS path to watch; `caches`: whether it caches the cluster domain, `client_ttl`:
-    /// the TTL its fresh answers carry.
-    pub fn add_dns_path(&mut self, path: &str, caches: bool, client_ttl: Duration) {
-        let hold = self
-            .dns
-            .entry(path.to_string())
-            .or_insert_with(|| DnsPathHold {
-                path: path.to_string(),
-                caches,
-                client_ttl,
-                last_held: None,
-                expiry: None,
-                first_without: None,
-                failing: None,
-            });
-        hold.caches = caches;
-        hold.client_ttl = client_ttl;
-    }
-
-    /// DNS cannot be checked (no path found or reachable); paths that can be are still
-    /// judged.
-    pub fn dns_unknown(&mut self, why: impl Into<String>) {
-        self.dns_unknown = Some(why.into());
-    }
-
-    /// One answer of one DNS path for one of the pod's Services.
-    pub fn on_dns(&mut self, path: &str, obs: &Observation) {
-        let ip = self.cfg.ip;
-        let t0 = self.t0();
-        let Some(hold) = self.dns.get_mut(path) else {
-            return;
-        };
-        match &obs.result {
-            ObservationResult::Failed(reason) => hold.failing = Some(reason.to_string()),
-            ObservationResult::Held(held) => {
-                hold.failing = None;
-                match held.iter().find(|h| h.target.ip == ip) {
-                    Some(h) => {
-                        hold.last_held = Some(hold.last_held.map_or(obs.at, |l| l.max(obs.at)));
-                        let ttl = Duration::from_secs(u64::from(h.ttl.unwrap_or(0)));
-                        let expiry = obs.at.checked_add(ttl).unwrap_or(obs.at);
-                        hold.expiry = Some(hold.expiry.map_or(expiry, |e| e.max(expiry)));
-                        hold.first_without = None;
-                    }
-                    None => {
-                        // Only an answer after t0 says the path dropped the IP; before t0 it
-                        // had no reason to hold it.
-                        if t0.is_some_and(|t0| obs.at >= t0) && hold.first_without.is_none() {
-                            hold.first_without = Some(obs.at);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// What a node's agent reported, or why it could not be asked.
-    pub fn on_node(&mut self, node: &str, report: Result<NodeReport, String>) {
-        self.nodes.insert(node.to_string(), report);
-    }
-
-    /// Nodes cannot be checked at all.
-    pub fn nodes_unknown(&mut self, why: impl Into<String>) {
-        self.nodes_unknown = Some(why.into());
-    }
-
-    /// Established connections to the pod's listening ports, counted at `at`.
-    pub fn on_connections(&mut self, at: Time, established: usize) {
-        self.connections = Some((at, established));
-        if established == 0 {
-            self.connections_let_go.get_or_insert(at);
-        } else {
-            self.connections_let_go = None;
-        }
-    }
-
-    /// Connections cannot be counted.
-    pub fn connections_unknown(&mut self, why: impl Into<String>) {
-        self.connections_unknown = Some(why.into());
-    }
-
     fn bound(&self) -> Time {
         self.cfg
             .started
@@ -383,9 +334,9 @@ impl DrainModel {
         });
         if let Some(t0) = t0 {
             let mut views = Vec::new();
-            self.dns_views(t0, now, &mut views);
-            self.node_views(t0, &mut views);
-            self.connection_views(&mut views);
+            for part in &self.parts {
+                part.views(t0, now, &mut views);
+            }
             views.extend(self.unknown.iter().cloned());
             for s in views {
                 match &s.view {
@@ -421,123 +372,46 @@ impl DrainModel {
             next_deadline,
         }
     }
-
-    fn dns_views(&self, t0: Time, now: Time, out: &mut Vec<LayerStatus>) {
-        if let Some(why) = &self.dns_unknown {
-            out.push(LayerStatus {
-                layer: "dns",
-                path: "*".into(),
-                view: LayerView::Unknown { why: why.clone() },
-            });
-        }
-        for hold in self.dns.values() {
-            let view = match hold.let_go(t0) {
-                Some(at) if at <= now => LayerView::LetGo { at },
-                Some(at) => LayerView::Holding {
-                    why: if hold.expiry.is_some_and(|e| e >= at) {
-                        "clients may hold an answer with the IP until its TTL expires".into()
-                    } else {
-                        format!(
-                            "fresh answers until t0 carried TTL {} s to clients",
-                            hold.client_ttl.as_secs()
-                        )
-                    },
-                    until: Some(at),
-                },
-                None if hold.failing.is_some() && hold.last_held.is_none() => LayerView::Unknown {
-                    why: format!(
-                        "the path does not answer: {}",
-                        hold.failing.as_deref().unwrap_or_default()
-                    ),
-                },
-                None if hold.last_held.is_some() => LayerView::Holding {
-                    why: "the path still answers with the IP".into(),
-                    until: hold.expiry,
-                },
-                None => LayerView::Holding {
-                    why: "no answer since the IP left the endpoints".into(),
-                    until: None,
-                },
-            };
-            out.push(LayerStatus {
-                layer: "dns",
-                path: hold.path.clone(),
-                view,
-            });
-        }
-    }
-
-    fn node_views(&self, t0: Time, out: &mut Vec<LayerStatus>) {
-        if let Some(why) = &self.nodes_unknown {
-            out.push(LayerStatus {
-                layer: "datapath",
-                path: "*".into(),
-                view: LayerView::Unknown { why: why.clone() },
-            });
-            return;
-        }
-        for (node, report) in &self.nodes {
-            let view = match report {
-                Err(why) => LayerView::Unknown { why: why.clone() },
-                Ok(r) if !r.synced => LayerView::Holding {
-                    why: "the agent's view of the truth is not synced".into(),
-                    until: None,
-                },
-                Ok(r) if r.read_at.is_none_or(|at| at < t0) => LayerView::Holding {
-                    why: "the agent has not read its datapath since the IP left the endpoints"
-                        .into(),
-                    until: None,
-                },
-                Ok(r) if !r.holding.is_empty() => LayerView::Holding {
-                    why: format!("still routes {} to the IP", r.holding.join(", ")),
-                    until: None,
-                },
-                Ok(r) => LayerView::LetGo {
-                    at: r.read_at.unwrap_or(t0),
-                },
-            };
-            out.push(LayerStatus {
-                layer: "datapath",
-                path: node.clone(),
-                view,
-            });
-        }
-    }
-
-    fn connection_views(&self, out: &mut Vec<LayerStatus>) {
-        if !self.cfg.wait_connections {
-            return;
-        }
-        let path = format!("{} established", self.cfg.ip);
-        let view = if let Some(why) = &self.connections_unknown {
-            LayerView::Unknown { why: why.clone() }
-        } else {
-            match (self.connections, self.connections_let_go) {
-                (_, Some(at)) => LayerView::LetGo { at },
-                (Some((_, n)), None) => LayerView::Holding {
-                    why: format!("{n} established connection(s) to the pod's ports"),
-                    until: None,
-                },
-                (None, None) => LayerView::Holding {
-                    why: "connections not counted yet".into(),
-                    until: None,
-                },
-            }
-        };
-        out.push(LayerStatus {
-            layer: "connections",
-            path,
-            view,
-        });
-    }
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use ghostip_core::{HeldTarget, PathIdx, ServiceKey, Target};
+    use ghostip_core::{HeldTarget, Observation, ObservationResult, PathIdx, ServiceKey, Target};
 
     use super::*;
+    use crate::layers::datapath::drain::{NodeReport, NodesLetGo};
+    use crate::layers::dns::drain::DnsLetGo;
+
+    /// The drain model as `drain-wait` feeds it, one call per kind of news.
+    trait Feed {
+        fn add_dns_path(&mut self, path: &str, caches: bool, client_ttl: Duration);
+        fn on_dns(&mut self, path: &str, obs: &Observation);
+        fn on_node(&mut self, node: &str, report: Result<NodeReport, String>);
+        fn on_connections(&mut self, at: Time, established: usize);
+    }
+
+    impl Feed for DrainModel {
+        fn add_dns_path(&mut self, path: &str, caches: bool, client_ttl: Duration) {
+            self.part_mut::<DnsLetGo>()
+                .unwrap()
+                .add_path(path, caches, client_ttl);
+        }
+        fn on_dns(&mut self, path: &str, obs: &Observation) {
+            let t0 = self.t0();
+            self.part_mut::<DnsLetGo>()
+                .unwrap()
+                .on_answer(path, obs, t0);
+        }
+        fn on_node(&mut self, node: &str, report: Result<NodeReport, String>) {
+            self.part_mut::<NodesLetGo>().unwrap().on_node(node, report);
+        }
+        fn on_connections(&mut self, at: Time, established: usize) {
+            self.part_mut::<ConnectionsLetGo>()
+                .unwrap()
+                .on_count(at, established);
+        }
+    }
 
     const IP: &str = "10.244.1.7";
 
@@ -554,8 +428,9 @@ mod tests {
             started: t(0.0),
             max_wait: Duration::from_secs(max_wait),
             fallback: (Duration::from_secs(fallback), "audit budget".into()),
-            wait_connections: false,
         })
+        .with_part(DnsLetGo::new(IP.parse().unwrap()))
+        .with_part(NodesLetGo::new())
     }
 
     fn answer(at: f64, ips: &[&str], ttl: u32) -> Observation {
@@ -707,10 +582,7 @@ mod tests {
     /// With --wait-connections, established connections hold the drain until they close.
     #[test]
     fn established_connections_hold_when_asked() {
-        let mut m = DrainModel::new(DrainConfig {
-            wait_connections: true,
-            ..model(60, 30).cfg
-        });
+        let mut m = model(60, 30).with_part(ConnectionsLetGo::new(IP.parse().unwrap()));
         m.on_endpoint(EndpointState::NotListed { since: t(0.5) });
         m.on_connections(t(1.0), 3);
         assert_eq!(m.decide(t(1.0)).release, None);

@@ -27,7 +27,8 @@ use crate::report::PathFacts;
 use crate::session::ChangeMemory;
 use crate::truth_event::{Received, TruthEvent, TruthKey, TruthObject};
 
-/// One layer's pure model.
+/// One layer's pure model. Its adapter reaches it by type through [`crate::Session::layer`]
+/// (a `dyn LayerModel` upcasts to `dyn Any`).
 pub trait LayerModel: Any + Send {
     /// The layer (`dns`, `datapath`, `conntrack`, …): the label of its paths in reports and
     /// metrics.
@@ -44,12 +45,6 @@ pub trait LayerModel: Any + Send {
     /// What the layer knows about its paths beyond the engine (the TTL a DNS path hands
     /// to clients, how its expected lag was derived), for reports.
     fn path_facts(&self, _engine: &Engine, _out: &mut BTreeMap<PathIdx, PathFacts>) {}
-
-    /// Upcast for typed access by the layer's own adapter ([`crate::Session::layer_mut`]).
-    fn as_any_mut(&mut self) -> &mut dyn Any;
-
-    /// Upcast for typed access by the layer's own adapter ([`crate::Session::layer`]).
-    fn as_any(&self) -> &dyn Any;
 }
 
 /// What changed when a layer set a Service's layer-wide desired set.

@@ -115,10 +115,8 @@ impl ChangeMemory {
 /// The session.
 pub struct Session {
     cfg: SessionConfig,
-    /// The truth.
-    pub truth: Truth,
-    /// The engine.
-    pub engine: Engine,
+    truth: Truth,
+    engine: Engine,
     sync: SyncState,
     synced_once: bool,
     layers: Vec<Box<dyn LayerModel>>,
@@ -143,6 +141,28 @@ impl Session {
         }
     }
 
+    /// The truth as the session applied it.
+    pub fn truth(&self) -> &Truth {
+        &self.truth
+    }
+
+    /// The engine: paths, trackings, verdicts.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Registers a path outside any layer's truth reaction (an adapter that found its path,
+    /// such as a node's datapath once detected).
+    pub fn add_path(&mut self, info: ghostip_core::PathInfo, expected_lag: Duration) -> PathIdx {
+        self.engine.add_path(info, expected_lag)
+    }
+
+    /// Ends the session: closes every open tracking unjudged where it must be, and returns
+    /// every tracking (the rollout report's input).
+    pub fn finish(&mut self) -> Vec<ghostip_core::engine::Tracking> {
+        self.engine.finish()
+    }
+
     /// Registers a layer: from now on it sees every truth event.
     pub fn register(&mut self, layer: impl LayerModel) {
         self.layers.push(Box::new(layer));
@@ -164,14 +184,14 @@ impl Session {
     pub fn layer<T: LayerModel>(&self) -> Option<&T> {
         self.layers
             .iter()
-            .find_map(|l| l.as_any().downcast_ref::<T>())
+            .find_map(|l| (&**l as &dyn std::any::Any).downcast_ref::<T>())
     }
 
     /// The registered layer of type `T`, mutably.
     pub fn layer_mut<T: LayerModel>(&mut self) -> Option<&mut T> {
         self.layers
             .iter_mut()
-            .find_map(|l| l.as_any_mut().downcast_mut::<T>())
+            .find_map(|l| (&mut **l as &mut dyn std::any::Any).downcast_mut::<T>())
     }
 
     /// The registered layer of type `T` with a context to feed what it read to the engine;
@@ -184,7 +204,7 @@ impl Session {
         let layer = self
             .layers
             .iter_mut()
-            .find_map(|l| l.as_any_mut().downcast_mut::<T>())?;
+            .find_map(|l| (&mut **l as &mut dyn std::any::Any).downcast_mut::<T>())?;
         let mut cx = LayerCx {
             truth: &self.truth,
             engine: &mut self.engine,

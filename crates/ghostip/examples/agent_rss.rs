@@ -134,7 +134,7 @@ fn main() {
         description: format!("datapath iptables on {THIS_NODE}"),
         node: Some(THIS_NODE.to_string()),
     };
-    let idx = s.engine.add_path(info, Duration::from_secs(2));
+    let idx = s.add_path(info, Duration::from_secs(2));
     // `AGENT_RSS_NO_TRACKER=1`: the session alone (what `watch` would hold for this truth),
     // to tell the datapath path's share of the memory.
     if std::env::var_os("AGENT_RSS_NO_TRACKER").is_none() {
@@ -249,8 +249,8 @@ fn audit(s: &mut Session, program: &str, argv: &[&str], cancel: &Arc<AtomicBool>
     let total_wall = wall.elapsed();
     let stale = s
         .layer::<DatapathModel>()
-        .map_or(0, |m| m.stale_now(&s.engine));
-    let open = s.engine.open_count();
+        .map_or(0, |m| m.stale_now(s.engine()));
+    let open = s.engine().open_count();
     println!(
         "audit: {program} {} bytes{}: {} frontends, {} backends, {} services observed, {} unknown frontends, {stale} stale, {open} open trackings",
         read.bytes,

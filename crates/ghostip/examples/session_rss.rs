@@ -128,7 +128,7 @@ fn main() {
     // Three DNS paths each answered once per service (the sweep).
     let paths: Vec<_> = (0..3)
         .map(|p| {
-            s.engine.add_path(
+            s.add_path(
                 ghostip_core::PathInfo {
                     id: format!("dns-pod/10.96.{p}.1:53"),
                     kind: ghostip_core::PathKind::DnsPod,
@@ -153,7 +153,7 @@ fn main() {
             })
             .collect();
         for p in &paths {
-            s.engine.observe(&Observation {
+            s.observe(&Observation {
                 path: *p,
                 service: key.clone(),
                 at: t,
@@ -169,7 +169,7 @@ fn main() {
         before as f64 / 1024.0,
         after_truth as f64 / 1024.0,
         after as f64 / 1024.0,
-        s.truth.slice_count()
+        s.truth().slice_count()
     );
     println!(
         "resident now (VmRSS): {:.1} MiB",

@@ -225,14 +225,14 @@ impl Pipeline {
             }
             Some(ev) = self.probe_rx.recv() => {
                 let scope = self.session.layer::<DnsModel>().and_then(|dns| {
-                    dns.scope(&self.session.truth, &ev.observation.service, &ev.probe)
+                    dns.scope(self.session.truth(), &ev.observation.service, &ev.probe)
                 });
                 let events = match scope {
                     Some(scope) => self.session.observe_scoped(&ev.observation, &scope),
                     None => Vec::new(),
                 };
                 if let Some(l) = &self.ledger
-                    && let Some(path) = self.session.engine.path(ev.observation.path) {
+                    && let Some(path) = self.session.engine().path(ev.observation.path) {
                         let _ = l.send(LedgerOp::Observation { path: path.clone(), observation: ev.observation.clone() }).await;
                     }
                 self.engine_events(events).await;
@@ -326,7 +326,7 @@ impl Pipeline {
                 let key = s.service_key();
                 let endpoints = self
                     .session
-                    .truth
+                    .truth()
                     .slices_of(&key)
                     .flat_map(|s| s.endpoints.iter().map(|e| s.record(e)))
                     .collect();
@@ -351,7 +351,7 @@ impl Pipeline {
         self.events_seen += events.len() as u64;
         for ev in events {
             if let Some(m) = &self.metrics {
-                let engine = &self.session.engine;
+                let engine = self.session.engine();
                 m.observe_event(&ev, |t| engine.path(t.path).map(|p| (p.layer(), p.kind)));
             }
             let (EngineEvent::Closed(t) | EngineEvent::Stuck(t) | EngineEvent::OverExpectedLag(t)) =
@@ -374,10 +374,10 @@ impl Pipeline {
     }
 
     fn finding(&self, t: &Tracking, stuck: bool) -> Option<FindingRecord> {
-        let path = self.session.engine.path(t.path)?;
+        let path = self.session.engine().path(t.path)?;
         let change = t.change;
         let exposure = t
-            .exposure(self.session.engine.death(t.target.ip))
+            .exposure(self.session.engine().death(t.target.ip))
             .map(|x| x.upper);
         let former_pod = self.session.former_pod(t.target.ip).and_then(|s| {
             s.split_once('/').map(|(ns, n)| ghostip_core::PodRef {
@@ -442,7 +442,7 @@ impl Pipeline {
                 .inc_by(n.saturating_sub(before));
         }
         self.reported = snap;
-        let engine = &self.session.engine;
+        let engine = self.session.engine();
         let stale = engine.stale_now();
         let mut over_lag: std::collections::HashMap<ghostip_core::PathIdx, i64> =
             Default::default();
@@ -504,7 +504,7 @@ impl Pipeline {
         let Some(l) = &self.ledger else { return };
         let records: Vec<FindingRecord> = self
             .session
-            .engine
+            .engine()
             .open_trackings()
             .filter(|t| t.verdict.is_finding())
             .filter_map(|t| self.finding(t, t.verdict == Verdict::Stuck))
@@ -556,7 +556,7 @@ impl Pipeline {
 /// A warning for a tracking that went past its path's expected lag while still open: the
 /// layer misbehaves now, not only when (if) it converges.
 fn log_over_lag(session: &Session, t: &Tracking) {
-    let Some(path) = session.engine.path(t.path) else {
+    let Some(path) = session.engine().path(t.path) else {
         return;
     };
     let since = t.change.map_or(t.opened, |c| c.t0);

@@ -508,7 +508,7 @@ fn real_reads_of_a_connection_pinned_to_a_removed_pod_make_a_stale_flow() {
         last_packet <= t(12) && last_packet >= t(-18),
         "{last_packet}"
     );
-    let open: Vec<_> = s.engine.open_trackings().collect();
+    let open: Vec<_> = s.engine().open_trackings().collect();
     assert_eq!(open.len(), 1, "{open:#?}");
     assert_eq!(open[0].last_wrong, Some(t(12)));
 }

@@ -142,7 +142,7 @@ fn session(server: SocketAddr) -> (Session, PathIdx) {
     }
     assert!(s.synced());
     let path = s
-        .engine
+        .engine()
         .paths()
         .map(|(i, _)| i)
         .next()
@@ -156,7 +156,7 @@ async fn probe_round(s: &mut Session, path: PathIdx, server: SocketAddr, now: Ti
         srv: true,
         ..NameConfig::default()
     };
-    let names = service_names(&s.truth, &key(), &cfg).unwrap();
+    let names = service_names(s.truth(), &key(), &cfg).unwrap();
     let qtypes: Vec<&str> = names.iter().map(|n| n.qtype.as_str()).collect();
     assert_eq!(qtypes, ["A", "AAAA", "SRV"]);
     let qcfg = QueryConfig {
@@ -177,7 +177,7 @@ async fn probe_round(s: &mut Session, path: PathIdx, server: SocketAddr, now: Ti
         let scope = s
             .layer::<DnsModel>()
             .unwrap()
-            .scope(&s.truth, &key(), &probe)
+            .scope(s.truth(), &key(), &probe)
             .expect("every question of the Service is judged");
         s.observe_scoped(&obs, &scope);
     }
@@ -185,7 +185,7 @@ async fn probe_round(s: &mut Session, path: PathIdx, server: SocketAddr, now: Ti
 
 /// (target, kind, converged) of every open tracking.
 fn open(s: &Session) -> Vec<(String, Discrepancy, bool)> {
-    s.engine
+    s.engine()
         .open_trackings()
         .map(|t| (t.target.to_string(), t.kind, t.converged_by.is_some()))
         .collect()
@@ -234,7 +234,7 @@ async fn a_dual_stack_service_is_judged_per_family_and_per_named_port() {
         ]
     );
     let closed = s.tick(at(60));
-    assert_eq!(s.engine.open_trackings().count(), 0, "{closed:?}");
+    assert_eq!(s.engine().open_trackings().count(), 0, "{closed:?}");
 
     // An IPv4 endpoint leaves; the SRV answer drops it first, the A answer keeps it.
     s.on_truth(&Received {

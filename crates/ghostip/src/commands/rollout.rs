@@ -277,7 +277,7 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
     //    at t0 is known and every change is seen at the probe interval.
     for key in &headless {
         if let Ok(names) = ghostip_session::layers::dns::names::service_names(
-            &p.session.truth,
+            p.session.truth(),
             key,
             &session_names(&args),
         ) {
@@ -341,7 +341,7 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
             // Done once every tracking of the rollout closed, or the settle time ran out.
             let open = p
                 .session
-                .engine
+                .engine()
                 .open_trackings()
                 .filter(|t| headless.contains(&t.service))
                 .count();
@@ -367,7 +367,7 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
             args.timeout
         ));
     }
-    for (s, e) in p.session.engine.gaps() {
+    for (s, e) in p.session.engine().gaps() {
         notes.push(format!(
             "truth gap from {} to {}: windows overlapping it are not judged",
             s.strftime("%T%.3f"),
@@ -428,7 +428,7 @@ fn session_names(args: &RolloutArgs) -> ghostip_session::layers::dns::names::Nam
 }
 
 fn live_message(p: &Pipeline, complete: bool) -> String {
-    let engine = &p.session.engine;
+    let engine = p.session.engine();
     let stale = engine
         .open_trackings()
         .filter(|t| t.kind == Discrepancy::Stale && t.converged_by.is_none())
@@ -462,17 +462,17 @@ pub(crate) fn build_report(
     notes: Vec<String>,
     services: &BTreeSet<ServiceKey>,
 ) -> Report {
-    let trackings = p.session.engine.finish();
+    let trackings = p.session.finish();
     let mut stale = Vec::new();
     let mut missing = Vec::new();
     for t in trackings.iter().filter(|t| services.contains(&t.service)) {
-        let path = p.session.engine.path(t.path);
+        let path = p.session.engine().path(t.path);
         // A removed endpoint's pod is its former owner; an added one's is in the truth.
         let pod = match t.kind {
             Discrepancy::Stale => p.session.former_pod(t.target.ip),
             Discrepancy::Missing => p.session.endpoint_pod(&t.service, t.target.ip),
         };
-        let row = window_row(t, path, p.session.engine.death(t.target.ip), pod);
+        let row = window_row(t, path, p.session.engine().death(t.target.ip), pod);
         match t.kind {
             Discrepancy::Stale => stale.push(row),
             Discrepancy::Missing => missing.push(row),
@@ -494,7 +494,7 @@ pub(crate) fn build_report(
             .filter(|c| services.iter().any(|s| s.to_string() == c.service))
             .cloned()
             .collect(),
-        paths: path_rows(&p.session.engine, &facts),
+        paths: path_rows(p.session.engine(), &facts),
         stale,
         missing,
         timeline: p.session.timeline(),

@@ -31,6 +31,7 @@ use std::sync::atomic::AtomicBool;
 
 use futures::future::LocalBoxFuture;
 use ghostip_core::{Layer, ServiceKey, Time};
+use ghostip_session::drain::{DrainConfig, DrainModel, LetGo};
 use ghostip_session::layers::dns::DnsConfig;
 use ghostip_session::{LayerModel, Session};
 
@@ -142,6 +143,9 @@ pub struct Registration {
     pub model: fn(&ModelSetup<'_>) -> Option<Box<dyn LayerModel>>,
     /// Its node-local adapter in the agent.
     pub node: Option<StartNode>,
+    /// Its part of `drain-wait`'s judgment of one IP, when the layer can hold an endpoint's
+    /// address.
+    pub drain: Option<fn(IpAddr) -> Box<dyn LetGo>>,
 }
 
 /// Every layer ghostip knows, in the order the agent starts them.
@@ -171,10 +175,100 @@ pub async fn start_node_adapters(setup: &NodeSetup<'_>, p: &mut Pipeline) {
     }
 }
 
+/// A drain of one pod IP with every registered layer's part.
+pub fn drain_model(cfg: DrainConfig) -> DrainModel {
+    let ip = cfg.ip;
+    let mut model = DrainModel::new(cfg);
+    for r in LAYERS {
+        if let Some(part) = r.drain {
+            model.register(part(ip));
+        }
+    }
+    model
+}
+
 /// The snapshots of every running adapter, by layer.
 pub fn snapshots(p: &Pipeline) -> BTreeMap<Layer, Arc<dyn LayerSnapshot>> {
     p.adapters()
         .iter()
         .map(|a| (a.layer(), a.snapshot()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::path::Path;
+
+    use super::*;
+
+    /// docs/ARCHITECTURE.md's table of layers names each registered layer with its model and
+    /// adapter folders, and every folder it names exists.
+    #[test]
+    fn the_architecture_table_names_every_layer_and_existing_folders() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let doc = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+        let section = doc
+            .split("## Adding a layer")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("docs/ARCHITECTURE.md has an `Adding a layer` section");
+        let rows: Vec<Vec<&str>> = section
+            .lines()
+            .filter(|l| l.starts_with("| ") && l.contains('`'))
+            .map(|l| {
+                l.split('|')
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .collect()
+            })
+            .collect();
+        let named: Vec<&str> = rows.iter().map(|r| r[0]).collect();
+        let registered: Vec<&str> = LAYERS.iter().map(|r| r.layer.as_str()).collect();
+        assert_eq!(
+            named, registered,
+            "the table lists the layers of LAYERS, in order"
+        );
+        for row in &rows {
+            for cell in &row[1..] {
+                let path = cell.trim_matches('`');
+                assert!(
+                    root.join(path).is_dir(),
+                    "docs/ARCHITECTURE.md names `{path}`, which does not exist"
+                );
+                assert!(
+                    path.ends_with(&format!("/layers/{}/", row[0])),
+                    "`{path}`: a layer's folders are named after it"
+                );
+            }
+        }
+    }
+
+    /// drain-wait asks every registered layer that can hold an endpoint's address: DNS and
+    /// the nodes' datapaths.
+    #[test]
+    fn a_drain_has_the_part_of_every_registered_layer() {
+        use ghostip_session::layers::datapath::drain::NodesLetGo;
+        use ghostip_session::layers::dns::drain::DnsLetGo;
+        let mut m = drain_model(DrainConfig {
+            ip: "10.244.1.7".parse().unwrap(),
+            started: Time::from_second(1_800_000_000).unwrap(),
+            max_wait: std::time::Duration::from_secs(60),
+            fallback: (std::time::Duration::from_secs(30), "test".into()),
+        });
+        assert!(m.part_mut::<DnsLetGo>().is_some());
+        assert!(m.part_mut::<NodesLetGo>().is_some());
+        let with_drain = LAYERS.iter().filter(|r| r.drain.is_some()).count();
+        assert_eq!(with_drain, 2);
+    }
+
+    /// Every layer is registered once.
+    #[test]
+    fn each_layer_is_registered_once() {
+        let mut ids: Vec<&str> = LAYERS.iter().map(|r| r.layer.as_str()).collect();
+        ids.sort_unstable();
+        let n = ids.len();
+        ids.dedup();
+        assert_eq!(ids.len(), n);
+    }
 }

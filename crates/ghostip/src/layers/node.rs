@@ -148,7 +148,7 @@ impl Printer {
 
 /// A tracking as `/status` and the JSON lines show it.
 pub(crate) fn view(p: &Pipeline, t: &Tracking) -> Option<TrackingView> {
-    let info = p.session.engine.path(t.path)?;
+    let info = p.session.engine().path(t.path)?;
     let start = t.change.map_or(t.opened, |c| c.t0);
     Some(TrackingView {
         path: info.id.clone(),

@@ -143,7 +143,7 @@ impl<T: Send + 'static> Reads<T> {
             latency: None,
         };
         let _ = p.session.observe(&obs);
-        if let Some(info) = p.session.engine.path(path) {
+        if let Some(info) = p.session.engine().path(path) {
             let _ = out
                 .ledger
                 .send(LedgerOp::Observation {

@@ -4,7 +4,7 @@
 //! The fixed metrics come from a real [`ghostip::metrics::Metrics`] registry with one sample
 //! in every family, encoded by the exporter's own code: the series names (`_total` of
 //! counters, `_bucket`/`_sum`/`_count` of histograms) and labels are what a scrape shows.
-//! The agent's own metrics are private to `commands/agent/metrics.rs` and are read from its source:
+//! The node-local layers' metrics are private to `layers/metrics.rs` and are read from its source:
 //! each `r.register("name", …, a.field.clone())`, the field's type in `AgentMetrics`, and the
 //! fields of its label struct.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -101,10 +101,10 @@ fn fixed_metrics() -> Series {
     out
 }
 
-/// The agent's metrics, from `src/commands/agent/metrics.rs`.
+/// The node-local layers' metrics, from `src/layers/metrics.rs`.
 fn agent_metrics() -> Series {
     let src = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/commands/agent/metrics.rs"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/layers/metrics.rs"),
     )
     .unwrap();
     // Field name → type, in `struct AgentMetrics`.

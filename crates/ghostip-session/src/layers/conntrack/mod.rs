@@ -34,7 +34,6 @@
 
 pub mod flows;
 
-use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::time::Duration;
@@ -568,14 +567,6 @@ impl LayerModel for ConntrackModel {
             list.retain(|d| d.at.received >= horizon || open.contains(ip));
             !list.is_empty()
         });
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

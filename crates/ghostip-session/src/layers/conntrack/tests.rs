@@ -349,9 +349,9 @@ fn a_pooled_connection_to_a_removed_pod_is_stale_until_it_closes() {
         }]
     );
     let m = s.layer::<ConntrackModel>().unwrap();
-    assert!(!m.pending() && m.unconverged(&s.engine));
+    assert!(!m.pending() && m.unconverged(s.engine()));
     assert_eq!(m.stale_counts(), (1, 2));
-    let open = s.engine.open_trackings().next().unwrap();
+    let open = s.engine().open_trackings().next().unwrap();
     assert_eq!(open.last_wrong, Some(t(15)));
 
     // 20 s: the client closed it. Converged; closed after the 3 s settle, over the lag.
@@ -369,10 +369,10 @@ fn a_pooled_connection_to_a_removed_pod_is_stale_until_it_closes() {
     assert_eq!(c[0].window_lower(), Some(Duration::from_secs(5)));
     assert_eq!(c[0].window_upper(), Some(Duration::from_secs(10)));
     assert_eq!(c[0].verdict, Verdict::OverExpectedLag);
-    assert_eq!(s.engine.open_count(), 0);
+    assert_eq!(s.engine().open_count(), 0);
     // No missing tracking ever opened for web-2, which no flow goes to.
     assert!(
-        s.engine
+        s.engine()
             .closed_trackings()
             .iter()
             .all(|t| t.kind == Discrepancy::Stale)
@@ -454,7 +454,7 @@ fn udp_to_the_dns_cluster_ip_pinned_to_a_removed_coredns_pod() {
         (1, Some(Duration::from_secs(2)))
     );
     assert_eq!(
-        s.engine.open_trackings().next().unwrap().last_wrong,
+        s.engine().open_trackings().next().unwrap().last_wrong,
         Some(t(32))
     );
 }
@@ -571,7 +571,7 @@ fn detaching_closes_open_trackings_unjudged_and_attaching_again_resumes() {
     assert_eq!(again, path);
     let web = ServiceKey::new("prod", "web");
     assert_eq!(
-        s.engine
+        s.engine()
             .desired_on_path(path, &web)
             .map(|d| d.iter().collect::<Vec<_>>()),
         Some(vec![sock("10.244.3.72:8080")])

@@ -9,8 +9,7 @@
 //! period follows the measured CPU cost.
 
 pub mod cost;
-
-use std::any::Any;
+pub mod drain;
 
 use ghostip_core::engine::{Discrepancy, Engine};
 use ghostip_core::truth::ServiceChange;
@@ -134,14 +133,6 @@ impl LayerModel for DatapathModel {
             self.set_desired(cx, key, at);
         }
     }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 #[cfg(test)]
@@ -167,7 +158,7 @@ mod tests {
     fn session() -> (Session, PathIdx) {
         let kinds = [ResourceKind::EndpointSlices, ResourceKind::Services];
         let mut s = Session::new(SessionConfig::default(), SyncState::new(t(0), kinds));
-        let path = s.engine.add_path(
+        let path = s.add_path(
             PathInfo {
                 id: format!("iptables/{THIS_NODE}"),
                 kind: PathKind::Iptables,
@@ -227,7 +218,12 @@ mod tests {
         );
         let key = |i: usize| services[i].key.clone();
         for i in 0..3 {
-            assert!(!s.engine.desired_on_path(path, &key(i)).unwrap().is_empty());
+            assert!(
+                !s.engine()
+                    .desired_on_path(path, &key(i))
+                    .unwrap()
+                    .is_empty()
+            );
         }
 
         // Deleted by name: the truth knows the slice's Service.
@@ -237,7 +233,7 @@ mod tests {
         });
         assert!(feed(&mut s, gone, t(5)).1);
         assert!(
-            s.engine
+            s.engine()
                 .desired_on_path(path, &key(0))
                 .is_some_and(|d| d.is_empty())
         );
@@ -261,17 +257,22 @@ mod tests {
         );
         assert!(changed);
         assert!(
-            s.engine
+            s.engine()
                 .desired_on_path(path, &key(1))
                 .is_some_and(|d| d.is_empty())
         );
-        assert!(!s.engine.desired_on_path(path, &key(2)).unwrap().is_empty());
+        assert!(
+            !s.engine()
+                .desired_on_path(path, &key(2))
+                .unwrap()
+                .is_empty()
+        );
 
         // Nothing changes for a Service the path never had.
         let stranger = ServiceKey::new("elsewhere", "unknown");
         let event = TruthEvent::Delete(TruthKey::Service(stranger.clone()));
         assert!(!feed(&mut s, event, t(10)).1);
-        assert!(s.engine.desired_on_path(path, &stranger).is_none());
+        assert!(s.engine().desired_on_path(path, &stranger).is_none());
     }
 
     /// A read of the real parser's packed table: an agreeing dump changes nothing; a dump
@@ -286,7 +287,7 @@ mod tests {
                 .unwrap()
         };
         let (clean, actions) = read(&mut s, &packed(&model), t(1));
-        assert_eq!(clean.services, s.truth.services().count());
+        assert_eq!(clean.services, s.truth().services().count());
         assert_eq!(clean.unknown_frontends, 0);
         assert!(actions.events.is_empty(), "{:?}", actions.events);
         assert!(clean.recorded.is_empty());
@@ -313,6 +314,6 @@ mod tests {
             lagging.services[0].service.name
         );
         let model = s.layer::<DatapathModel>().unwrap();
-        assert!(model.unconverged(&s.engine));
+        assert!(model.unconverged(s.engine()));
     }
 }

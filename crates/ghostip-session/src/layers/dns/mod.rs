@@ -16,12 +16,12 @@
 //! family.
 //! [`health`] judges the kube-dns ClusterIP against the pod IPs from one node.
 
+pub mod drain;
 pub mod health;
 pub mod names;
 pub mod paths;
 pub mod probe;
 
-use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -401,13 +401,5 @@ impl LayerModel for DnsModel {
             };
             out.insert(*idx, f);
         }
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

@@ -282,7 +282,7 @@ fn stop_on_signal(cancel: &CancellationToken, kill_readers: &Arc<AtomicBool>) {
 /// Updates `/status` with the open trackings, and reports the trackings the engine declared
 /// stuck or closed on its own tick.
 fn report_open(p: &Pipeline, printer: &Printer, status: &SharedStatus, open_before: &mut OpenSet) {
-    let engine = &p.session.engine;
+    let engine = p.session.engine();
     let open = engine.open_trackings().filter_map(|t| view(p, t)).collect();
     let mut now_open = OpenSet::new();
     for t in engine.open_trackings() {

@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 
 use ghostip_core::Time;
-use ghostip_session::drain::NodeReport;
+use ghostip_session::layers::datapath::drain::NodeReport;
 use serde::Deserialize;
 
 use crate::agent_client::{Agent, AgentClient, check_node};

@@ -32,7 +32,11 @@ use std::time::Duration;
 use ghostip_core::truth::ServicePort;
 use ghostip_core::{PathIdx, ServiceKey, Time};
 use ghostip_datapath::socket_table::SocketTable;
-use ghostip_session::drain::{Decision, DrainConfig, DrainModel, LayerView, Release};
+use ghostip_session::drain::{
+    ConnectionsLetGo, Decision, DrainConfig, DrainModel, LayerView, Release,
+};
+use ghostip_session::layers::datapath::drain::NodesLetGo;
+use ghostip_session::layers::dns::drain::DnsLetGo;
 use ghostip_session::layers::dns::names::{ProbeName, QueryType, srv_name};
 use ghostip_session::layers::dns::probe::{ProbeCommand, ProbePath};
 use hickory_proto::rr::Name;
@@ -346,13 +350,16 @@ async fn drain(
             "default: no --fallback and no Corefile to compute a budget from".to_string(),
         ),
     };
-    let mut model = DrainModel::new(DrainConfig {
+    // Every registered layer's part, and the pod's own connections when asked.
+    let mut model = crate::layers::drain_model(DrainConfig {
         ip,
         started,
         max_wait,
         fallback: fallback.clone(),
-        wait_connections: args.wait_connections,
     });
+    if args.wait_connections {
+        model.register(Box::new(ConnectionsLetGo::new(ip)));
+    }
     for why in &plan.unknown {
         model.unknown("dns", "kube-system", why.clone());
     }
@@ -423,7 +430,7 @@ async fn drain(
     let agent_client = AgentClient::new(conn.as_ref().and_then(|c| c.bearer.clone()), timeout);
     let mut agents: Vec<Agent> = Vec::new();
     if args.no_agents {
-        model.nodes_unknown("--no-agents: node datapaths are not asked");
+        nodes_unknown(&mut model, "--no-agents: node datapaths are not asked");
     } else if !args.agents.is_empty() {
         agents = args
             .agents
@@ -440,15 +447,18 @@ async fn drain(
             port: args.agent_port,
         };
         match node_agents::find(&c.client, &sel, timeout).await {
-            Ok(a) if a.is_empty() => model.nodes_unknown(format!(
-                "no running agent pod ({}) in namespace {}",
-                args.agent_selector, args.agent_namespace
-            )),
+            Ok(a) if a.is_empty() => nodes_unknown(
+                &mut model,
+                format!(
+                    "no running agent pod ({}) in namespace {}",
+                    args.agent_selector, args.agent_namespace
+                ),
+            ),
             Ok(a) => agents = a,
-            Err(e) => model.nodes_unknown(format!("{:#}", anyhow::Error::from(e))),
+            Err(e) => nodes_unknown(&mut model, format!("{:#}", anyhow::Error::from(e))),
         }
     } else {
-        model.nodes_unknown("no API server to find the agents");
+        nodes_unknown(&mut model, "no API server to find the agents");
     }
 
     let mut ticker = tokio::time::interval(settings.interval.max(Duration::from_millis(100)));
@@ -514,10 +524,14 @@ async fn drain(
                             if !dns_added {
                                 dns_added = true;
                                 for (p, caches, ttl) in &plan.paths {
-                                    model.add_dns_path(p.id(), *caches, *ttl);
+                                    if let Some(dns) = model.part_mut::<DnsLetGo>() {
+                                        dns.add_path(p.id(), *caches, *ttl);
+                                    }
                                 }
-                                if plan.paths.is_empty() {
-                                    model.dns_unknown("no DNS path could be found");
+                                if plan.paths.is_empty()
+                                    && let Some(dns) = model.part_mut::<DnsLetGo>()
+                                {
+                                    dns.unknown("no DNS path could be found");
                                 }
                             }
                             let _ = probe_tx.send(ProbeCommand::Burst {
@@ -532,7 +546,10 @@ async fn drain(
             Some(ev) = probe_rx.recv() => {
                 dns_queries += 1;
                 if let Some(id) = path_ids.get(ev.observation.path.0 as usize) {
-                    model.on_dns(id, &ev.observation);
+                    let t0 = model.t0();
+                    if let Some(dns) = model.part_mut::<DnsLetGo>() {
+                        dns.on_answer(id, &ev.observation, t0);
+                    }
                 }
             }
             _ = ticker.tick() => {
@@ -542,13 +559,15 @@ async fn drain(
                     let answers = futures::future::join_all(asks).await;
                     agent_requests += answers.len() as u64;
                     for (a, r) in agents.iter().zip(answers) {
-                        model.on_node(&a.node, r);
+                        if let Some(nodes) = model.part_mut::<NodesLetGo>() {
+                            nodes.on_node(&a.node, r);
+                        }
                     }
                 }
-                if args.wait_connections {
+                if let Some(c) = model.part_mut::<ConnectionsLetGo>() {
                     match count_connections() {
-                        Ok(n) => model.on_connections(Time::now(), n),
-                        Err(e) => model.connections_unknown(e),
+                        Ok(n) => c.on_count(Time::now(), n),
+                        Err(e) => c.unknown(e),
                     }
                 }
             }
@@ -799,6 +818,13 @@ async fn record_event(
         .await
         .map_err(|_| anyhow::anyhow!("no answer within {} ms", timeout.as_millis()))??;
     Ok(())
+}
+
+/// The nodes' datapaths cannot be checked at all (no agent to ask), with why.
+fn nodes_unknown(model: &mut DrainModel, why: impl Into<String>) {
+    if let Some(nodes) = model.part_mut::<NodesLetGo>() {
+        nodes.unknown(why);
+    }
 }
 
 #[cfg(test)]

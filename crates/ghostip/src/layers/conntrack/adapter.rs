@@ -227,7 +227,7 @@ impl ConntrackReads {
         let Some(model) = p.session.layer::<ConntrackModel>() else {
             return;
         };
-        let busy = model.unconverged(&p.session.engine) || model.pending();
+        let busy = model.unconverged(p.session.engine()) || model.pending();
         if let Some(reason) = self.reads.begin(now, synced, busy) {
             let clients = model.client_ips();
             let timeout = self.reads.timeout;
@@ -264,7 +264,7 @@ impl ConntrackReads {
                 .with_layer_cx::<ConntrackModel, _>(|m, cx| m.attach(cx, lag, started))
             {
                 p.act(actions).await;
-                let id = p.session.engine.path(path).map(|i| i.id.clone());
+                let id = p.session.engine().path(path).map(|i| i.id.clone());
                 tracing::info!(node = %self.node, path = id.as_deref().unwrap_or(""), "conntrack readable; its path is judged");
                 Arc::make_mut(&mut self.status).path = id;
             }
@@ -347,7 +347,7 @@ impl ConntrackReads {
     async fn record(&self, p: &Pipeline, outcome: &ReadOutcome) {
         let out = &self.out;
         for obs in &outcome.recorded {
-            if let Some(path) = p.session.engine.path(obs.path) {
+            if let Some(path) = p.session.engine().path(obs.path) {
                 let _ = out
                     .ledger
                     .send(LedgerOp::Observation {

@@ -18,4 +18,5 @@ pub(super) const LAYER: Registration = Registration {
             .map(|n| Box::new(ConntrackModel::new(n.to_string())) as Box<dyn LayerModel>)
     },
     node: Some(adapter::start),
+    drain: None,
 };

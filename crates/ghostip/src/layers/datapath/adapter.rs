@@ -246,10 +246,7 @@ impl DatapathReads {
             description: format!("datapath {} on {node}", kind.as_str()),
             node: Some(node.to_string()),
         };
-        let idx = p
-            .session
-            .engine
-            .add_path(info.clone(), setup.args.datapath_lag);
+        let idx = p.session.add_path(info.clone(), setup.args.datapath_lag);
         let mut model = DatapathModel::new(node, idx);
         model.set_family(source.datapath().family());
         p.session.register(model);
@@ -333,7 +330,7 @@ impl DatapathReads {
         let stale_now = p
             .session
             .layer::<DatapathModel>()
-            .map_or(0, |m| m.stale_now(&p.session.engine));
+            .map_or(0, |m| m.stale_now(p.session.engine()));
         let view = ReadView {
             reason: Some(reason),
             at: Some(started),
@@ -439,7 +436,7 @@ impl DatapathReads {
         let unconverged = p
             .session
             .layer::<DatapathModel>()
-            .is_some_and(|m| m.unconverged(&p.session.engine));
+            .is_some_and(|m| m.unconverged(p.session.engine()));
         if let Some(reason) = r.reads.begin(now, synced, unconverged) {
             let read = r
                 .source

@@ -17,4 +17,5 @@ pub(super) const LAYER: Registration = Registration {
     layer: ghostip_core::Layer::Datapath,
     model: |_| None,
     node: Some(adapter::start),
+    drain: Some(|_| Box::new(ghostip_session::layers::datapath::drain::NodesLetGo::new())),
 };

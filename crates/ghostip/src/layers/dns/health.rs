@@ -221,7 +221,7 @@ impl DnsHealthCheck {
             changed = true;
             if let Some((idx, info)) = p
                 .session
-                .engine
+                .engine()
                 .paths()
                 .find(|(_, i)| i.id == h.path.id())
                 .map(|(i, info)| (i, info.clone()))

@@ -31,4 +31,5 @@ pub(super) const LAYER: Registration = Registration {
     layer: ghostip_core::Layer::Dns,
     model: |setup| Some(Box::new(DnsModel::new(setup.dns.clone())) as Box<dyn LayerModel>),
     node: Some(health::start),
+    drain: Some(|ip| Box::new(ghostip_session::layers::dns::drain::DnsLetGo::new(ip))),
 };
