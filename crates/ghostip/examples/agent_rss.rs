@@ -28,8 +28,10 @@ use ghostip::agent::cost::{CostCap, CostConfig};
 use ghostip::agent::readers::run_and_parse;
 use ghostip::kube::{Received, ResourceKind, SyncState, TruthEvent, TruthObject};
 use ghostip_core::truth::PodRecord;
-use ghostip_core::{PathInfo, PathKind, PodRef, Time};
+
+use ghostip_core::{PathInfo, PodRef, Time};
 use ghostip_datapath::Format;
+use ghostip_session::layers::datapath::IPTABLES;
 use ghostip_session::layers::dns::paths::PathConfig;
 use ghostip_session::layers::dns::{DnsConfig, DnsModel};
 use ghostip_session::{Session, SessionConfig};
@@ -130,7 +132,7 @@ fn main() {
         Session::new(SessionConfig::default(), SyncState::new(t, kinds.clone())).with_layer(dns);
     let info = PathInfo {
         id: format!("iptables/{THIS_NODE}"),
-        kind: PathKind::Iptables,
+        kind: IPTABLES,
         description: format!("datapath iptables on {THIS_NODE}"),
         node: Some(THIS_NODE.to_string()),
     };

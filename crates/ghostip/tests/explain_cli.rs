@@ -12,6 +12,7 @@ use assert_cmd::Command;
 use ghostip::ledger::Ledger;
 use ghostip_core::truth::{EndpointRecord, PodRecord};
 use ghostip_core::{ChangeTime, PodRef, ServiceKey, Time};
+use ghostip_session::layers::conntrack::{CONNTRACK, CONNTRACK_TABLE};
 use serde_json::Value;
 
 fn t(s: f64) -> Time {
@@ -1241,9 +1242,9 @@ fn failures_are_joined_with_the_flows_an_agent_saw_outlive_the_endpoint() {
         let mut l = Ledger::open(&db).unwrap();
         l.record_finding(&ghostip::ledger::FindingRecord {
             kind: ghostip::ledger::FindingKind::Stale,
-            layer: ghostip_core::Layer::Conntrack,
+            layer: CONNTRACK.to_string(),
             path_id: "conntrack/node-1".into(),
-            path_kind: ghostip_core::PathKind::Conntrack,
+            path_kind: CONNTRACK_TABLE.to_string(),
             service: ServiceKey::new("shop", "web"),
             target: ghostip_core::Target::socket(ip("10.244.1.10"), 8080),
             t0: t(100.0),

@@ -13,9 +13,10 @@ use ghostip::ledger::{
 };
 use ghostip_core::truth::{EndpointRecord, PodRecord};
 use ghostip_core::{
-    ChangeTime, FailureReason, HeldTarget, Layer, Observation, ObservationResult, PathIdx,
-    PathInfo, PathKind, PodRef, ServiceKey, Target, Time,
+    ChangeTime, FailureReason, HeldTarget, Observation, ObservationResult, PathIdx, PathInfo,
+    PodRef, ServiceKey, Target, Time,
 };
+use ghostip_session::layers::dns::{DNS, DNS_POD};
 
 fn t(s: i64) -> Time {
     Time::from_second(1_700_000_000 + s).unwrap()
@@ -666,7 +667,7 @@ fn a_membership_relist_closes_vanished_services() {
 fn path_info() -> PathInfo {
     PathInfo {
         id: "dns-pod/10.244.0.5:53".into(),
-        kind: PathKind::DnsPod,
+        kind: DNS_POD,
         description: "dns via 10.244.0.5 (kube-system/coredns-abc)".into(),
         node: None,
     }
@@ -752,7 +753,7 @@ fn identical_consecutive_observations_become_one_run() {
             Some(Duration::from_millis(3))
         )
     );
-    assert_eq!(r.path_kind, PathKind::DnsPod);
+    assert_eq!(r.path_kind, DNS_POD.as_str());
     assert_eq!(
         (runs[2].failure.as_deref(), runs[2].count),
         (Some("timeout"), 2)
@@ -777,9 +778,9 @@ fn identical_consecutive_observations_become_one_run() {
 fn finding(path: &str, t0: i64) -> FindingRecord {
     FindingRecord {
         kind: FindingKind::Stale,
-        layer: Layer::Dns,
+        layer: DNS.to_string(),
         path_id: path.into(),
-        path_kind: PathKind::DnsPod,
+        path_kind: DNS_POD.to_string(),
         service: svc(),
         target: Target::ip(ip("10.0.0.7")),
         t0: t(t0),

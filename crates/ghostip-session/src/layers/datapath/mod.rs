@@ -10,6 +10,8 @@
 
 pub mod cost;
 
+pub use ghostip_datapath::layers::{CILIUM, DATAPATH, DATAPATH_KINDS, IPTABLES, IPVS, NFTABLES};
+
 use std::any::Any;
 
 use ghostip_core::engine::{Discrepancy, Engine};
@@ -122,7 +124,7 @@ impl DatapathModel {
 
 impl LayerModel for DatapathModel {
     fn layer(&self) -> Layer {
-        Layer::Datapath
+        DATAPATH
     }
 
     /// A Service event re-derives that Service's set whatever the truth reported: its ports,
@@ -150,7 +152,7 @@ mod tests {
     use std::time::Duration;
 
     use ghostip_core::engine::{EngineEvent, Tracking};
-    use ghostip_core::{PathInfo, PathKind, Target};
+    use ghostip_core::{PathInfo, Target};
     use ghostip_datapath::{Format, PackedTable};
     use ghostip_testkit::dumps::{GenModel, GenSpec, THIS_NODE};
 
@@ -170,7 +172,7 @@ mod tests {
         let path = s.engine.add_path(
             PathInfo {
                 id: format!("iptables/{THIS_NODE}"),
-                kind: PathKind::Iptables,
+                kind: IPTABLES,
                 description: "datapath".into(),
                 node: Some(THIS_NODE.into()),
             },

@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use ghostip_core::{Layer, PathIdx, Protocol, ServiceKey, Target, Time};
+use ghostip_core::{PathIdx, Protocol, ServiceKey, Target, Time};
+use ghostip_session::layers::conntrack::CONNTRACK;
 use ghostip_session::layers::conntrack::{ConntrackModel, ReadOutcome, StaleFlow};
 use serde::Serialize;
 
@@ -418,7 +419,7 @@ fn stale_flows_gauge<'m>(
     node: &str,
 ) -> impl std::ops::Deref<Target = prometheus_client::metrics::gauge::Gauge> + 'm {
     metrics.stale_flows.get_or_create(&StaleFlowLabels {
-        layer: Layer::Conntrack.to_string(),
+        layer: CONNTRACK.to_string(),
         node: node.to_string(),
     })
 }

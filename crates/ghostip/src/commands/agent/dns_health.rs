@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use ghostip_core::{FailureReason, HeldTarget, Observation, ObservationResult, PathKind, Time};
+use ghostip_core::{FailureReason, HeldTarget, Observation, ObservationResult, Time};
+use ghostip_session::layers::dns::{DNS_CLUSTER_IP, DNS_NODE_LOCAL, DNS_POD};
 use hickory_proto::rr::Name;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -184,12 +185,7 @@ async fn health_loop(
         let round: Vec<DnsPath> = paths
             .borrow()
             .iter()
-            .filter(|p| {
-                matches!(
-                    p.info.kind,
-                    PathKind::DnsPod | PathKind::DnsClusterIp | PathKind::DnsNodeLocal
-                )
-            })
+            .filter(|p| matches!(p.info.kind, DNS_POD | DNS_CLUSTER_IP | DNS_NODE_LOCAL))
             .cloned()
             .collect();
         let mut set = JoinSet::new();

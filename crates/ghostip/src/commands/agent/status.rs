@@ -13,6 +13,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use ghostip_core::engine::{EngineEvent, Tracking};
 use ghostip_core::{Layer, Time};
+use ghostip_session::layers::datapath::DATAPATH;
 use serde::Serialize;
 
 use super::super::pipeline::Pipeline;
@@ -163,7 +164,7 @@ pub(super) fn ip_view(st: &AgentStatus, ip: IpAddr) -> IpView {
             .open
             .iter()
             .filter(|t| {
-                t.layer == Layer::Datapath
+                t.layer == DATAPATH
                     && t.kind == "stale"
                     && t.converged_by.is_none()
                     && t.ip.to_canonical() == ip
@@ -291,7 +292,7 @@ pub(super) fn emit_events(printer: &Printer, p: &Pipeline, events: &[EngineEvent
             EngineEvent::Closed(t) => ("closed", t),
         };
         let Some(v) = view(p, t) else { continue };
-        if v.layer == Layer::Datapath {
+        if v.layer == DATAPATH {
             match change {
                 "stuck" => {
                     tracing::warn!(path = %v.path, service = %v.service, target = %v.target, kind = %v.kind, "datapath stuck: still differs from the truth")
@@ -322,6 +323,7 @@ mod tests {
     use axum::extract::Request;
     use ghostip_core::{PodRef, Protocol, ServiceKey, Target};
     use ghostip_session::layers::conntrack::StaleFlow;
+    use ghostip_session::layers::dns::DNS;
     use tower::ServiceExt as _;
 
     fn t(s: &str) -> Time {
@@ -357,7 +359,7 @@ mod tests {
     fn status() -> AgentStatus {
         let dp = "iptables/node-2";
         let dns = "dns-pod/10.244.1.5:53@node-2";
-        let mut converging = tracking(Layer::Datapath, dp, "demo/db", "10.244.1.7:5432", "stale");
+        let mut converging = tracking(DATAPATH, dp, "demo/db", "10.244.1.7:5432", "stale");
         converging.converged_by = Some(t("2026-03-19T08:00:06Z"));
         AgentStatus {
             node: "node-2".to_string(),
@@ -368,14 +370,14 @@ mod tests {
                 ..ReadView::default()
             },
             open: vec![
-                tracking(Layer::Datapath, dp, "demo/web", "10.244.1.7:8080", "stale"),
-                tracking(Layer::Datapath, dp, "demo/web", "10.244.1.8:8080", "stale"),
-                tracking(Layer::Datapath, dp, "demo/api", "10.244.1.7:9090", "stale"),
+                tracking(DATAPATH, dp, "demo/web", "10.244.1.7:8080", "stale"),
+                tracking(DATAPATH, dp, "demo/web", "10.244.1.8:8080", "stale"),
+                tracking(DATAPATH, dp, "demo/api", "10.244.1.7:9090", "stale"),
                 converging,
-                tracking(Layer::Datapath, dp, "demo/new", "10.244.1.7:80", "missing"),
-                tracking(Layer::Dns, dns, "demo/web-headless", "10.244.1.7", "stale"),
-                tracking(Layer::Datapath, dp, "demo/v6", "[fd00::7]:8080", "stale"),
-                tracking(Layer::Datapath, dp, "demo/web", "10.244.1.70:8080", "stale"),
+                tracking(DATAPATH, dp, "demo/new", "10.244.1.7:80", "missing"),
+                tracking(DNS, dns, "demo/web-headless", "10.244.1.7", "stale"),
+                tracking(DATAPATH, dp, "demo/v6", "[fd00::7]:8080", "stale"),
+                tracking(DATAPATH, dp, "demo/web", "10.244.1.70:8080", "stale"),
             ],
             ..AgentStatus::default()
         }
