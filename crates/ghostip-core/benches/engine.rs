@@ -14,6 +14,9 @@ use ghostip_core::{
     ServiceKey, Target, Time,
 };
 
+/// A layer of bare-IP answers, declared here: the engine takes any layer.
+const ANSWERS: Layer = Layer::new("answers");
+const ANSWER_SERVER: PathKind = PathKind::new(ANSWERS, "answer-server");
 const SERVICES: usize = 1_000;
 const PATHS: usize = 3;
 const OBS: usize = 100_000;
@@ -37,7 +40,7 @@ fn setup() -> (Engine, Vec<Observation>) {
             e.add_path(
                 PathInfo {
                     id: format!("dns-pod/{p}"),
-                    kind: PathKind::DnsPod,
+                    kind: ANSWER_SERVER,
                     description: String::new(),
                     node: None,
                 },
@@ -51,7 +54,7 @@ fn setup() -> (Engine, Vec<Observation>) {
         .collect();
     for (s, key) in services.iter().enumerate() {
         let set: BTreeSet<Target> = (1..=3).map(|i| ip(s, i)).collect();
-        e.set_desired(Layer::Dns, key, set, ChangeTime::received_at(t0));
+        e.set_desired(ANSWERS, key, set, ChangeTime::received_at(t0));
     }
     e.truth_synced(t0);
     // A rollout on every tenth service, so a share of observations hits open trackings.
@@ -61,7 +64,7 @@ fn setup() -> (Engine, Vec<Observation>) {
         .filter(|(s, _)| s.is_multiple_of(10))
     {
         let set: BTreeSet<Target> = (2..=4).map(|i| ip(s, i)).collect();
-        e.set_desired(Layer::Dns, key, set, ChangeTime::received_at(t0));
+        e.set_desired(ANSWERS, key, set, ChangeTime::received_at(t0));
     }
     let obs = (0..OBS)
         .map(|n| {

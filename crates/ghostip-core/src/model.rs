@@ -1,8 +1,9 @@
 //! The shared vocabulary: services, endpoints, pods, targets, layers and paths.
 //!
-//! Every layer (DNS, datapath, conntrack, client, config) reports what it holds
-//! in these types, so the engine can compare any path with the truth without
-//! knowing where the observation came from.
+//! Every layer (DNS, datapath, conntrack, …) reports what it holds in these types, so
+//! the engine can compare any path with the truth without knowing where the
+//! observation came from. Layers and path kinds are open: the core names none of them
+//! (see [`Layer`]).
 
 use std::fmt;
 use std::net::IpAddr;
@@ -125,104 +126,121 @@ impl fmt::Display for Target {
     }
 }
 
-/// A kind of copy of the truth.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Layer {
-    /// DNS answers (CoreDNS pods, the kube-dns ClusterIP, NodeLocal DNSCache).
-    Dns,
-    /// A node's load-balancer datapath (kube-proxy iptables/nftables/IPVS, Cilium).
-    Datapath,
-    /// Connection-tracking entries on a node.
-    Conntrack,
-    /// Client-side copies seen through error logs.
-    Client,
-    /// Configuration (Corefiles, pod specs).
-    Config,
-}
+/// A kind of copy of the truth (`dns`, `datapath`, `conntrack`, …).
+///
+/// The vocabulary is open: the core declares no layer. Each layer declares its own
+/// constant next to its model (e.g. `ghostip_session::layers::dns::DNS`), so a new layer
+/// is added without touching the core. Serializes as its id (`"dns"`); where text comes
+/// back (the ledger, an agent's `/status`), it stays text, so an unknown id is not an error.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Layer(&'static str);
 
 impl Layer {
-    /// The lower-case name used in metrics labels and reports.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Layer::Dns => "dns",
-            Layer::Datapath => "datapath",
-            Layer::Conntrack => "conntrack",
-            Layer::Client => "client",
-            Layer::Config => "config",
-        }
+    /// A layer named `id`, lowercase kebab-case (`[a-z0-9]` words joined by single `-`).
+    ///
+    /// Declare layers as `const` items: a malformed id then fails the build (the check
+    /// runs at compile time).
+    pub const fn new(id: &'static str) -> Self {
+        assert!(is_vocab_name(id), "a layer id is lowercase kebab-case");
+        Self(id)
+    }
+
+    /// The id used in metrics labels, reports and the ledger.
+    pub const fn as_str(self) -> &'static str {
+        self.0
     }
 }
 
 impl fmt::Display for Layer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.0)
     }
 }
 
-/// The kind of a path, a metrics label with bounded cardinality.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PathKind {
-    /// A CoreDNS (kube-dns) pod queried at its pod IP.
-    DnsPod,
-    /// The kube-dns Service queried at its ClusterIP (goes through a node's datapath).
-    DnsClusterIp,
-    /// NodeLocal DNSCache (169.254.20.10 by default).
-    DnsNodeLocal,
-    /// A DNS server given on the command line.
-    DnsOverride,
-    /// kube-proxy in iptables mode.
-    Iptables,
-    /// kube-proxy in nftables mode.
-    Nftables,
-    /// kube-proxy in IPVS mode.
-    Ipvs,
-    /// Cilium's load-balancer maps.
-    Cilium,
-    /// Connection tracking.
-    Conntrack,
+impl fmt::Debug for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Layer({})", self.0)
+    }
+}
+
+impl Serialize for Layer {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0)
+    }
+}
+
+/// The kind of a path (`dns-pod`, `iptables`, …), a metrics label with bounded cardinality.
+///
+/// Open like [`Layer`]: each layer declares its kinds as constants next to its own.
+/// Two kinds are equal when their layer and name are; serializes as its name.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PathKind {
+    layer: Layer,
+    name: &'static str,
 }
 
 impl PathKind {
-    /// The kebab-case name used in metrics labels and reports.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PathKind::DnsPod => "dns-pod",
-            PathKind::DnsClusterIp => "dns-cluster-ip",
-            PathKind::DnsNodeLocal => "dns-node-local",
-            PathKind::DnsOverride => "dns-override",
-            PathKind::Iptables => "iptables",
-            PathKind::Nftables => "nftables",
-            PathKind::Ipvs => "ipvs",
-            PathKind::Cilium => "cilium",
-            PathKind::Conntrack => "conntrack",
-        }
+    /// A kind of path of `layer` named `name`, lowercase kebab-case like a layer id.
+    ///
+    /// Declare kinds as `const` items: a malformed name then fails the build.
+    pub const fn new(layer: Layer, name: &'static str) -> Self {
+        assert!(
+            is_vocab_name(name),
+            "a path kind name is lowercase kebab-case"
+        );
+        Self { layer, name }
+    }
+
+    /// The name used in metrics labels, reports and the ledger.
+    pub const fn as_str(self) -> &'static str {
+        self.name
     }
 
     /// The layer this kind of path belongs to.
-    pub fn layer(self) -> Layer {
-        match self {
-            PathKind::DnsPod
-            | PathKind::DnsClusterIp
-            | PathKind::DnsNodeLocal
-            | PathKind::DnsOverride => Layer::Dns,
-            PathKind::Iptables | PathKind::Nftables | PathKind::Ipvs | PathKind::Cilium => {
-                Layer::Datapath
-            }
-            PathKind::Conntrack => Layer::Conntrack,
-        }
+    pub const fn layer(self) -> Layer {
+        self.layer
     }
 }
 
 impl fmt::Display for PathKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.name)
     }
 }
 
+impl fmt::Debug for PathKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PathKind({}/{})", self.layer.0, self.name)
+    }
+}
+
+impl Serialize for PathKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name)
+    }
+}
+
+/// Whether `s` is a valid layer id or path kind name: non-empty words of `[a-z0-9]`
+/// joined by single `-`, e.g. `dns-cluster-ip`. Usable in `const` context.
+pub const fn is_vocab_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.is_empty() || b[0] == b'-' || b[b.len() - 1] == b'-' {
+        return false;
+    }
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        let ok = c.is_ascii_lowercase() || c.is_ascii_digit() || (c == b'-' && b[i - 1] != b'-');
+        if !ok {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// One concrete copy of the truth: `dns via 10.244.1.5 (coredns-abc)`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct PathInfo {
     /// Stable identifier, e.g. `dns-pod/10.244.1.5:53` or `iptables/node-2`.
     pub id: String,
@@ -541,4 +559,49 @@ pub struct Observation {
     /// Round-trip time of the probe, where there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency: Option<Duration>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEST: Layer = Layer::new("test");
+    const TEST_KIND: PathKind = PathKind::new(TEST, "test-path-2");
+
+    #[test]
+    fn vocab_names_are_lowercase_kebab() {
+        for ok in ["dns", "dns-cluster-ip", "grpc-channelz", "ipv6", "a"] {
+            assert!(is_vocab_name(ok), "{ok}");
+        }
+        for bad in [
+            "", "-", "dns-", "-dns", "dns--pod", "Dns", "dns_pod", "dns pod", "dns.pod",
+        ] {
+            assert!(!is_vocab_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_kind_the_core_never_saw_serializes_as_its_name() -> Result<(), serde_json::Error> {
+        assert_eq!(TEST_KIND.layer(), TEST);
+        assert_eq!(TEST_KIND.to_string(), "test-path-2");
+        let info = PathInfo {
+            id: "test-path-2/a".into(),
+            kind: TEST_KIND,
+            description: "d".into(),
+            node: None,
+        };
+        assert_eq!(info.layer(), TEST);
+        assert_eq!(
+            serde_json::to_string(&(TEST, info))?,
+            r#"["test",{"id":"test-path-2/a","kind":"test-path-2","description":"d"}]"#
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn kinds_of_the_same_name_in_two_layers_differ() {
+        const OTHER: Layer = Layer::new("other");
+        assert_ne!(PathKind::new(TEST, "x"), PathKind::new(OTHER, "x"));
+        assert_eq!(PathKind::new(TEST, "x"), PathKind::new(TEST, "x"));
+    }
 }

@@ -17,6 +17,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::Parsed;
 use crate::against_truth::Family;
 use crate::error::ParseError;
+use crate::layers::{CILIUM, CONNTRACK_TABLE, IPTABLES, IPVS, NFTABLES};
 use crate::model::{LbTable, Location, SkipStats};
 use crate::packed::PackedTable;
 use crate::text::{ByteLineSink, OVERLONG_LINE, drive_raw, drive_reader_raw, utf8};
@@ -245,7 +246,7 @@ fn read_bpf_lb_list(r: &mut dyn BufRead) -> Result<Parsed, ParseError> {
     }
 }
 
-const CILIUM_PATH: PathKind = PathKind::Cilium;
+const CILIUM_PATH: PathKind = CILIUM;
 
 formats! {
     /// `iptables-save` / `ip6tables-save` of kube-proxy iptables mode (any table layout
@@ -263,7 +264,7 @@ formats! {
             // The nat table holds every service → endpoint DNAT; the filter table only
             // adds `has no endpoints` REJECTs, which are not backends.
             argv: &[&["iptables-save", "-t", "nat"]],
-            path_kind: PathKind::Iptables,
+            path_kind: IPTABLES,
             family: Family::V4,
             agent: Some(AgentRead {
                 runs_in: RunsIn::Node,
@@ -284,7 +285,7 @@ formats! {
         read_packed: Some(|r, t| nft::parse_reader_into(r, t)),
         dump: Dump {
             argv: &[&["nft", "-j", "list", "table", "ip", "kube-proxy"]],
-            path_kind: PathKind::Nftables,
+            path_kind: NFTABLES,
             family: Family::V4,
             agent: Some(AgentRead {
                 runs_in: RunsIn::Node,
@@ -309,7 +310,7 @@ formats! {
         read_packed: None,
         dump: Dump {
             argv: &[&["ipvsadm-save", "-n"]],
-            path_kind: PathKind::Ipvs,
+            path_kind: IPVS,
             family: Family::Both,
             agent: Some(AgentRead {
                 runs_in: RunsIn::Node,
@@ -453,7 +454,7 @@ formats! {
         read_packed: None,
         dump: Dump {
             argv: &[&["conntrack", "-L"]],
-            path_kind: PathKind::Conntrack,
+            path_kind: CONNTRACK_TABLE,
             family: Family::Both,
             agent: None,
         },

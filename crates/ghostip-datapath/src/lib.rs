@@ -32,6 +32,7 @@ mod error;
 mod format;
 pub mod iptables;
 pub mod ipvs;
+pub mod layers;
 mod model;
 pub mod nft;
 mod packed;

@@ -9,10 +9,9 @@ use ghostip_core::engine::{Discrepancy, Engine, EngineConfig, EngineEvent, Verdi
 use ghostip_core::truth::{
     EndpointPort, EndpointRecord, ServicePort, ServiceRecord, SliceRecord, TrafficPolicy, Truth,
 };
-use ghostip_core::{
-    ChangeTime, Layer, ObservationResult, PathIdx, PathInfo, PathKind, ServiceKey, Target, Time,
-};
+use ghostip_core::{ChangeTime, ObservationResult, PathIdx, PathInfo, ServiceKey, Target, Time};
 use ghostip_datapath::against_truth::*;
+use ghostip_datapath::layers::IPTABLES;
 use ghostip_datapath::{
     Backend, BackendState, Format, Frontend, FrontendKind, LbTable, PackedTable, Protocol,
     iptables, ipvs, nft,
@@ -367,7 +366,7 @@ fn datapath_path(e: &mut Engine, node: &str) -> PathIdx {
     e.add_path(
         PathInfo {
             id: format!("iptables/{node}"),
-            kind: PathKind::Iptables,
+            kind: IPTABLES,
             description: format!("kube-proxy iptables on {node}"),
             node: Some(node.into()),
         },
@@ -445,7 +444,6 @@ fn the_engine_judges_a_datapath_from_its_observations_like_a_dns_path() {
     assert_eq!(closed[0].window_lower(), Some(Duration::from_secs(30)));
     assert_eq!(closed[0].window_upper(), Some(Duration::from_secs(31)));
     assert_eq!(closed[0].verdict, Verdict::OverExpectedLag);
-    let _ = Layer::Datapath;
 }
 
 #[test]

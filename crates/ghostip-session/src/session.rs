@@ -549,6 +549,7 @@ impl Session {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::layers::dns::DNS_NODE_LOCAL;
     use crate::layers::dns::paths::PathConfig;
     use crate::layers::dns::{DnsConfig, DnsModel};
     use crate::truth_event::{ConfigMapRef, ResourceKind};
@@ -665,9 +666,9 @@ cluster.local:53 {
             .unwrap()
             .clone();
         // Before NodeLocal DNSCache's Corefile is known, its path gets CoreDNS's lag.
-        assert_eq!(lag_of(&s, PathKind::DnsNodeLocal), coredns.cache_lag);
+        assert_eq!(lag_of(&s, DNS_NODE_LOCAL), coredns.cache_lag);
         corefile(&mut s, t, "node-local-dns", NODE_LOCAL);
-        let node_local = lag_of(&s, PathKind::DnsNodeLocal);
+        let node_local = lag_of(&s, DNS_NODE_LOCAL);
         // CoreDNS hands out the remaining TTL of its cached entry, so NodeLocal's copy
         // expires with it, plus up to NodeLocal's own 5 s minimum TTL.
         assert_eq!(coredns.cache_lag, Duration::from_secs(30));
@@ -676,7 +677,7 @@ cluster.local:53 {
         let nl = s
             .engine
             .paths()
-            .find(|(_, p)| p.kind == PathKind::DnsNodeLocal)
+            .find(|(_, p)| p.kind == DNS_NODE_LOCAL)
             .map(|(i, _)| i)
             .unwrap();
         assert!(facts[&nl].notes[0].contains("node-local-dns"), "{facts:?}");
@@ -687,7 +688,7 @@ cluster.local:53 {
             "coredns",
             &CLASSIC.replace("cache 30", "cache 5"),
         );
-        assert!(lag_of(&s, PathKind::DnsNodeLocal) < node_local);
+        assert!(lag_of(&s, DNS_NODE_LOCAL) < node_local);
     }
 
     fn headless_slice(ips: &[&str]) -> SliceRecord {

@@ -26,9 +26,11 @@ use std::time::{Duration, Instant};
 use ghostip::kube::{Received, ResourceKind, SyncState, TruthEvent, TruthObject};
 use ghostip::layers::datapath::readers::run_and_parse;
 use ghostip_core::truth::PodRecord;
-use ghostip_core::{PathInfo, PathKind, PodRef, Time};
+
+use ghostip_core::{PathInfo, PodRef, Time};
 use ghostip_datapath::Format;
 use ghostip_session::layers::datapath::DatapathModel;
+use ghostip_session::layers::datapath::IPTABLES;
 use ghostip_session::layers::datapath::cost::{CostCap, CostConfig};
 use ghostip_session::layers::dns::paths::PathConfig;
 use ghostip_session::layers::dns::{DnsConfig, DnsModel};
@@ -130,7 +132,7 @@ fn main() {
         Session::new(SessionConfig::default(), SyncState::new(t, kinds.clone())).with_layer(dns);
     let info = PathInfo {
         id: format!("iptables/{THIS_NODE}"),
-        kind: PathKind::Iptables,
+        kind: IPTABLES,
         description: format!("datapath iptables on {THIS_NODE}"),
         node: Some(THIS_NODE.to_string()),
     };

@@ -16,6 +16,7 @@ use ghostip_core::truth::{
 use ghostip_core::{
     HeldTarget, Observation, ObservationResult, PodRef, Protocol, ServiceKey, Target, Time,
 };
+use ghostip_session::layers::dns::DNS_POD;
 use ghostip_session::layers::dns::{DnsConfig, DnsModel};
 use ghostip_session::{Session, SessionConfig};
 
@@ -131,7 +132,7 @@ fn main() {
             s.add_path(
                 ghostip_core::PathInfo {
                     id: format!("dns-pod/10.96.{p}.1:53"),
-                    kind: ghostip_core::PathKind::DnsPod,
+                    kind: DNS_POD,
                     description: String::new(),
                     node: None,
                 },

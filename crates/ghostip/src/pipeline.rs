@@ -394,9 +394,9 @@ impl Pipeline {
             } else {
                 FindingKind::Missing
             },
-            layer: path.layer(),
+            layer: path.layer().to_string(),
             path_id: path.id.clone(),
-            path_kind: path.kind,
+            path_kind: path.kind.to_string(),
             service: t.service.clone(),
             target: t.target,
             t0: change.map_or(t.opened, |c| c.t0),

@@ -19,8 +19,9 @@ use ghostip::clock::{Clock, TokioClock};
 use ghostip::layers::dns::prober::{DnsTransport, ProbeEvent, ProbeSource, ProberConfig};
 use ghostip::layers::dns::query::{DnsAnswer, QueryError, Transport};
 use ghostip_core::{
-    FailureReason, HeldTarget, ObservationResult, PathIdx, PathKind, ServiceKey, Target, Time,
+    FailureReason, HeldTarget, ObservationResult, PathIdx, ServiceKey, Target, Time,
 };
+use ghostip_session::layers::dns::DNS_POD;
 use ghostip_session::layers::dns::names::{ProbeName, QueryType, ServiceNames};
 use ghostip_session::layers::dns::paths::DnsPath;
 use ghostip_session::layers::dns::probe::{ProbeCommand, ProbePath};
@@ -139,7 +140,7 @@ fn paths(n: u8) -> Vec<ProbePath> {
             let server = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 244, i, 10)), 53);
             ProbePath {
                 idx: PathIdx(u32::from(i)),
-                path: DnsPath::new(PathKind::DnsPod, server, Some("kube-system/coredns"), None),
+                path: DnsPath::new(DNS_POD, server, Some("kube-system/coredns"), None),
             }
         })
         .collect()
@@ -307,10 +308,7 @@ async fn bursts_preempt_the_sweep() {
         "the sweep gets what the bursts leave: {sweeps}"
     );
     assert!(max_in_window(&recorder.sent(), Duration::from_secs(1)) <= 100);
-    assert_eq!(
-        stats.queries.get(&(PathKind::DnsPod, ProbeSource::Burst)),
-        Some(&64)
-    );
+    assert_eq!(stats.queries.get(&(DNS_POD, ProbeSource::Burst)), Some(&64));
 }
 
 #[tokio::test(start_paused = true)]
@@ -529,7 +527,7 @@ async fn observations_carry_path_index_answer_time_and_failures() {
             .iter()
             .all(|e| e.observation.result == ObservationResult::Failed(FailureReason::Timeout))
     );
-    assert_eq!(stats.errors.get(&(PathKind::DnsPod, "timeout")), Some(&5));
+    assert_eq!(stats.errors.get(&(DNS_POD, "timeout")), Some(&5));
     assert_eq!(
         stats.in_flight, 4,
         "queries to the silent path sent at 1250 … 2000 ms still outstanding"

@@ -13,6 +13,7 @@ use ghostip_session::layers::dns::names::{
     NameConfig, ProbeName, QueryType, service_names, sweep_names,
 };
 use ghostip_session::layers::dns::paths::{DnsPath, PathConfig, diff, diff_with_truth, discover};
+use ghostip_session::layers::dns::{DNS_CLUSTER_IP, DNS_NODE_LOCAL, DNS_OVERRIDE, DNS_POD};
 use hickory_proto::rr::Name;
 
 fn t0() -> Time {
@@ -158,11 +159,11 @@ fn discovers_every_kind_of_dns_path() {
     assert_eq!(
         kinds,
         [
-            PathKind::DnsPod,
-            PathKind::DnsPod,
-            PathKind::DnsClusterIp,
-            PathKind::DnsNodeLocal,
-            PathKind::DnsOverride
+            DNS_POD,
+            DNS_POD,
+            DNS_CLUSTER_IP,
+            DNS_NODE_LOCAL,
+            DNS_OVERRIDE
         ]
     );
     assert_eq!(

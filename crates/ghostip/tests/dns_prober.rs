@@ -16,6 +16,7 @@ use ghostip_core::{FailureReason, ObservationResult, PathIdx, PathKind, ServiceK
 use ghostip_session::layers::dns::names::{ProbeName, QueryType, ServiceNames};
 use ghostip_session::layers::dns::paths::DnsPath;
 use ghostip_session::layers::dns::probe::{ProbeCommand, ProbePath};
+use ghostip_session::layers::dns::{DNS_CLUSTER_IP, DNS_NODE_LOCAL, DNS_OVERRIDE, DNS_POD};
 
 const WEB: &str = "web.prod.svc.cluster.local.";
 
@@ -81,9 +82,9 @@ async fn caching_front_serves_a_removed_ip_until_its_ttl_expires() {
     let r = start(fast(), QueryConfig::default());
     r.commands
         .send(ProbeCommand::SetPaths(vec![
-            path(0, PathKind::DnsPod, pod_a.addr),
-            path(1, PathKind::DnsPod, pod_b.addr),
-            path(2, PathKind::DnsNodeLocal, front.addr),
+            path(0, DNS_POD, pod_a.addr),
+            path(1, DNS_POD, pod_b.addr),
+            path(2, DNS_NODE_LOCAL, front.addr),
         ]))
         .await
         .unwrap();
@@ -191,11 +192,7 @@ async fn deleted_service_is_an_empty_answer_not_a_failure() {
     let pod = TestServer::start(ip("127.0.20.11"), FakeDns::new(zone.clone())).await;
     let r = start(fast(), QueryConfig::default());
     r.commands
-        .send(ProbeCommand::SetPaths(vec![path(
-            0,
-            PathKind::DnsPod,
-            pod.addr,
-        )]))
+        .send(ProbeCommand::SetPaths(vec![path(0, DNS_POD, pod.addr)]))
         .await
         .unwrap();
     r.commands
@@ -259,10 +256,10 @@ async fn every_path_is_swept_and_failures_are_counted_per_path_kind() {
     );
     r.commands
         .send(ProbeCommand::SetPaths(vec![
-            path(0, PathKind::DnsPod, healthy.addr),
-            path(1, PathKind::DnsOverride, failing.addr),
-            path(2, PathKind::DnsPod, truncating.addr),
-            path(3, PathKind::DnsClusterIp, hole.local_addr().unwrap()),
+            path(0, DNS_POD, healthy.addr),
+            path(1, DNS_OVERRIDE, failing.addr),
+            path(2, DNS_POD, truncating.addr),
+            path(3, DNS_CLUSTER_IP, hole.local_addr().unwrap()),
         ]))
         .await
         .unwrap();
@@ -282,7 +279,7 @@ async fn every_path_is_swept_and_failures_are_counted_per_path_kind() {
     assert!(
         stats
             .errors
-            .get(&(PathKind::DnsOverride, "servfail"))
+            .get(&(DNS_OVERRIDE, "servfail"))
             .copied()
             .unwrap_or(0)
             >= 2,
@@ -291,7 +288,7 @@ async fn every_path_is_swept_and_failures_are_counted_per_path_kind() {
     assert!(
         stats
             .errors
-            .get(&(PathKind::DnsClusterIp, "timeout"))
+            .get(&(DNS_CLUSTER_IP, "timeout"))
             .copied()
             .unwrap_or(0)
             >= 2,
@@ -343,7 +340,7 @@ async fn shutdown_is_prompt_with_queries_in_flight() {
     let paths = holes
         .iter()
         .enumerate()
-        .map(|(i, h)| path(i as u32, PathKind::DnsPod, h.local_addr().unwrap()))
+        .map(|(i, h)| path(i as u32, DNS_POD, h.local_addr().unwrap()))
         .collect();
     r.commands
         .send(ProbeCommand::SetPaths(paths))

@@ -12,6 +12,7 @@ use assert_cmd::Command;
 use ghostip::ledger::Ledger;
 use ghostip_core::truth::{EndpointRecord, PodRecord};
 use ghostip_core::{ChangeTime, PodRef, ServiceKey, Time};
+use ghostip_session::layers::conntrack::{CONNTRACK, CONNTRACK_TABLE};
 use serde_json::Value;
 
 fn t(s: f64) -> Time {
@@ -1230,6 +1231,29 @@ fn tables_fit_the_terminal_and_wide_keeps_the_full_values() {
     assert!(out.contains("2023-11-14T22:13:20"), "{out}");
 }
 
+/// The stale flows node-1's agent saw to web-a's IP, 100 to 108 s.
+fn conntrack_finding() -> ghostip::ledger::FindingRecord {
+    ghostip::ledger::FindingRecord {
+        kind: ghostip::ledger::FindingKind::Stale,
+        layer: CONNTRACK.to_string(),
+        path_id: "conntrack/node-1".into(),
+        path_kind: CONNTRACK_TABLE.to_string(),
+        service: ServiceKey::new("shop", "web"),
+        target: ghostip_core::Target::socket(ip("10.244.1.10"), 8080),
+        t0: t(100.0),
+        received: t(100.05),
+        trigger: None,
+        t0_correction: None,
+        last_seen: Some(t(107.0)),
+        converged_by: Some(t(108.0)),
+        window: Some(std::time::Duration::from_secs(8)),
+        expected_lag: Some(std::time::Duration::from_secs(1)),
+        verdict: "over-expected-lag".into(),
+        exposure: None,
+        former_pod: Some(pref("web-a")),
+    }
+}
+
 /// A ledger kept by a node's agent also holds its conntrack findings: the flows to web-a's IP
 /// that outlived its endpoint. explain joins the failures with them.
 #[test]
@@ -1237,29 +1261,10 @@ fn failures_are_joined_with_the_flows_an_agent_saw_outlive_the_endpoint() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ledger.db");
     write_ledger(&db);
-    {
-        let mut l = Ledger::open(&db).unwrap();
-        l.record_finding(&ghostip::ledger::FindingRecord {
-            kind: ghostip::ledger::FindingKind::Stale,
-            layer: ghostip_core::Layer::Conntrack,
-            path_id: "conntrack/node-1".into(),
-            path_kind: ghostip_core::PathKind::Conntrack,
-            service: ServiceKey::new("shop", "web"),
-            target: ghostip_core::Target::socket(ip("10.244.1.10"), 8080),
-            t0: t(100.0),
-            received: t(100.05),
-            trigger: None,
-            t0_correction: None,
-            last_seen: Some(t(107.0)),
-            converged_by: Some(t(108.0)),
-            window: Some(std::time::Duration::from_secs(8)),
-            expected_lag: Some(std::time::Duration::from_secs(1)),
-            verdict: "over-expected-lag".into(),
-            exposure: None,
-            former_pod: Some(pref("web-a")),
-        })
+    Ledger::open(&db)
+        .unwrap()
+        .record_finding(&conntrack_finding())
         .unwrap();
-    }
     let log = dir.path().join("client.log");
     std::fs::write(&log, client_log()).unwrap();
     let out = ghostip()
@@ -1316,4 +1321,71 @@ fn failures_are_joined_with_the_flows_an_agent_saw_outlive_the_endpoint() {
         ),
         "{table}"
     );
+}
+
+/// A finding of a layer and path kind this binary does not know (a newer binary's gRPC
+/// channelz layer, written with plain SQL) about web-a's IP: `explain --db` and `whois`
+/// read the ledger as before, and take the row for what it is (not conntrack flows).
+#[test]
+fn a_finding_of_an_unknown_layer_does_not_stop_explain_or_whois() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ledger.db");
+    write_ledger(&db);
+    Ledger::open(&db)
+        .unwrap()
+        .record_finding(&conntrack_finding())
+        .unwrap();
+    let changed = rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute(
+            "UPDATE findings SET layer = 'grpc', path_kind = 'grpc-channelz', \
+             path_id = 'grpc-channelz/web-7c9'",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    let log = dir.path().join("client.log");
+    std::fs::write(&log, client_log()).unwrap();
+    let out = ghostip()
+        .arg("--db")
+        .arg(&db)
+        .args(["explain", "-o", "json"])
+        .arg(&log)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let x = json(&out);
+    let web_a = x["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["ip"] == "10.244.1.10")
+        .unwrap_or_else(|| panic!("no target 10.244.1.10: {x}"));
+    assert!(web_a.get("agent_flows").is_none(), "{web_a}");
+    // The same classes as with a ledger that never had the row.
+    let plain = dir.path().join("plain.db");
+    write_ledger(&plain);
+    let out = ghostip()
+        .arg("--db")
+        .arg(&plain)
+        .args(["explain", "-o", "json"])
+        .arg(&log)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    assert_eq!(classes(&x), classes(&json(&out)));
+    let whois = ghostip()
+        .arg("--db")
+        .arg(&db)
+        .args(["whois", "10.244.1.10", "-o", "json"])
+        .assert()
+        .code(0)
+        .get_output()
+        .stdout
+        .clone();
+    assert!(String::from_utf8_lossy(&whois).contains("web-a"));
 }

@@ -13,9 +13,10 @@ use ghostip::ledger::{
 };
 use ghostip_core::truth::{EndpointRecord, PodRecord};
 use ghostip_core::{
-    ChangeTime, FailureReason, HeldTarget, Layer, Observation, ObservationResult, PathIdx,
-    PathInfo, PathKind, PodRef, ServiceKey, Target, Time,
+    ChangeTime, FailureReason, HeldTarget, Observation, ObservationResult, PathIdx, PathInfo,
+    PodRef, ServiceKey, Target, Time,
 };
+use ghostip_session::layers::dns::{DNS, DNS_POD};
 
 fn t(s: i64) -> Time {
     Time::from_second(1_700_000_000 + s).unwrap()
@@ -666,7 +667,7 @@ fn a_membership_relist_closes_vanished_services() {
 fn path_info() -> PathInfo {
     PathInfo {
         id: "dns-pod/10.244.0.5:53".into(),
-        kind: PathKind::DnsPod,
+        kind: DNS_POD,
         description: "dns via 10.244.0.5 (kube-system/coredns-abc)".into(),
         node: None,
     }
@@ -752,7 +753,7 @@ fn identical_consecutive_observations_become_one_run() {
             Some(Duration::from_millis(3))
         )
     );
-    assert_eq!(r.path_kind, PathKind::DnsPod);
+    assert_eq!(r.path_kind, DNS_POD.as_str());
     assert_eq!(
         (runs[2].failure.as_deref(), runs[2].count),
         (Some("timeout"), 2)
@@ -777,9 +778,9 @@ fn identical_consecutive_observations_become_one_run() {
 fn finding(path: &str, t0: i64) -> FindingRecord {
     FindingRecord {
         kind: FindingKind::Stale,
-        layer: Layer::Dns,
+        layer: DNS.to_string(),
         path_id: path.into(),
-        path_kind: PathKind::DnsPod,
+        path_kind: DNS_POD.to_string(),
         service: svc(),
         target: Target::ip(ip("10.0.0.7")),
         t0: t(t0),
@@ -827,6 +828,91 @@ fn findings_are_upserted_per_path_service_target_and_t0() {
     l.record_finding(&c).unwrap();
     let back = l.findings_since(t(700)).unwrap();
     assert_eq!(back, vec![c]);
+}
+
+/// Copies every row of `table` matching `filter` with `set` (column, SQL value) replacing
+/// those columns: rows "written by a newer binary", with plain SQL.
+fn copy_rows(conn: &rusqlite::Connection, table: &str, filter: &str, set: &[(&str, &str)]) {
+    let cols: Vec<String> = conn
+        .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let cols: Vec<&str> = cols
+        .iter()
+        .map(String::as_str)
+        .filter(|c| *c != "id")
+        .collect();
+    let values: Vec<&str> = cols
+        .iter()
+        .map(|c| set.iter().find(|(k, _)| k == c).map_or(*c, |(_, v)| *v))
+        .collect();
+    let n = conn
+        .execute(
+            &format!(
+                "INSERT INTO {table} ({}) SELECT {} FROM {table} WHERE {filter}",
+                cols.join(", "),
+                values.join(", ")
+            ),
+            [],
+        )
+        .unwrap();
+    assert!(n > 0, "no row of {table} matched {filter}");
+}
+
+/// A layer and path kind this binary has never heard of (a gRPC channelz layer, written by
+/// a newer binary into a ledger this one made) read back as the text stored, through
+/// every read path, next to the rows it knows.
+#[test]
+fn rows_of_a_layer_and_kind_this_binary_does_not_know_read_back_as_text() {
+    let (d, mut l) = fresh();
+    let p = path_info();
+    l.record_observation(&p, &held(0, &[("10.0.0.7", 30)]))
+        .unwrap();
+    l.record_finding(&finding("dns-pod/a", 100)).unwrap();
+    drop(l);
+    let db = d.path().join("ghostip.db");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let path = "'grpc-channelz/web-7c9'";
+        let kind = "'grpc-channelz'";
+        copy_rows(
+            &conn,
+            "observations",
+            "path_kind = 'dns-pod'",
+            &[("path_id", path), ("path_kind", kind)],
+        );
+        copy_rows(
+            &conn,
+            "findings",
+            "path_kind = 'dns-pod'",
+            &[("path_id", path), ("path_kind", kind), ("layer", "'grpc'")],
+        );
+    }
+    let l = Ledger::open_read_only(&db).unwrap();
+    let runs = l.observation_runs("grpc-channelz/web-7c9", &svc()).unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].path_kind, "grpc-channelz");
+    let all = l.findings_since(t(0)).unwrap();
+    let kinds: Vec<(&str, &str)> = all
+        .iter()
+        .map(|f| (f.layer.as_str(), f.path_kind.as_str()))
+        .collect();
+    assert_eq!(kinds, [("dns", "dns-pod"), ("grpc", "grpc-channelz")]);
+    assert_eq!(l.findings_for_ip(ip("10.0.0.7")).unwrap(), all);
+    let json = serde_json::to_value(&all[1]).unwrap();
+    assert_eq!(
+        (&json["layer"], &json["path_kind"], &json["path_id"]),
+        (
+            &serde_json::json!("grpc"),
+            &serde_json::json!("grpc-channelz"),
+            &serde_json::json!("grpc-channelz/web-7c9")
+        )
+    );
+    let back: FindingRecord = serde_json::from_value(json).unwrap();
+    assert_eq!(back, all[1]);
 }
 
 #[test]

@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use ghostip::ledger::{FindingKind, FindingRecord, Ledger, LedgerOp, LedgerWriter, WriterOptions};
 use ghostip_core::truth::{EndpointRecord, PodRecord};
 use ghostip_core::{
-    ChangeTime, HeldTarget, Layer, Observation, ObservationResult, PathIdx, PathInfo, PathKind,
-    PodRef, ServiceKey, Target, Time,
+    ChangeTime, HeldTarget, Observation, ObservationResult, PathIdx, PathInfo, PodRef, ServiceKey,
+    Target, Time,
 };
+use ghostip_session::layers::dns::{DNS, DNS_POD};
 
 const CHILD_ENV: &str = "GHOSTIP_LEDGER_CRASH_CHILD";
 const ROUNDS: u32 = 16;
@@ -90,7 +91,7 @@ fn child(path: &Path, seed: u64) -> ! {
     let svc = ServiceKey::new("crash", "web");
     let path_info = PathInfo {
         id: "dns-pod/10.9.0.1:53".into(),
-        kind: PathKind::DnsPod,
+        kind: DNS_POD,
         description: "dns".into(),
         node: None,
     };
@@ -146,9 +147,9 @@ fn child(path: &Path, seed: u64) -> ! {
                 },
                 8 => LedgerOp::Finding(FindingRecord {
                     kind: FindingKind::Stale,
-                    layer: Layer::Dns,
+                    layer: DNS.to_string(),
                     path_id: path_info.id.clone(),
-                    path_kind: PathKind::DnsPod,
+                    path_kind: DNS_POD.to_string(),
                     service: svc.clone(),
                     target: Target::ip(ip(rng.below(64))),
                     t0: at,

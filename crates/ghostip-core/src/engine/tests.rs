@@ -3,6 +3,21 @@
 
 use super::*;
 use crate::model::{HeldTarget, PathKind, Protocol};
+
+// The engine judges layers and path kinds it has never seen: these tests declare their
+// own, none of which the product uses.
+/// Paths that answer with bare IPs (as DNS does).
+const ANSWERS: Layer = Layer::new("answers");
+/// An answer server queried directly.
+const ANSWER_SERVER: PathKind = PathKind::new(ANSWERS, "answer-server");
+/// Paths that route to `ip:port` backends (as a datapath does).
+const ROUTES: Layer = Layer::new("routes");
+/// A node's routing rules.
+const ROUTE_RULES: PathKind = PathKind::new(ROUTES, "route-rules");
+/// Live flows, judged stale-only (as conntrack is).
+const FLOWS: Layer = Layer::new("flows");
+/// A node's flow table.
+const FLOW_TABLE: PathKind = PathKind::new(FLOWS, "flow-table");
 use proptest::prelude::*;
 use std::net::Ipv4Addr;
 
@@ -22,7 +37,7 @@ fn dns_path(e: &mut Engine, n: u8, lag: u64) -> PathIdx {
     e.add_path(
         PathInfo {
             id: format!("dns-pod/10.244.0.{n}:53"),
-            kind: PathKind::DnsPod,
+            kind: ANSWER_SERVER,
             description: format!("dns via 10.244.0.{n}"),
             node: None,
         },
@@ -66,7 +81,7 @@ fn first_closed(events: &[EngineEvent]) -> Tracking {
 /// IP 1 leaves the truth at t0 = 0 (desired {2, 3}).
 fn remove_ip1_at_t0(e: &mut Engine) -> Vec<EngineEvent> {
     e.set_desired(
-        Layer::Dns,
+        ANSWERS,
         &svc(),
         set(&[ip(2), ip(3)]),
         ChangeTime::received_at(t(0)),
@@ -89,7 +104,7 @@ fn synced() -> (Engine, PathIdx) {
     let mut e = Engine::new(EngineConfig::default());
     let p = dns_path(&mut e, 10, 30);
     e.set_desired(
-        Layer::Dns,
+        ANSWERS,
         &svc(),
         set(&[ip(1), ip(2), ip(3)]),
         ChangeTime::received_at(t(-60_000)),
@@ -138,7 +153,7 @@ fn exact_window_for_a_removed_ip() {
     let (mut e, p) = synced();
     e.observe(&obs(p, t(-5_000), &[(ip(1), 25), (ip(2), 25), (ip(3), 25)]));
     let ev = e.set_desired(
-        Layer::Dns,
+        ANSWERS,
         &svc(),
         set(&[ip(2), ip(3), ip(4)]),
         ChangeTime::received_at(t(0)),
@@ -238,7 +253,7 @@ fn nothing_is_judged_before_the_truth_synced() {
     let mut e = Engine::new(EngineConfig::default());
     let p = dns_path(&mut e, 10, 30);
     e.set_desired(
-        Layer::Dns,
+        ANSWERS,
         &svc(),
         set(&[ip(2)]),
         ChangeTime::received_at(t(0)),
@@ -247,7 +262,7 @@ fn nothing_is_judged_before_the_truth_synced() {
     assert!(ev.is_empty());
     assert_eq!(e.open_count(), 0);
     e.set_desired(
-        Layer::Dns,
+        ANSWERS,
         &svc(),
         set(&[ip(3)]),
         ChangeTime::received_at(t(200)),
@@ -263,7 +278,7 @@ fn truth_gaps_never_produce_staleness() {
     let ev = e.observe(&obs(p, t(1_000), &[(ip(1), 30), (ip(2), 30), (ip(9), 30)]));
     assert!(ev.is_empty());
     let ev = e.set_desired(
-        Layer::Dns,
+        ANSWERS,
         &svc(),
         set(&[ip(2)]),
         ChangeTime::received_at(t(2_000)),
@@ -276,7 +291,7 @@ fn truth_gaps_never_produce_staleness() {
     assert_eq!(e.gaps(), &[(t(0), Some(t(5_000)))]);
     // A change whose t0 fell inside the gap is measured but not judged.
     e.set_desired(
-        Layer::Dns,
+        ANSWERS,
         &svc(),
         set(&[ip(3)]),
         ChangeTime {
@@ -381,7 +396,7 @@ fn readded_target_cancels_its_stale_tracking() {
     remove_ip1_at_t0(&mut e);
     e.observe(&obs(p, t(1_000), &[(ip(1), 30), (ip(2), 30), (ip(3), 30)]));
     let ev = e.set_desired(
-        Layer::Dns,
+        ANSWERS,
         &svc(),
         set(&[ip(1), ip(2), ip(3)]),
         ChangeTime::received_at(t(2_000)),
@@ -426,7 +441,7 @@ fn datapath_targets_with_ports_compare_like_dns_ones() {
     let p = e.add_path(
         PathInfo {
             id: "iptables/node-2".into(),
-            kind: PathKind::Iptables,
+            kind: ROUTE_RULES,
             description: "iptables on node-2".into(),
             node: Some("node-2".into()),
         },
@@ -435,19 +450,9 @@ fn datapath_targets_with_ports_compare_like_dns_ones() {
     let a = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 2, 5)), 53);
     let b = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 2, 6)), 53);
     let _ = Protocol::Udp;
-    e.set_desired(
-        Layer::Datapath,
-        &svc(),
-        set(&[a, b]),
-        ChangeTime::received_at(t(0)),
-    );
+    e.set_desired(ROUTES, &svc(), set(&[a, b]), ChangeTime::received_at(t(0)));
     e.truth_synced(t(0));
-    e.set_desired(
-        Layer::Datapath,
-        &svc(),
-        set(&[b]),
-        ChangeTime::received_at(t(1_000)),
-    );
+    e.set_desired(ROUTES, &svc(), set(&[b]), ChangeTime::received_at(t(1_000)));
     e.observe(&Observation {
         path: p,
         service: svc(),
@@ -478,7 +483,7 @@ fn datapath_path(e: &mut Engine, node: &str) -> PathIdx {
     e.add_path(
         PathInfo {
             id: format!("iptables/{node}"),
-            kind: PathKind::Iptables,
+            kind: ROUTE_RULES,
             description: format!("kube-proxy iptables on {node}"),
             node: Some(node.into()),
         },
@@ -524,7 +529,7 @@ fn per_path_desired_sets_judge_each_node_against_its_own_endpoints() {
     assert_eq!(e.open_count(), 0);
     // A layer-wide set does not open trackings on paths that have their own.
     let ev = e.set_desired(
-        Layer::Datapath,
+        ROUTES,
         &svc(),
         set(&[a, b]),
         ChangeTime::received_at(t(600)),
@@ -578,12 +583,7 @@ fn a_path_without_its_own_set_follows_the_layer_and_removal_forgets_it() {
     let n2 = datapath_path(&mut e, "node-2");
     let a = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 1, 5)), 80);
     let b = Target::socket(IpAddr::V4(Ipv4Addr::new(10, 244, 2, 6)), 80);
-    e.set_desired(
-        Layer::Datapath,
-        &svc(),
-        set(&[a, b]),
-        ChangeTime::received_at(t(0)),
-    );
+    e.set_desired(ROUTES, &svc(), set(&[a, b]), ChangeTime::received_at(t(0)));
     e.set_desired_on_path(n2, &svc(), set(&[b]), ChangeTime::received_at(t(0)));
     e.truth_synced(t(0));
     // node-1 is compared with the layer's set: holding only b means a is missing.
@@ -649,7 +649,7 @@ proptest! {
                     prop_assert_eq!(e.open_count(), opened_before);
                 }
                 Step::Desire(ips) => {
-                    e.set_desired(Layer::Dns, &svc(), ips.iter().map(|i| ip(*i)).collect(), ChangeTime::received_at(t(now)));
+                    e.set_desired(ANSWERS, &svc(), ips.iter().map(|i| ip(*i)).collect(), ChangeTime::received_at(t(now)));
                     if !judging_before { prop_assert_eq!(e.open_count(), opened_before); }
                 }
                 Step::Gap => e.truth_gap(t(now)),
@@ -684,7 +684,7 @@ fn answers_older_than_the_change_do_not_count() {
     // The truth event arrives at 1 s but says the change happened at 1 s; an answer
     // stamped 0.9 s (sent before, processed after) still holds the IP legitimately.
     e.set_desired(
-        Layer::Dns,
+        ANSWERS,
         &svc(),
         set(&[ip(2), ip(3)]),
         ChangeTime::received_at(t(1_000)),
@@ -754,14 +754,14 @@ fn the_initial_baseline_keeps_no_change_times() {
     let p = dns_path(&mut e, 1, 5);
     // The initial LIST: a baseline, no arrival times kept.
     e.set_desired(
-        Layer::Dns,
+        ANSWERS,
         &svc(),
         set(&[ip(1), ip(2)]),
         ChangeTime::received_at(t(0)),
     );
     e.truth_synced(t(100));
     let sid = e.service_ids[&svc()];
-    assert!(e.desired[&(Layer::Dns, sid)].arrived.is_empty());
+    assert!(e.desired[&(ANSWERS, sid)].arrived.is_empty());
     // A path that never served ip(2): missing, dated by the observation that found it.
     let ev = e.observe(&obs(p, t(1_000), &[(ip(1), 5)]));
     let opened = ev
@@ -776,12 +776,12 @@ fn the_initial_baseline_keeps_no_change_times() {
     assert_eq!(opened.opened, t(1_000));
     // After the sync, changes are dated again.
     e.set_desired(
-        Layer::Dns,
+        ANSWERS,
         &svc(),
         set(&[ip(1), ip(3)]),
         ChangeTime::received_at(t(2_000)),
     );
-    let d = &e.desired[&(Layer::Dns, sid)];
+    let d = &e.desired[&(ANSWERS, sid)];
     assert_eq!(d.arrived(&ip(3)).map(|c| c.t0), Some(t(2_000)));
     assert_eq!(d.departed(&ip(2)).map(|c| c.t0), Some(t(2_000)));
 }
@@ -862,7 +862,7 @@ fn a_tracking_is_over_its_expected_lag_while_still_open() {
     let mut e = Engine::new(EngineConfig::default());
     let p = dns_path(&mut e, 10, 2);
     e.set_desired(
-        Layer::Dns,
+        ANSWERS,
         &svc(),
         set(&[ip(1), ip(2), ip(3)]),
         ChangeTime::received_at(t(-60_000)),
@@ -913,7 +913,7 @@ fn over_expected_lag_survives_the_path_and_the_target_and_waits_out_gaps() {
     e.observe(&obs(p, t(32_000), &[(ip(1), 1), (ip(2), 1), (ip(3), 1)]));
     e.tick(t(32_100));
     let readded = e.set_desired(
-        Layer::Dns,
+        ANSWERS,
         &svc(),
         set(&[ip(1), ip(2), ip(3)]),
         ChangeTime::received_at(t(33_000)),
@@ -935,7 +935,7 @@ fn conntrack_path(e: &mut Engine, node: &str) -> PathIdx {
     e.add_path_judging(
         PathInfo {
             id: format!("conntrack/{node}"),
-            kind: PathKind::Conntrack,
+            kind: FLOW_TABLE,
             description: format!("conntrack on {node}"),
             node: Some(node.into()),
         },
@@ -1073,7 +1073,7 @@ fn each_family_is_judged_by_its_own_answers() {
     let mut e = Engine::new(EngineConfig::default());
     let p = dns_path(&mut e, 10, 30);
     let at = ChangeTime::received_at(t(-60_000));
-    e.set_desired(Layer::Dns, &svc(), set(&[ip(1), ip(2), ip6(1), ip6(2)]), at);
+    e.set_desired(ANSWERS, &svc(), set(&[ip(1), ip(2), ip6(1), ip6(2)]), at);
     e.truth_synced(t(-60_000));
     // Right answers of each family: nothing opens.
     e.observe_scoped(&obs(p, t(-5_000), &[(ip(1), 5), (ip(2), 5)]), &Scope::Ipv4);
@@ -1085,7 +1085,7 @@ fn each_family_is_judged_by_its_own_answers() {
     // ip6(1) leaves; the AAAA answer keeps it: stale. The A answer neither converges it nor
     // opens anything.
     e.set_desired(
-        Layer::Dns,
+        ANSWERS,
         &svc(),
         set(&[ip(1), ip(2), ip6(2)]),
         ChangeTime::received_at(t(0)),
@@ -1106,7 +1106,7 @@ fn each_family_is_judged_by_its_own_answers() {
     // An unscoped A-only answer would have called both IPv6 endpoints missing.
     let mut whole = Engine::new(EngineConfig::default());
     let q = dns_path(&mut whole, 10, 30);
-    whole.set_desired(Layer::Dns, &svc(), set(&[ip(1), ip6(1)]), at);
+    whole.set_desired(ANSWERS, &svc(), set(&[ip(1), ip6(1)]), at);
     whole.truth_synced(t(-60_000));
     whole.observe(&obs(q, t(0), &[(ip(1), 5)]));
     assert_eq!(open_of(&whole), vec![(ip6(1), Discrepancy::Missing)]);
@@ -1119,7 +1119,7 @@ fn srv_answers_are_judged_by_their_port() {
     let p = dns_path(&mut e, 10, 30);
     let sock = |last: u8, port: u16| Target::socket(ip(last).ip, port);
     e.set_desired(
-        Layer::Dns,
+        ANSWERS,
         &svc(),
         set(&[
             ip(1),
@@ -1133,7 +1133,7 @@ fn srv_answers_are_judged_by_their_port() {
     );
     e.truth_synced(t(-60_000));
     e.set_desired(
-        Layer::Dns,
+        ANSWERS,
         &svc(),
         set(&[ip(2), sock(2, 8080), sock(2, 9090)]),
         ChangeTime::received_at(t(0)),

@@ -1,7 +1,9 @@
-//! The built-in layers' pure models: [`dns`] (every DNS path) and [`datapath`] (one node's load balancer).
+//! The built-in layers' pure models: [`dns`] (every DNS path), [`datapath`] (one node's load balancer) and [`conntrack`] (one node's connection-tracking table).
 //!
 //! Each implements [`LayerModel`](crate::LayerModel); the binary crate's adapters read the
 //! paths (DNS queries, datapath dumps) and feed what they read back through the model.
+//! Each declares its layer id and path kinds next to its model ([`dns::DNS`],
+//! [`datapath::DATAPATH`], [`conntrack::CONNTRACK`] and their kinds): the core names none.
 
 pub mod conntrack;
 pub mod datapath;

@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use ghostip_core::engine::{Discrepancy, Engine};
-use ghostip_core::{ChangeTime, Layer, Observation, ObservationResult, ServiceKey, Time};
+use ghostip_core::{ChangeTime, Observation, ObservationResult, ServiceKey, Time};
+use ghostip_session::layers::dns::DNS;
 use serde::Serialize;
 
 use super::{Outcome, kube_connect, print_json, service_filter};
@@ -271,7 +272,7 @@ async fn dns_rows(
     let mut desired = BTreeMap::new();
     for key in services {
         let set = desired_answers(truth, key, names_cfg);
-        engine.set_desired(Layer::Dns, key, set.clone(), ChangeTime::received_at(at));
+        engine.set_desired(DNS, key, set.clone(), ChangeTime::received_at(at));
         desired.insert(key, set);
     }
     engine.truth_synced(at);
@@ -466,7 +467,7 @@ fn judge_agents(
             findings.push(NodeFinding {
                 node: agent.node.clone(),
                 path: dns.path.clone().unwrap_or_default(),
-                layer: "dns".into(),
+                layer: DNS.to_string(),
                 service: "kube-system/kube-dns".into(),
                 target: None,
                 kind: "dns-health".into(),

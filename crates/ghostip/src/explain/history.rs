@@ -2,7 +2,8 @@
 
 use std::net::IpAddr;
 
-use ghostip_core::{PathKind, Time};
+use ghostip_core::Time;
+use ghostip_session::layers::conntrack::CONNTRACK_TABLE;
 
 use crate::ledger::{FindingRecord, Ledger, LedgerError, Membership, Ownership};
 
@@ -44,7 +45,7 @@ pub struct FlowWindow {
 impl FlowWindow {
     /// From a ledger finding of a conntrack path.
     fn of(f: &FindingRecord) -> Option<Self> {
-        (f.path_kind == PathKind::Conntrack).then(|| Self {
+        (f.path_kind == CONNTRACK_TABLE.as_str()).then(|| Self {
             path: f.path_id.clone(),
             service: f.service.to_string(),
             target: f.target.to_string(),

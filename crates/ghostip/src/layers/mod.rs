@@ -215,7 +215,9 @@ mod tests {
             .expect("docs/ARCHITECTURE.md has an `Adding a layer` section");
         let rows: Vec<Vec<&str>> = section
             .lines()
-            .filter(|l| l.starts_with("| ") && l.contains('`'))
+            .skip_while(|l| *l != "| layer | model | adapter |")
+            .skip(2)
+            .take_while(|l| l.starts_with("| "))
             .map(|l| {
                 l.split('|')
                     .map(str::trim)

@@ -12,7 +12,7 @@ use crate::pipeline::Pipeline;
 
 /// The DNS layer: its tracking changes are many (every path of every change) and are not
 /// logged one by one; the node's own paths (datapath, conntrack) are.
-const DNS_LAYER: Layer = Layer::Dns;
+const DNS_LAYER: Layer = ghostip_session::layers::dns::DNS;
 
 /// Where the node-local adapters report.
 #[derive(Clone)]

@@ -3,12 +3,11 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use ghostip_core::{Layer, PathKind, PodRef, ServiceKey, Target, Time};
+use ghostip_core::{PodRef, ServiceKey, Target, Time};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 
 use super::error::Inner;
-use super::observation::parse_path_kind;
 use super::ownership::canonical_ip;
 use super::time::{duration_ns, from_ns, ns_duration, opt_from_ns, opt_to_ns, to_ns};
 
@@ -49,12 +48,13 @@ impl FindingKind {
 pub struct FindingRecord {
     /// Stale, missing or stuck.
     pub kind: FindingKind,
-    /// The layer of the path.
-    pub layer: Layer,
+    /// The layer of the path (`Layer::as_str`). Stored and read back as text, like
+    /// `path_kind`: a layer this binary does not know reads back as it is.
+    pub layer: String,
     /// Path id (`PathInfo::id`).
     pub path_id: String,
-    /// Path kind.
-    pub path_kind: PathKind,
+    /// Path kind (`PathKind::as_str`).
+    pub path_kind: String,
     /// The Service.
     pub service: ServiceKey,
     /// The endpoint the path was wrong about.
@@ -231,8 +231,6 @@ fn into_record(raw: RawFinding) -> Result<FindingRecord, Inner> {
     let ((kind, layer, path_id, path_kind, svc_ns, svc_name, ip, port), times, pod, t0) = raw;
     let (trigger, t0_correction) = t0;
     let (t0, received, last_seen, converged_by, window, expected_lag, verdict, exposure) = times;
-    let layer = serde_json::from_value(serde_json::Value::String(layer.clone()))
-        .map_err(|_| Inner::InvalidData(format!("finding layer {layer:?}")))?;
     let ip: IpAddr = ip
         .parse()
         .map_err(|_| Inner::InvalidData(format!("finding target ip {ip:?}")))?;
@@ -241,7 +239,7 @@ fn into_record(raw: RawFinding) -> Result<FindingRecord, Inner> {
             .ok_or_else(|| Inner::InvalidData(format!("finding kind {kind:?}")))?,
         layer,
         path_id,
-        path_kind: parse_path_kind(&path_kind)?,
+        path_kind,
         service: ServiceKey::new(svc_ns, svc_name),
         target: Target { ip, port },
         t0: from_ns(t0)?,

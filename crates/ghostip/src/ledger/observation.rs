@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use ghostip_core::{Observation, ObservationResult, PathInfo, PathKind, ServiceKey, Target, Time};
+use ghostip_core::{Observation, ObservationResult, PathInfo, ServiceKey, Target, Time};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
@@ -29,8 +29,9 @@ pub enum ObservationWrite {
 pub struct ObservationRun {
     /// Path id (`PathInfo::id`).
     pub path_id: String,
-    /// Path kind.
-    pub path_kind: PathKind,
+    /// Path kind (`PathKind::as_str`), as stored: text, so a kind this binary does not
+    /// know (a ledger a newer one wrote) reads back as it is.
+    pub path_kind: String,
     /// Service.
     pub service: ServiceKey,
     /// First observation of the run.
@@ -75,11 +76,6 @@ fn parse_answer(text: &str) -> Result<Vec<Target>, Inner> {
     list.iter()
         .map(|s| parse_target(s).ok_or_else(|| Inner::InvalidData(format!("answer target {s:?}"))))
         .collect()
-}
-
-pub(crate) fn parse_path_kind(s: &str) -> Result<PathKind, Inner> {
-    serde_json::from_value(serde_json::Value::String(s.to_string()))
-        .map_err(|_| Inner::InvalidData(format!("path kind {s:?}")))
 }
 
 /// Stores one observation, merging it into the previous run when the result is the same.
@@ -216,7 +212,7 @@ pub(crate) fn runs(
             )| {
                 Ok(ObservationRun {
                     path_id: path_id.to_string(),
-                    path_kind: parse_path_kind(&kind)?,
+                    path_kind: kind,
                     service: service.clone(),
                     first: from_ns(first)?,
                     last: from_ns(last)?,

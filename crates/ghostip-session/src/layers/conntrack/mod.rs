@@ -1,7 +1,7 @@
 //! The conntrack layer: one node's connection-tracking table as one engine path, judged for staleness only: flows of this node's pods that still go to an endpoint Kubernetes removed.
 //!
 //! Pure: no IO, time passed in. [`ConntrackModel`] is the layer's model. Its path
-//! (`conntrack/node-2`, [`PathKind::Conntrack`]) is registered with
+//! (`conntrack/node-2`, [`CONNTRACK_TABLE`]) is registered with
 //! [`Judging::StaleOnly`]: a flow to a live endpoint is the normal case and no flow at all
 //! says nothing, so only stale targets are judged. For every Service the path's desired
 //! set is its current endpoints, every endpoint the slices list (ready or terminating: a
@@ -41,8 +41,8 @@ use std::time::Duration;
 use ghostip_core::engine::{Discrepancy, Engine, Judging};
 use ghostip_core::truth::{AddressType, ServiceChange, Truth};
 use ghostip_core::{
-    ChangeTime, HeldTarget, Layer, Observation, ObservationResult, PathIdx, PathInfo, PathKind,
-    PodRef, Protocol, ServiceKey, Target, Time,
+    ChangeTime, HeldTarget, Layer, Observation, ObservationResult, PathIdx, PathInfo, PodRef,
+    Protocol, ServiceKey, Target, Time,
 };
 use serde::Serialize;
 
@@ -50,9 +50,11 @@ use crate::layer::{LayerCx, LayerModel, touched_services};
 use crate::truth_event::{Received, ResourceKind, TruthEvent, TruthKey, TruthObject};
 use flows::{CollectedFlows, FlowKey};
 
+pub use ghostip_datapath::layers::{CONNTRACK, CONNTRACK_TABLE};
+
 /// The path a node's conntrack table is registered as, judged for staleness only.
 pub fn path_info(node: &str) -> (PathInfo, Judging) {
-    let kind = PathKind::Conntrack;
+    let kind = CONNTRACK_TABLE;
     (
         PathInfo {
             id: format!("{}/{node}", kind.as_str()),
@@ -539,7 +541,7 @@ fn min_target() -> Target {
 
 impl LayerModel for ConntrackModel {
     fn layer(&self) -> Layer {
-        Layer::Conntrack
+        CONNTRACK
     }
 
     /// Pods of this node are the clients; a Service event re-derives that Service's set,

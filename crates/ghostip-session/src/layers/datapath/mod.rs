@@ -11,6 +11,8 @@
 pub mod cost;
 pub mod drain;
 
+pub use ghostip_datapath::layers::{CILIUM, DATAPATH, DATAPATH_KINDS, IPTABLES, IPVS, NFTABLES};
+
 use ghostip_core::engine::{Discrepancy, Engine};
 use ghostip_core::truth::ServiceChange;
 use ghostip_core::{ChangeTime, Layer, Observation, PathIdx, ServiceKey, Time};
@@ -121,7 +123,7 @@ impl DatapathModel {
 
 impl LayerModel for DatapathModel {
     fn layer(&self) -> Layer {
-        Layer::Datapath
+        DATAPATH
     }
 
     /// A Service event re-derives that Service's set whatever the truth reported: its ports,
@@ -141,7 +143,7 @@ mod tests {
     use std::time::Duration;
 
     use ghostip_core::engine::{EngineEvent, Tracking};
-    use ghostip_core::{PathInfo, PathKind, Target};
+    use ghostip_core::{PathInfo, Target};
     use ghostip_datapath::{Format, PackedTable};
     use ghostip_testkit::dumps::{GenModel, GenSpec, THIS_NODE};
 
@@ -161,7 +163,7 @@ mod tests {
         let path = s.add_path(
             PathInfo {
                 id: format!("iptables/{THIS_NODE}"),
-                kind: PathKind::Iptables,
+                kind: IPTABLES,
                 description: "datapath".into(),
                 node: Some(THIS_NODE.into()),
             },

@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use ghostip_core::{PathKind, Time};
 use serde::Serialize;
 
+use super::{DNS_CLUSTER_IP, DNS_POD};
+
 /// Thresholds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HealthConfig {
@@ -153,7 +155,7 @@ impl DnsHealth {
     /// The verdict over the window.
     pub fn verdict(&self) -> HealthVerdict {
         let paths = self.paths();
-        let Some(cip) = paths.iter().find(|p| p.kind == PathKind::DnsClusterIp) else {
+        let Some(cip) = paths.iter().find(|p| p.kind == DNS_CLUSTER_IP) else {
             return HealthVerdict::Unknown;
         };
         if cip.probes < self.cfg.min_samples {
@@ -162,7 +164,7 @@ impl DnsHealth {
         let ratio = |p: &PathHealth| p.failures as f64 / p.probes.max(1) as f64;
         let pods: Vec<&PathHealth> = paths
             .iter()
-            .filter(|p| p.kind == PathKind::DnsPod && p.probes > 0)
+            .filter(|p| p.kind == DNS_POD && p.probes > 0)
             .collect();
         let pods_ok = !pods.is_empty()
             && pods
@@ -195,17 +197,12 @@ mod tests {
         for i in 0..n {
             let f =
                 (cip_fails_every > 0 && i % cip_fails_every == 0).then(|| "timeout".to_string());
-            h.record(CIP, PathKind::DnsClusterIp, t(i), f);
+            h.record(CIP, DNS_CLUSTER_IP, t(i), f);
             for pod in [
                 "dns-pod/10.244.1.2:53@node-2",
                 "dns-pod/10.244.2.3:53@node-2",
             ] {
-                h.record(
-                    pod,
-                    PathKind::DnsPod,
-                    t(i),
-                    pod_fails.then(|| "timeout".into()),
-                );
+                h.record(pod, DNS_POD, t(i), pod_fails.then(|| "timeout".into()));
             }
         }
     }
@@ -245,7 +242,7 @@ mod tests {
         run(&mut h, 20, 2, false);
         assert!(h.verdict().is_finding());
         for i in 20..30 {
-            h.record(CIP, PathKind::DnsClusterIp, t(i), None);
+            h.record(CIP, DNS_CLUSTER_IP, t(i), None);
         }
         assert_eq!(h.verdict(), HealthVerdict::Healthy);
         h.retain_paths(&[CIP.to_string()]);
@@ -261,11 +258,11 @@ mod tests {
         // The dead pod's path leaves the truth ...
         h.retain_paths(&[CIP.to_string(), live.to_string()]);
         // ... while a probe to it was in flight: its timeout arrives afterwards.
-        h.record(dead, PathKind::DnsPod, t(0), Some("timeout".into()));
+        h.record(dead, DNS_POD, t(0), Some("timeout".into()));
         for i in 1..=10 {
             let f = (i % 2 == 0).then(|| "timeout".to_string());
-            h.record(CIP, PathKind::DnsClusterIp, t(i), f);
-            h.record(live, PathKind::DnsPod, t(i), None);
+            h.record(CIP, DNS_CLUSTER_IP, t(i), f);
+            h.record(live, DNS_POD, t(i), None);
         }
         assert!(h.verdict().is_finding(), "{:?}", h.verdict());
         assert!(h.paths().iter().all(|p| p.path != dead));

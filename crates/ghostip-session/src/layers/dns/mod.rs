@@ -39,6 +39,19 @@ use names::{
 use paths::{DnsPath, PathConfig, diff_with_truth};
 use probe::{ProbeCommand, ProbePath};
 
+/// The DNS layer: answers of every DNS path.
+pub const DNS: Layer = Layer::new("dns");
+/// A CoreDNS (kube-dns) pod queried at its pod IP.
+pub const DNS_POD: PathKind = PathKind::new(DNS, "dns-pod");
+/// The kube-dns Service queried at its ClusterIP (goes through a node's datapath).
+pub const DNS_CLUSTER_IP: PathKind = PathKind::new(DNS, "dns-cluster-ip");
+/// NodeLocal DNSCache (169.254.20.10 by default).
+pub const DNS_NODE_LOCAL: PathKind = PathKind::new(DNS, "dns-node-local");
+/// A DNS server given on the command line.
+pub const DNS_OVERRIDE: PathKind = PathKind::new(DNS, "dns-override");
+/// The DNS layer's path kinds, in the order [`paths::discover`] lists them.
+pub const DNS_KINDS: [PathKind; 4] = [DNS_POD, DNS_CLUSTER_IP, DNS_NODE_LOCAL, DNS_OVERRIDE];
+
 /// The DNS layer's settings.
 #[derive(Clone, Debug)]
 pub struct DnsConfig {
@@ -160,7 +173,7 @@ impl DnsModel {
     /// The expected lag of one path: NodeLocal DNSCache paths add their own cache.
     fn lag_for(&self, kind: PathKind) -> Duration {
         match (kind, self.node_local_lag()) {
-            (PathKind::DnsNodeLocal, Some((_, l))) => l.cache_lag,
+            (DNS_NODE_LOCAL, Some((_, l))) => l.cache_lag,
             _ => self.lag_for_paths(),
         }
     }
@@ -208,7 +221,7 @@ impl DnsModel {
     ) {
         let desired = desired_answers(cx.truth, key, &self.cfg.names);
         let burst = self.burst_duration();
-        let change = cx.set_desired(Layer::Dns, key, desired, c.at, burst);
+        let change = cx.set_desired(DNS, key, desired, c.at, burst);
         if !change.events {
             return;
         }
@@ -345,7 +358,7 @@ fn in_scope(cx: &LayerCx<'_>) -> Vec<ServiceKey> {
 
 impl LayerModel for DnsModel {
     fn layer(&self) -> Layer {
-        Layer::Dns
+        DNS
     }
 
     fn on_truth(&mut self, cx: &mut LayerCx<'_>, r: &Received, changes: &[ServiceChange]) {
@@ -359,7 +372,7 @@ impl LayerModel for DnsModel {
             if !cx.filter.matches(cx.truth, &c.service)
                 && cx
                     .engine
-                    .desired(Layer::Dns, &c.service)
+                    .desired(DNS, &c.service)
                     .is_none_or(|d| d.is_empty())
             {
                 continue;
@@ -381,7 +394,7 @@ impl LayerModel for DnsModel {
                 continue;
             };
             let own = match (&node_local, p.info.kind) {
-                (Some((name, lag)), PathKind::DnsNodeLocal) => Some((name, lag)),
+                (Some((name, lag)), DNS_NODE_LOCAL) => Some((name, lag)),
                 _ => None,
             };
             let f = match own.or(self.corefile.as_ref().map(|(n, l)| (n, l))) {

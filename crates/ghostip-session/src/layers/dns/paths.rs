@@ -15,6 +15,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use ghostip_core::truth::{AddressType, Truth};
 use ghostip_core::{PathInfo, PathKind, Protocol, ServiceKey};
 
+use super::{DNS_CLUSTER_IP, DNS_KINDS, DNS_NODE_LOCAL, DNS_OVERRIDE, DNS_POD};
+
 /// NodeLocal DNSCache's default link-local listen address.
 pub const DEFAULT_NODE_LOCAL: SocketAddr =
     SocketAddr::new(IpAddr::V4(Ipv4Addr::new(169, 254, 20, 10)), 53);
@@ -75,8 +77,8 @@ impl DnsPath {
             server.to_string()
         };
         let via = match kind {
-            PathKind::DnsClusterIp => format!("dns via ClusterIP {shown}"),
-            PathKind::DnsNodeLocal => format!("dns via NodeLocal DNSCache {shown}"),
+            DNS_CLUSTER_IP => format!("dns via ClusterIP {shown}"),
+            DNS_NODE_LOCAL => format!("dns via NodeLocal DNSCache {shown}"),
             _ => format!("dns via {shown}"),
         };
         let mut description = match what {
@@ -166,9 +168,13 @@ pub fn parse_server(value: &str) -> Result<SocketAddr, ServerParseError> {
 /// record, at its `dns` UDP port.
 pub fn discover(truth: &Truth, config: &PathConfig) -> Vec<DnsPath> {
     let node = config.node.as_deref();
-    let mut paths: BTreeMap<(PathKind, String), DnsPath> = BTreeMap::new();
+    // Kinds sort in `DNS_KINDS` order (pods, ClusterIPs, NodeLocal, overrides), not by name.
+    let rank = |kind: PathKind| DNS_KINDS.iter().position(|k| *k == kind);
+    let mut paths: BTreeMap<(Option<usize>, String), DnsPath> = BTreeMap::new();
     let mut add = |p: DnsPath| {
-        paths.entry((p.info.kind, p.info.id.clone())).or_insert(p);
+        paths
+            .entry((rank(p.info.kind), p.info.id.clone()))
+            .or_insert(p);
     };
 
     if config.pods {
@@ -187,7 +193,7 @@ pub fn discover(truth: &Truth, config: &PathConfig) -> Vec<DnsPath> {
                     None => format!("{} endpoint", config.dns_service),
                 };
                 add(DnsPath::new(
-                    PathKind::DnsPod,
+                    DNS_POD,
                     SocketAddr::new(e.ip(), port),
                     Some(&what),
                     node,
@@ -207,7 +213,7 @@ pub fn discover(truth: &Truth, config: &PathConfig) -> Vec<DnsPath> {
         let what = config.dns_service.to_string();
         for ip in &svc.cluster_ips {
             add(DnsPath::new(
-                PathKind::DnsClusterIp,
+                DNS_CLUSTER_IP,
                 SocketAddr::new(*ip, port),
                 Some(&what),
                 node,
@@ -216,12 +222,12 @@ pub fn discover(truth: &Truth, config: &PathConfig) -> Vec<DnsPath> {
     }
 
     if let Some(addr) = config.node_local {
-        add(DnsPath::new(PathKind::DnsNodeLocal, addr, None, node));
+        add(DnsPath::new(DNS_NODE_LOCAL, addr, None, node));
     }
 
     for addr in &config.overrides {
         add(DnsPath::new(
-            PathKind::DnsOverride,
+            DNS_OVERRIDE,
             *addr,
             Some("--dns-server"),
             node,
@@ -261,6 +267,24 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
+    /// The names are the labels, ledger text and JSON of earlier releases; discovery lists
+    /// the kinds in this order, not by name.
+    #[test]
+    fn dns_kinds_keep_their_names_and_order() {
+        let names: Vec<&str> = DNS_KINDS.iter().map(|k| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "dns-pod",
+                "dns-cluster-ip",
+                "dns-node-local",
+                "dns-override"
+            ]
+        );
+        assert!(DNS_KINDS.iter().all(|k| k.layer() == super::super::DNS));
+        assert_eq!(super::super::DNS.as_str(), "dns");
+    }
+
     #[test]
     fn parses_servers() {
         assert_eq!(
@@ -290,7 +314,7 @@ mod tests {
     #[test]
     fn ids_and_descriptions() {
         let p = DnsPath::new(
-            PathKind::DnsPod,
+            DNS_POD,
             "10.244.1.5:53".parse().unwrap(),
             Some("kube-system/coredns-abc"),
             None,
@@ -301,7 +325,7 @@ mod tests {
             "dns via 10.244.1.5 (kube-system/coredns-abc)"
         );
         let p = DnsPath::new(
-            PathKind::DnsClusterIp,
+            DNS_CLUSTER_IP,
             "[fd00::a]:53".parse().unwrap(),
             None,
             Some("node-2"),
@@ -310,7 +334,7 @@ mod tests {
         assert_eq!(p.info.description, "dns via ClusterIP fd00::a from node-2");
         assert_eq!(p.info.node.as_deref(), Some("node-2"));
         let p = DnsPath::new(
-            PathKind::DnsOverride,
+            DNS_OVERRIDE,
             "127.0.0.1:5353".parse().unwrap(),
             Some("--dns-server"),
             None,

@@ -182,7 +182,10 @@ mod tests {
     use axum::extract::Request;
     use ghostip_core::Time;
     use ghostip_core::{PodRef, Protocol, ServiceKey, Target};
+    use ghostip_session::layers::conntrack::CONNTRACK;
     use ghostip_session::layers::conntrack::StaleFlow;
+    use ghostip_session::layers::datapath::DATAPATH;
+    use ghostip_session::layers::dns::DNS;
     use tower::ServiceExt as _;
 
     fn t(s: &str) -> Time {
@@ -218,13 +221,13 @@ mod tests {
     fn status() -> AgentStatus {
         let dp = "iptables/node-2";
         let dns = "dns-pod/10.244.1.5:53@node-2";
-        let mut converging = tracking(Layer::Datapath, dp, "demo/db", "10.244.1.7:5432", "stale");
+        let mut converging = tracking(DATAPATH, dp, "demo/db", "10.244.1.7:5432", "stale");
         converging.converged_by = Some(t("2026-03-19T08:00:06Z"));
         AgentStatus {
             node: "node-2".to_string(),
             truth_synced: true,
             layers: BTreeMap::from([(
-                Layer::Datapath,
+                DATAPATH,
                 Arc::new(DatapathStatus {
                     datapath: Some("iptables".to_string()),
                     last_read: ReadView {
@@ -235,14 +238,14 @@ mod tests {
                 }) as Arc<dyn LayerSnapshot>,
             )]),
             open: vec![
-                tracking(Layer::Datapath, dp, "demo/web", "10.244.1.7:8080", "stale"),
-                tracking(Layer::Datapath, dp, "demo/web", "10.244.1.8:8080", "stale"),
-                tracking(Layer::Datapath, dp, "demo/api", "10.244.1.7:9090", "stale"),
+                tracking(DATAPATH, dp, "demo/web", "10.244.1.7:8080", "stale"),
+                tracking(DATAPATH, dp, "demo/web", "10.244.1.8:8080", "stale"),
+                tracking(DATAPATH, dp, "demo/api", "10.244.1.7:9090", "stale"),
                 converging,
-                tracking(Layer::Datapath, dp, "demo/new", "10.244.1.7:80", "missing"),
-                tracking(Layer::Dns, dns, "demo/web-headless", "10.244.1.7", "stale"),
-                tracking(Layer::Datapath, dp, "demo/v6", "[fd00::7]:8080", "stale"),
-                tracking(Layer::Datapath, dp, "demo/web", "10.244.1.70:8080", "stale"),
+                tracking(DATAPATH, dp, "demo/new", "10.244.1.7:80", "missing"),
+                tracking(DNS, dns, "demo/web-headless", "10.244.1.7", "stale"),
+                tracking(DATAPATH, dp, "demo/v6", "[fd00::7]:8080", "stale"),
+                tracking(DATAPATH, dp, "demo/web", "10.244.1.70:8080", "stale"),
             ],
             ..AgentStatus::default()
         }
@@ -309,7 +312,7 @@ mod tests {
         let st = AgentStatus {
             node: "node-3".to_string(),
             layers: BTreeMap::from([(
-                Layer::Datapath,
+                DATAPATH,
                 Arc::new(DatapathStatus {
                     error: Some("no datapath detected (iptables: not found)".to_string()),
                     ..DatapathStatus::default()
@@ -407,7 +410,7 @@ mod tests {
             flow("fd00::10", Some("[fd00::96]:80"), "[fd00::7]:8080", None),
         ];
         st.layers.insert(
-            Layer::Conntrack,
+            CONNTRACK,
             Arc::new(ConntrackStatus {
                 stale_flows,
                 ..ConntrackStatus::default()
@@ -462,7 +465,7 @@ mod tests {
         st.open[0].verdict = "over expected lag".to_string();
         st.open[1].verdict = "stuck".to_string();
         st.layers.insert(
-            Layer::Conntrack,
+            CONNTRACK,
             Arc::new(ConntrackStatus {
                 error: Some("netlink: permission denied".to_string()),
                 ..ConntrackStatus::default()

@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use ghostip_core::corefile::{Corefile, ExpectedLag};
 use ghostip_core::truth::Truth;
-use ghostip_core::{PathKind, ServiceKey, Time};
+use ghostip_core::{ServiceKey, Time};
 use ghostip_session::layers::dns::paths::{DEFAULT_DNS_PORT, DnsPath, PathConfig, discover};
+use ghostip_session::layers::dns::{DNS_NODE_LOCAL, DNS_OVERRIDE};
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
@@ -74,7 +75,7 @@ pub(super) async fn plan(
                 };
                 for p in discover(&truth, &cfg) {
                     let lag = match p.info.kind {
-                        PathKind::DnsNodeLocal => node_local.as_ref().map(|(_, l)| l),
+                        DNS_NODE_LOCAL => node_local.as_ref().map(|(_, l)| l),
                         _ => coredns.as_ref(),
                     };
                     paths.push(with_lag(p, lag));
@@ -94,12 +95,7 @@ pub(super) async fn plan(
         }
         let lag = coredns.as_ref();
         paths.push(with_lag(
-            DnsPath::new(
-                PathKind::DnsOverride,
-                server,
-                Some("/etc/resolv.conf"),
-                None,
-            ),
+            DnsPath::new(DNS_OVERRIDE, server, Some("/etc/resolv.conf"), None),
             lag,
         ));
     }

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ghostip_core::{Layer, PathIdx, Protocol, ServiceKey, Target, Time};
+use ghostip_session::layers::conntrack::CONNTRACK;
 use ghostip_session::layers::conntrack::{ConntrackModel, ReadOutcome, StaleFlow};
 use serde::Serialize;
 
@@ -140,9 +141,6 @@ impl LayerSnapshot for ConntrackStatus {
         self.error.clone()
     }
 }
-
-/// The layer's id.
-const CONNTRACK: Layer = Layer::Conntrack;
 
 /// Starts the reads of the session's [`ConntrackModel`] (registered with the session's
 /// other models); the path is added at the first successful read.

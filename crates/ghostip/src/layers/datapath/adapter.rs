@@ -13,8 +13,8 @@ use std::time::Duration;
 use futures::future::LocalBoxFuture;
 use ghostip_core::{Layer, PathInfo, Time};
 use ghostip_datapath::RunsIn;
-use ghostip_session::layers::datapath::DatapathModel;
 use ghostip_session::layers::datapath::cost::ReadReason;
+use ghostip_session::layers::datapath::{DATAPATH, DatapathModel};
 use serde::Serialize;
 
 use super::cilium::{CiliumTarget, read_cilium};
@@ -186,9 +186,6 @@ enum DatapathLine<'a> {
         capability: Option<&'a str>,
     },
 }
-
-/// The layer's id.
-const DATAPATH: Layer = Layer::Datapath;
 
 /// Chooses the node's datapath and starts its reads; the adapter reports in `/status` why
 /// nothing is read when no datapath was found.

@@ -5,13 +5,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::future::LocalBoxFuture;
-use ghostip_core::{
-    FailureReason, HeldTarget, Layer, Observation, ObservationResult, PathKind, Time,
-};
+use ghostip_core::{FailureReason, HeldTarget, Layer, Observation, ObservationResult, Time};
 use ghostip_session::layers::dns::DnsModel;
 use ghostip_session::layers::dns::health::{DnsHealth, HealthConfig, HealthVerdict, PathHealth};
 use ghostip_session::layers::dns::names::QueryType;
 use ghostip_session::layers::dns::paths::DnsPath;
+use ghostip_session::layers::dns::{DNS, DNS_CLUSTER_IP, DNS_NODE_LOCAL, DNS_POD};
 use hickory_proto::rr::Name;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
@@ -141,9 +140,6 @@ impl LayerAdapter for DnsHealthCheck {
         Arc::clone(&self.status) as Arc<dyn LayerSnapshot>
     }
 }
-
-/// The layer's id.
-const DNS: Layer = Layer::Dns;
 
 impl DnsHealthCheck {
     /// Starts the probing task: `name` (the DNS Service's own name) every `interval` on
@@ -296,12 +292,7 @@ async fn health_loop(
         let round: Vec<DnsPath> = paths
             .borrow()
             .iter()
-            .filter(|p| {
-                matches!(
-                    p.info.kind,
-                    PathKind::DnsPod | PathKind::DnsClusterIp | PathKind::DnsNodeLocal
-                )
-            })
+            .filter(|p| matches!(p.info.kind, DNS_POD | DNS_CLUSTER_IP | DNS_NODE_LOCAL))
             .cloned()
             .collect();
         let mut set = JoinSet::new();

@@ -28,7 +28,7 @@ use super::Registration;
 /// The DNS layer's registration: its model in every command's session (the prober is the
 /// pipeline's own), the health check in the agent.
 pub(super) const LAYER: Registration = Registration {
-    layer: ghostip_core::Layer::Dns,
+    layer: ghostip_session::layers::dns::DNS,
     model: |setup| Some(Box::new(DnsModel::new(setup.dns.clone())) as Box<dyn LayerModel>),
     node: Some(health::start),
     drain: Some(|ip| Box::new(ghostip_session::layers::dns::drain::DnsLetGo::new(ip))),
