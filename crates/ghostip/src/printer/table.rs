@@ -856,6 +856,72 @@ mod tests {
         assert!(out.lines().count() > 3, "{out}");
     }
 
+    /// [`sample`] with its columns declared, fits as [`Fit::of`] guesses them.
+    fn sample_typed() -> Table {
+        let mut typed = Table::new();
+        typed.set_columns(vec![
+            Column::path("PATH"),
+            Column::keep("IP"),
+            Column::name("POD"),
+            Column::wrap("WINDOW"),
+            Column::wrap("DETAIL"),
+        ]);
+        for r in sample().rows {
+            typed.add_row(r);
+        }
+        typed
+    }
+
+    #[test]
+    fn declared_columns_lay_out_as_the_guessed_ones() {
+        for w in [30, 60, 80, 100, 120, 200] {
+            let layout = Layout::fixed(w);
+            assert_eq!(
+                sample_typed().render(&layout),
+                sample().render(&layout),
+                "{w}"
+            );
+        }
+        assert_eq!(
+            sample_typed().render(&Layout::WIDE),
+            sample().render(&Layout::WIDE)
+        );
+    }
+
+    #[test]
+    fn a_column_is_shortened_as_declared_whatever_its_header() {
+        let cell = "the path answered with a removed endpoint long after the lag";
+        let table = |col: Column| {
+            let mut t = Table::new();
+            t.set_columns(vec![Column::keep("IP"), col]);
+            t.add_row(vec!["10.244.3.71", cell]);
+            t.render(&Layout::fixed(50))
+        };
+        // `POD` would be guessed a name (middle ellipsis); declared wrapped, it wraps.
+        let wrapped = table(Column::wrap("POD"));
+        assert!(!wrapped.contains('…'), "{wrapped}");
+        assert!(wrapped.lines().count() > 2, "{wrapped}");
+        assert!(
+            wrapped.lines().all(|l| l.chars().count() <= 50),
+            "{wrapped}"
+        );
+        // `DETAIL` would be guessed wrapped; declared a name, it loses its middle.
+        let named = table(Column::name("DETAIL"));
+        assert!(named.contains('…'), "{named}");
+        assert_eq!(named.lines().count(), 2, "{named}");
+        // Dropping a column keeps the others' fits.
+        let mut t = Table::new();
+        t.set_columns(vec![
+            Column::keep("IP"),
+            Column::wrap("X"),
+            Column::name("Y"),
+        ]);
+        t.wide_only(&["X"]);
+        t.add_row(vec!["10.244.3.71", "", cell]);
+        let out = t.render(&Layout::fixed(40));
+        assert!(out.contains('…'), "{out}");
+    }
+
     #[test]
     fn wide_keeps_every_value_whole_on_one_line() {
         let out = sample().render(&Layout::WIDE);
