@@ -268,6 +268,11 @@ mod tests {
                 "fd00::9".parse().unwrap()
             ]
         );
+        assert_eq!(
+            unparseable_pod_ips(&pod),
+            vec!["garbage"],
+            "left out, listed"
+        );
         assert_eq!(r.node.as_deref(), Some("node-2"));
         assert_eq!(
             (r.owner_kind.as_deref(), r.owner_name.as_deref()),
@@ -298,6 +303,7 @@ mod tests {
         .unwrap();
         let r = pod_record(&pod).unwrap();
         assert!(r.host_network);
+        assert!(unparseable_pod_ips(&pod).is_empty());
         assert_eq!(r.ips, vec!["192.168.1.10".parse::<IpAddr>().unwrap()]);
         assert_eq!(r.ready_since, None, "not ready");
         assert_eq!(r.prestop_seconds, None, "httpGet has no known duration");

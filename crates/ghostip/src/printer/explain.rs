@@ -5,11 +5,11 @@
 use std::fmt::Write as _;
 
 use ghostip_analysis::explain::{Explanation, TargetFacts, TargetSummary};
+use ghostip_logs::Report;
 use serde::Serialize;
 
 use super::sanitize::{escape_controls, escape_controls_keep_newlines};
 use super::table::{Column, Layout, Table, fit_text};
-use ghostip_logs::Report;
 
 /// The table output. Everything in it that came from a log or the cluster (targets, hosts,
 /// Services, windows, pods, file names) has its control characters escaped: a log line
