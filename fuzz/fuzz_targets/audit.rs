@@ -3,10 +3,10 @@
 //! renderings. Arbitrary text must never panic; a file that does not parse adds nothing.
 #![no_main]
 
-use ghostip::audit::inventory::Inventory;
-use ghostip::audit::load::add_manifest;
-use ghostip::audit::render;
-use ghostip::audit::rules::{AuditConfig, audit};
+use ghostip::printer::audit as render;
+use ghostip_analysis::audit::inventory::Inventory;
+use ghostip_analysis::audit::load::add_manifest;
+use ghostip_analysis::audit::rules::{AuditConfig, audit};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

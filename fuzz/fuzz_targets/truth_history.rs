@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use ghostip::explain::{HistorySource, TruthHistory, TruthHistoryError};
+use ghostip_analysis::explain::{HistorySource, TruthHistory, TruthHistoryError};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,12 +1,11 @@
 //! ghostip's IO adapters and commands around the pure core.
 //!
 //! `kube` watches the truth, `dns` probes DNS paths, `ledger` keeps the history in
-//! SQLite, `metrics` and `http` export state, `report` and `printer` print it, `commands` wire it
-//! together for the CLI in `main.rs`.
+//! SQLite, `metrics` and `http` export state, `printer` prints it, `commands` wire it together
+//! for the CLI in `main.rs`. The pure domain of `audit` and `explain` is `ghostip_analysis`.
 #![forbid(unsafe_code)]
 
 pub mod agent_client;
-pub mod audit;
 pub mod cli;
 pub mod clock;
 pub mod commands;
@@ -19,4 +18,3 @@ pub mod ledger;
 pub mod metrics;
 pub mod pipeline;
 pub mod printer;
-pub mod report;

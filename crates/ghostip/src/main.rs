@@ -8,8 +8,8 @@ use std::process::ExitCode;
 
 use ghostip::cli::{Cli, Command};
 use ghostip::commands::{self, Outcome};
+use ghostip::printer::sanitize::escape_controls_keep_newlines;
 use ghostip::printer::write_stderr;
-use ghostip::report::sanitize::escape_controls_keep_newlines;
 
 fn main() -> ExitCode {
     // As `ghostip`, or as `kubectl ghostip` through a file named kubectl-ghostip.

@@ -100,7 +100,7 @@ fn sarif_output_is_sarif_2_1_0() {
     );
     let run = &v["runs"][0];
     let rules = run["tool"]["driver"]["rules"].as_array().unwrap();
-    assert_eq!(rules.len(), ghostip::audit::RULES.len());
+    assert_eq!(rules.len(), ghostip_analysis::audit::RULES.len());
     assert!(rules.iter().all(|r| r["id"].is_string()
         && r["shortDescription"]["text"].is_string()
         && r["defaultConfiguration"]["level"].is_string()));

@@ -17,8 +17,9 @@
 
 use std::path::{Path, PathBuf};
 
-use ghostip::audit::load::{FileKind, add_manifest};
-use ghostip::audit::{AuditConfig, Inventory, audit, render};
+use ghostip::printer::audit as render;
+use ghostip_analysis::audit::load::{FileKind, add_manifest};
+use ghostip_analysis::audit::{AuditConfig, Inventory, audit};
 
 fn fixtures() -> Option<PathBuf> {
     let dir = match std::env::var_os("GHOSTIP_FIXTURES") {
@@ -220,7 +221,7 @@ fn k8s_objects_directory() {
         report
             .findings
             .iter()
-            .any(|f| f.rule == ghostip::audit::RuleId::Term001
+            .any(|f| f.rule == ghostip_analysis::audit::RuleId::Term001
                 && f.object.name == "nginx-deployment"),
         "preStop 180 s > grace 120 s must be found"
     );

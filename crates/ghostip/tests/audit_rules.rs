@@ -6,10 +6,11 @@
 
 use std::path::{Path, PathBuf};
 
-use ghostip::audit::load::add_manifest;
-use ghostip::audit::{
-    AuditConfig, AuditReport, Finding, Inventory, RULES, RuleId, Severity, audit, render,
-    staleness_budget, staleness_budget_from_parts,
+use ghostip::printer::audit as render;
+use ghostip_analysis::audit::load::add_manifest;
+use ghostip_analysis::audit::{
+    AuditConfig, AuditReport, Finding, Inventory, RULES, RuleId, Severity, audit, staleness_budget,
+    staleness_budget_from_parts,
 };
 
 fn data(name: &str) -> PathBuf {

@@ -8,9 +8,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ghostip::ledger::{
-    APPLICATION_ID, EndReason, FindingKind, FindingRecord, Ledger, LedgerError, LedgerOp,
-    ObservationWrite, SCHEMA_VERSION, parse_at, render_whois_table, whois_json,
+    APPLICATION_ID, FindingKind, FindingRecord, Ledger, LedgerError, LedgerOp, ObservationWrite,
+    SCHEMA_VERSION, parse_at,
 };
+use ghostip::printer::whois::{render_whois_table, whois_json};
+use ghostip_analysis::ownership::EndReason;
 use ghostip_core::truth::{EndpointRecord, PodRecord};
 use ghostip_core::{
     ChangeTime, FailureReason, HeldTarget, Observation, ObservationResult, PathIdx, PathInfo,
@@ -1036,7 +1038,7 @@ fn whois_table_and_json() {
     assert_eq!(json["before"]["end_reason"], "gone");
     assert_eq!(json["after"]["start"], "2023-11-14T22:16:40Z");
     // Whois round-trips through JSON.
-    let back: ghostip::ledger::Whois =
+    let back: ghostip_analysis::ownership::Whois =
         serde_json::from_value(serde_json::to_value(&w).unwrap()).unwrap();
     assert_eq!(back, w);
 }

@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 use std::path::Path;
 
-use ghostip::ledger::{EndReason, Ledger, Ownership};
+use ghostip::ledger::Ledger;
+use ghostip_analysis::ownership::{EndReason, Ownership};
 use ghostip_core::truth::PodRecord;
 use ghostip_core::{PodRef, Time};
 use proptest::prelude::*;

@@ -27,11 +27,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{Outcome, kube_connect, print_json, service_filter};
-use crate::audit::inventory::InputProblem;
-use crate::audit::load::{FileKind, add_manifest};
-use crate::audit::{AuditConfig, Inventory, Origin, Severity, audit, render};
+use ghostip_analysis::audit::inventory::InputProblem;
+use ghostip_analysis::audit::load::{FileKind, add_manifest};
+use ghostip_analysis::audit::{AuditConfig, Inventory, Origin, Severity, audit};
+
 use crate::cli::{AuditArgs, GlobalArgs, OutputFormat};
 use crate::kube::{ConfigMapRef, Connection, KubeError};
+use crate::printer::audit as render;
 
 const PAGE_SIZE: u32 = 500;
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use anyhow::{Context as _, bail};
+use ghostip_analysis::explain::{Explainer, HistorySource, ReadError, TimeFilter};
 use ghostip_core::Time;
 use ghostip_logs::{
     ConnFailure, ScanError, ScanOptions, ScanStats, Scanner, is_gzip, open_reader_gz,
@@ -17,12 +18,9 @@ use jiff::tz::{Offset, TimeZone};
 
 use super::{Outcome, print_json};
 use crate::cli::{ExplainArgs, GlobalArgs, OutputFormat};
-use crate::explain::{
-    Explainer, HistorySource, Positional, ReadError, SEGMENT_BYTES, TimeFilter, TruthHistory,
-    scan_positional,
-};
+use crate::explain::{Positional, SEGMENT_BYTES, read_truth_history, scan_positional};
 use crate::ledger::{Ledger, default_db_path, parse_at};
-use crate::report::sanitize::escape_controls;
+use crate::printer::sanitize::escape_controls;
 
 pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> {
     let now = Time::now();
@@ -121,7 +119,10 @@ pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> 
         OutputFormat::Sarif => anyhow::bail!("-o sarif is only written by `ghostip audit`"),
         OutputFormat::Json => print_json(&explanation)?,
         OutputFormat::Table | OutputFormat::Wide => {
-            crate::printer::print_text(&explanation.render_table(&g.output.layout()));
+            crate::printer::print_text(&crate::printer::explain::explanation_table(
+                &explanation,
+                &g.output.layout(),
+            ));
         }
     }
     if let Some(e) = explanation.read_errors.first() {
@@ -261,8 +262,8 @@ fn open_history(
     args: &ExplainArgs,
 ) -> anyhow::Result<Option<Box<dyn HistorySource>>> {
     if let Some(file) = &args.truth_history {
-        let h = TruthHistory::from_file(file, args.max_input_size)
-            .context("reading the truth history")?;
+        let h =
+            read_truth_history(file, args.max_input_size).context("reading the truth history")?;
         return Ok(Some(Box::new(h)));
     }
     let path = match &g.db {

@@ -25,7 +25,7 @@ use crate::kube::{Connection, SyncState, WatchScope, watch_truth};
 use crate::layers::dns::prober::ProbeCommand;
 use crate::ledger::{LedgerWriter, WriterOptions};
 use crate::pipeline::{Pipeline, Step};
-use crate::report::{self, Report, html, path_rows, summarize, window_row};
+use crate::printer::rollout::{self as report, Report, html, path_rows, summarize, window_row};
 use ghostip_session::ServiceFilter;
 use ghostip_session::layers::dns::DnsModel;
 
@@ -396,7 +396,7 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
             .with_context(|| format!("writing {}", path.display()))?;
         crate::printer::write_stderr(&format!(
             "ghostip: timeline written to {}\n",
-            crate::report::sanitize::escape_controls(&path.display().to_string())
+            crate::printer::sanitize::escape_controls(&path.display().to_string())
         ));
     }
     match g.output {

@@ -5,7 +5,8 @@ use ghostip_core::Time;
 
 use super::{Outcome, open_ledger_read_only, print_json};
 use crate::cli::{GlobalArgs, OutputFormat, WhoisArgs};
-use crate::ledger::{parse_at, render_whois_table, whois_json};
+use crate::ledger::parse_at;
+use crate::printer::whois::{render_whois_table, whois_json};
 
 pub(super) fn run(g: &GlobalArgs, args: WhoisArgs) -> anyhow::Result<Outcome> {
     let at =

@@ -1,103 +1,35 @@
-//! Where the history of an IP comes from: the ledger or a truth-history file.
+//! The ledger as a source of IP histories for the join.
 
 use std::net::IpAddr;
 
-use ghostip_core::Time;
+use ghostip_analysis::explain::{FlowWindow, HistoryError, HistorySource, IpHistory};
 use ghostip_session::layers::conntrack::CONNTRACK_TABLE;
 
-use crate::ledger::{FindingRecord, Ledger, LedgerError, Membership, Ownership};
+use crate::ledger::{FindingRecord, Ledger, LedgerError};
 
-/// Everything known about one IP: who owned it when, which Services it was an endpoint of,
-/// and the flows a node's agent saw outlive it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct IpHistory {
-    /// Ownership intervals, in any order (never overlapping for one IP).
-    pub ownerships: Vec<Ownership>,
-    /// Endpoint memberships (empty when the source has no Services).
-    pub memberships: Vec<Membership>,
-    /// Conntrack flows to the IP that outlived its endpoint (a ledger kept by `ghostip
-    /// agent`; empty elsewhere).
-    pub flows: Vec<FlowWindow>,
-}
-
-/// Live conntrack flows to a removed endpoint, as a node's agent saw them: from the moment
-/// the endpoint left (`since`) to the read that found them gone (`until`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FlowWindow {
-    /// The agent's path (`conntrack/node-1`).
-    pub path: String,
-    /// The Service whose endpoint it was.
-    pub service: String,
-    /// The flows' destination (`ip:port`).
-    pub target: String,
-    /// The pod that held the IP.
-    pub former_pod: Option<String>,
-    /// When the endpoint left.
-    pub since: Time,
-    /// When the flows were gone (`None`: still open when the ledger was read): the read
-    /// that found them gone, else the last that saw them.
-    pub until: Option<Time>,
-    /// When the client last held or tried them: the last read that saw them, or the last
-    /// SYN of connects only.
-    pub last_used: Option<Time>,
-}
-
-impl FlowWindow {
-    /// From a ledger finding of a conntrack path.
-    fn of(f: &FindingRecord) -> Option<Self> {
-        (f.path_kind == CONNTRACK_TABLE.as_str()).then(|| Self {
-            path: f.path_id.clone(),
-            service: f.service.to_string(),
-            target: f.target.to_string(),
-            former_pod: f
-                .former_pod
-                .as_ref()
-                .map(|p| format!("{}/{}", p.namespace, p.name)),
-            since: f.t0,
-            until: f.converged_by.or(f.last_seen),
-            last_used: f.last_seen,
-        })
-    }
-
-    /// Whether `at` falls while the flows were alive after the endpoint left.
-    pub fn covers(&self, at: Time) -> bool {
-        at >= self.since && self.until.is_none_or(|u| at <= u)
-    }
-}
-
-/// A lookup failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum HistoryError {
-    /// The ledger could not be read.
-    #[error("reading the history of {ip} from the ledger")]
-    Ledger {
-        /// The IP looked up.
-        ip: IpAddr,
-        /// The cause.
-        #[source]
-        source: LedgerError,
-    },
-}
-
-/// A source of IP histories.
-pub trait HistorySource {
-    /// The history of `ip` (empty when the source never saw it).
-    ///
-    /// # Errors
-    /// [`HistoryError`] when the source cannot be read.
-    fn lookup(&self, ip: IpAddr) -> Result<IpHistory, HistoryError>;
-
-    /// A short description for reports (`ledger /var/lib/ghostip/ghostip.db`).
-    fn describe(&self) -> String;
-
-    /// Whether the source knows Services (endpoint memberships).
-    fn has_services(&self) -> bool;
+/// The flows of a ledger finding of a conntrack path (`None` for other paths).
+fn flow_window(f: &FindingRecord) -> Option<FlowWindow> {
+    (f.path_kind == CONNTRACK_TABLE.as_str()).then(|| FlowWindow {
+        path: f.path_id.clone(),
+        service: f.service.to_string(),
+        target: f.target.to_string(),
+        former_pod: f
+            .former_pod
+            .as_ref()
+            .map(|p| format!("{}/{}", p.namespace, p.name)),
+        since: f.t0,
+        until: f.converged_by.or(f.last_seen),
+        last_used: f.last_seen,
+    })
 }
 
 impl HistorySource for Ledger {
     fn lookup(&self, ip: IpAddr) -> Result<IpHistory, HistoryError> {
-        let err = |source| HistoryError::Ledger { ip, source };
+        let err = |source: LedgerError| HistoryError::Source {
+            ip,
+            source_name: "the ledger",
+            source: Box::new(source),
+        };
         Ok(IpHistory {
             ownerships: self.history(ip).map_err(err)?,
             memberships: self.memberships_of(ip).map_err(err)?,
@@ -105,7 +37,7 @@ impl HistorySource for Ledger {
                 .findings_for_ip(ip)
                 .map_err(err)?
                 .iter()
-                .filter_map(FlowWindow::of)
+                .filter_map(flow_window)
                 .collect(),
         })
     }
@@ -116,19 +48,5 @@ impl HistorySource for Ledger {
 
     fn has_services(&self) -> bool {
         true
-    }
-}
-
-impl<T: HistorySource + ?Sized> HistorySource for &T {
-    fn lookup(&self, ip: IpAddr) -> Result<IpHistory, HistoryError> {
-        (**self).lookup(ip)
-    }
-
-    fn describe(&self) -> String {
-        (**self).describe()
-    }
-
-    fn has_services(&self) -> bool {
-        (**self).has_services()
     }
 }

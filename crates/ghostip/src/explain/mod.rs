@@ -1,28 +1,13 @@
-//! Joins connection failures found in client logs with the history of who owned each target IP,
-//! so that `ghostip explain` can say which errors were staleness and which rollout caused them.
+//! The IO of `ghostip explain` around the pure join of `ghostip_analysis::explain`.
 //!
-//! The join is pure apart from its [`HistorySource`]: the ledger ([`crate::ledger::Ledger`],
-//! opened read-only) or a truth-history file of Pod JSON ([`TruthHistory`]). A [`Joiner`] asks
-//! its source once per distinct target IP and caches the answer, so a log with a million
-//! failures aimed at twenty IPs costs twenty lookups. Rollout windows ([`rollout_windows`]) are
-//! computed after the scan from the removals the join met: removals of pods of one workload
-//! (the Deployment behind a ReplicaSet, a StatefulSet, …) less than [`WINDOW_GAP`] apart form
-//! one window. Log files are read by [`scan_positional`]: positional reads in segments on
-//! several threads, no memory map.
+//! - [`scan_positional`]: log files read by positional reads in segments on several threads,
+//!   no memory map;
+//! - the ledger as a [`ghostip_analysis::explain::HistorySource`] (opened read-only);
+//! - [`read_truth_history`]: a truth-history file read up to `--max-input-size` and parsed.
 
 mod history;
-mod join;
 mod read;
-mod report;
 mod truth_file;
-mod windows;
 
-pub use history::{FlowWindow, HistoryError, HistorySource, IpHistory};
-pub use join::{Joined, Joiner, OwnerState, Removal, TargetFacts, owner_at, owner_now};
 pub use read::{FileScan, Positional, SEGMENT_BYTES, scan_positional};
-pub use report::{
-    AgentFlows, Explainer, Explanation, HistoryInfo, ReadError, TargetSummary, TimeFilter,
-    WindowSummary,
-};
-pub use truth_file::{TruthHistory, TruthHistoryError};
-pub use windows::{RolloutWindow, WINDOW_GAP, Workload, rollout_windows};
+pub use truth_file::{TruthReadError, read_truth_history};

@@ -16,10 +16,11 @@ use ghostip_core::model::Time;
 use ghostip_core::truth::{PodRecord, Truth};
 
 use super::client::{ClientOrigin, Connection};
-use super::convert::{Malformed, corefile_text, pod_record, service_record, slice_record};
+use super::convert::{corefile_text, pod_record, service_record, slice_record};
 use super::error::KubeError;
 use super::watch::WatchScope;
 use super::{Clock, ConfigMapRef};
+use ghostip_analysis::pod::Malformed;
 
 const PAGE_SIZE: u32 = 500;
 

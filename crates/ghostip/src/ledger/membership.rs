@@ -6,97 +6,13 @@ use std::net::IpAddr;
 use ghostip_core::truth::EndpointRecord;
 use ghostip_core::{ChangeTime, PodRef, ServiceKey, Time};
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::{Deserialize, Serialize};
+
+use ghostip_analysis::ownership::{Membership, MembershipState};
 
 use super::error::Inner;
 use super::ownership::canonical_ip;
 use super::relist::{self, RelistKind, Relists};
 use super::time::{from_ns, opt_from_ns, to_ns};
-
-/// One state of an endpoint while it was a member, from a change time on.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MembershipState {
-    /// Change time of the state (t0).
-    pub t0: Time,
-    /// When ghostip received it.
-    pub received: Time,
-    /// `conditions.ready`.
-    pub ready: bool,
-    /// `conditions.serving`.
-    pub serving: bool,
-    /// `conditions.terminating`.
-    pub terminating: bool,
-}
-
-/// An IP's membership in a Service's endpoints (any port), with its state changes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Membership {
-    /// The Service.
-    pub service: ServiceKey,
-    /// The endpoint IP.
-    pub ip: IpAddr,
-    /// The pod behind the endpoint, when the slice named it.
-    pub pod: Option<PodRef>,
-    /// The endpoint's node.
-    pub node: Option<String>,
-    /// When it joined (t0).
-    pub start_t0: Time,
-    /// When ghostip received the join.
-    pub start_received: Time,
-    /// When it left (t0); `None` while a member.
-    pub end_t0: Option<Time>,
-    /// When ghostip received the leave.
-    pub end_received: Option<Time>,
-    /// The end is an estimate (it vanished while ghostip was not watching).
-    pub approximate: bool,
-    /// State changes, oldest first (the first is the state it joined with).
-    pub states: Vec<MembershipState>,
-}
-
-/// When an IP stopped being a ready endpoint of a Service: what DNS stops answering and a
-/// load balancer stops sending new connections to (while any other endpoint is ready).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EndpointExit {
-    /// The Service.
-    pub service: ServiceKey,
-    /// The pod behind the endpoint, when the slice named it.
-    pub pod: Option<PodRef>,
-    /// Change time (t0) of the first state that was no longer ready, or of the removal from
-    /// the slice.
-    pub at: Time,
-    /// When ghostip received it.
-    pub received: Time,
-    /// Whether it is the removal from the slice (else the endpoint turned not ready, e.g.
-    /// terminating, and left the slice later).
-    pub removed: bool,
-}
-
-impl Membership {
-    /// When this membership's endpoint stopped being ready after it had been: the first
-    /// not-ready state after a ready one, else the membership's end while ready. `None`
-    /// while it is still ready, or when it never was.
-    pub fn exit(&self) -> Option<EndpointExit> {
-        let exit = |at, received, removed| EndpointExit {
-            service: self.service.clone(),
-            pod: self.pod.clone(),
-            at,
-            received,
-            removed,
-        };
-        let mut was_ready = false;
-        for s in &self.states {
-            if s.ready {
-                was_ready = true;
-            } else if was_ready {
-                return Some(exit(s.t0, s.received, false));
-            }
-        }
-        match (was_ready, self.end_t0, self.end_received) {
-            (true, Some(at), Some(received)) => Some(exit(at, received, true)),
-            _ => None,
-        }
-    }
-}
 
 struct Open {
     id: i64,

@@ -33,6 +33,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ghostip_analysis::ownership::{Membership, Ownership, Whois};
 use ghostip_core::truth::{EndpointRecord, PodRecord};
 use ghostip_core::{ChangeTime, Observation, PathInfo, PodRef, ServiceKey, Time};
 use rusqlite::config::DbConfig;
@@ -47,7 +48,6 @@ mod observation;
 mod ownership;
 mod path;
 mod relist;
-mod render;
 mod schema;
 mod time;
 mod writer;
@@ -56,11 +56,8 @@ pub use at::{AtParseError, parse_at};
 pub use error::LedgerError;
 pub use finding::{FindingKind, FindingRecord, TruthGap};
 pub use lock::lock_path;
-pub use membership::{EndpointExit, Membership, MembershipState};
 pub use observation::{ObservationRun, ObservationWrite};
-pub use ownership::{EndReason, Ownership, Whois};
 pub use path::{ROOT_DB_PATH, default_db_path, default_db_path_from};
-pub use render::{render_whois_table, whois_json};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use writer::{
     DROPPED, ErrorHook, LedgerHealth, LedgerSender, LedgerWriter, RetentionPruner, WriterOptions,

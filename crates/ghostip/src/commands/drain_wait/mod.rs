@@ -658,11 +658,12 @@ fn log_result(line: &DrainLine) {
 /// chain: the callers' own caches are not known here), as the drain's fallback.
 fn audit_budget(corefiles: &[String], service: &Service, zone: &str) -> Option<(Duration, String)> {
     let texts: Vec<&str> = corefiles.iter().map(String::as_str).collect();
-    let cfg = crate::audit::AuditConfig {
+    let cfg = ghostip_analysis::audit::AuditConfig {
         zone: zone.to_string(),
-        ..crate::audit::AuditConfig::default()
+        ..ghostip_analysis::audit::AuditConfig::default()
     };
-    let b = crate::audit::staleness_budget_from_parts(&texts, service, &[], &cfg).ok()?;
+    let b =
+        ghostip_analysis::audit::staleness_budget_from_parts(&texts, service, &[], &cfg).ok()?;
     let total = u64::try_from(b.total_s?).ok().filter(|s| *s > 0)?;
     let chain: Vec<String> = b
         .chain

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use ghostip_core::Time;
 
-use super::ownership::{EndReason, Ownership, Whois};
-use crate::printer::{Layout, Table, fit_text, offset};
+use ghostip_analysis::ownership::{EndReason, Ownership, Whois};
+
+use super::table::{Column, Layout, Table, fit_text, offset};
 
 /// The `whois` answer as a table laid out for `layout`: one row each for the owner before, at
 /// and after `at`.
@@ -18,8 +19,15 @@ use crate::printer::{Layout, Table, fit_text, offset};
 /// ```
 pub fn render_whois_table(whois: &Whois, ip: IpAddr, at: Time, layout: &Layout) -> String {
     let mut table = Table::new();
-    table.set_header(vec![
-        "WHEN", "POD", "UID", "NODE", "OWNER", "FROM", "UNTIL", "NOTES",
+    table.set_columns(vec![
+        Column::keep("WHEN"),
+        Column::name("POD"),
+        Column::keep("UID"),
+        Column::name("NODE"),
+        Column::name("OWNER"),
+        Column::keep("FROM"),
+        Column::keep("UNTIL"),
+        Column::wrap("NOTES"),
     ]);
     table.wide_only(&["UID"]);
     table.add_row(row(whois, "before", whois.before.as_ref(), at, layout));

@@ -7,15 +7,14 @@
 //!
 //! - [`inventory`]: the objects looked at, trimmed, each with the file and line it came from;
 //! - [`load`]: YAML/JSON text (multi-document, `List`s, Helm output) into the inventory;
-//! - [`rules`]: the rule engine and its stable rule ids;
-//! - [`render`]: text, JSON and SARIF 2.1.0 output.
+//! - [`rules`]: the rule engine and its stable rule ids.
 //!
-//! The command (`commands/audit.rs`) reads files and lists objects; docs/AUDIT.md describes
-//! every rule.
+//! The `ghostip` binary reads files and lists objects (`commands/audit.rs`) and prints the
+//! report as text, JSON or SARIF 2.1.0 (`printer/audit.rs`); docs/AUDIT.md describes every
+//! rule.
 
 pub mod inventory;
 pub mod load;
-pub mod render;
 pub mod rules;
 
 pub use inventory::{Inventory, Origin};

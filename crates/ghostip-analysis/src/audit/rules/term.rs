@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec};
 use super::budget::{SHUTDOWN_MARGIN, secs_i64};
 use super::{Ctx, Finding, RuleId, Severity};
 use crate::audit::inventory::{ServiceInfo, Workload};
-use crate::kube::convert::prestop_seconds;
+use crate::pod::prestop_seconds;
 
 /// `terminationGracePeriodSeconds` when not set.
 const DEFAULT_GRACE: i64 = 30;

@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use ghostip_core::Time;
 
 use super::Report;
-use crate::printer::{abbreviate_path, middle_ellipsis, offset};
+use crate::printer::table::{abbreviate_path, middle_ellipsis, offset};
 
 /// At most this many bars; the rest are counted.
 const MAX_BARS: usize = 40;
@@ -93,7 +93,7 @@ pub fn picture(report: &Report, width: usize) -> String {
         offset(Some(start), report.started),
         offset(Some(end), report.started)
     );
-    for l in crate::printer::wrap(&head, width, 2) {
+    for l in crate::printer::table::wrap(&head, width, 2) {
         let _ = writeln!(out, "{l}");
     }
     for (t, label) in rows.iter().zip(&labels).take(MAX_BARS) {
@@ -167,7 +167,7 @@ mod tests {
 
     use super::super::tests::{at, sample};
     use super::*;
-    use crate::report::{ChangeRow, Segment, TimelineRow};
+    use crate::printer::rollout::{ChangeRow, Segment, TimelineRow};
 
     fn with_timeline(ips: usize) -> Report {
         let mut r = sample(ips.min(4));

@@ -15,9 +15,9 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use super::inventory::ObjectRef;
-use super::rules::{AuditReport, Finding, RULES, ServiceBudget, Severity};
-use crate::printer::{Layout, fit_text};
+use super::table::{Layout, fit_text};
+use ghostip_analysis::audit::inventory::ObjectRef;
+use ghostip_analysis::audit::rules::{AuditReport, Finding, RULES, ServiceBudget, Severity};
 
 /// The SARIF schema URI.
 pub const SARIF_SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::history::{HistoryError, HistorySource, IpHistory};
 use super::windows::Workload;
-use crate::ledger::{Membership, Ownership};
+use crate::ownership::{Membership, Ownership};
 
 /// The state of the pod that owned an IP at some instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -326,7 +326,7 @@ mod tests {
     use ghostip_logs::{Format, Kind};
 
     use super::*;
-    use crate::ledger::EndReason;
+    use crate::ownership::EndReason;
 
     fn ts(s: &str) -> Time {
         s.parse().unwrap()
@@ -567,7 +567,7 @@ mod tests {
             end_t0: Some(ts("2024-05-01T15:42:00.100Z")),
             end_received: None,
             approximate: false,
-            states: vec![crate::ledger::MembershipState {
+            states: vec![crate::ownership::MembershipState {
                 t0: ts("2024-05-01T15:42:00.050Z"),
                 received: ts("2024-05-01T15:42:00.060Z"),
                 ready: false,

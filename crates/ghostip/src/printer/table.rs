@@ -14,17 +14,23 @@
 //! shrinkable column gives up one character at a time until the table fits, each column down
 //! to its minimum (its header, and at least 6 characters of content; a wrapped column keeps
 //! its longest word whole, up to 16). How a cell that no longer
-//! fits is shortened depends on its column's header ([`Fit::of`]):
+//! fits is shortened is its column's [`Fit`], declared when the table is built
+//! ([`Column::path`], [`Column::new`]`("SERVICE")`, [`Table::set_columns`]):
 //!
-//! - `PATH`: the description loses its `dns via ` and namespace (`10.244.1.2 coredn…-krb2q`),
+//! - [`Fit::Path`] (`PATH`): the description loses its `dns via ` and namespace (`10.244.1.2 coredn…-krb2q`),
 //!   then the middle of the name gives way to `…`; the address stays whole. Once one path of
 //!   the column is shortened, every path takes the short form.
-//! - `DETAIL`, `NOTES`, `FAILURES`, `KINDS`, `FLAGS`, `STALE`, `MISSING`, `FORMATS`, `PORTS`,
-//!   `FIRST`, `LAST`, `CLASS`: wrapped onto more lines (a date and its time of day on two; a
+//! - [`Fit::Wrap`] (`DETAIL`, `NOTES`, `FAILURES`, `KINDS`, `FLAGS`, `FORMATS`, `PORTS`,
+//!   `FIRST`, `LAST`, `CLASS`, ...): wrapped onto more lines (a date and its time of day on two; a
 //!   list after a comma, `terminating-target` after its hyphen).
-//! - addresses, numbers, durations and states (`IP`, `TARGET`, `SOURCE`, `BACKEND`, `SINCE`,
-//!   `WINDOW`, `STATE`, ...): never shortened.
-//! - any other column: middle ellipsis (`kube-system/cor…-krb2q`).
+//! - [`Fit::Addr`] (`SOURCE`, `BACKEND`, ...): `ip:port` breaks before the port;
+//!   [`Fit::Target`] (`explain`'s `TARGET`): an address so, a name with a middle ellipsis.
+//! - [`Fit::Keep`]: numbers, durations, IPs and states (`IP`, `SINCE`, `STATE`, ...): never
+//!   shortened.
+//! - [`Fit::Name`] (the default of [`Column::new`]): middle ellipsis (`kube-system/cor…-krb2q`).
+//!
+//! [`Table::set_header`] still guesses each fit from the header text ([`Fit::of`]) for the
+//! views that name their columns by header alone (`check`, `agent status`).
 //!
 //! When even the minimums do not fit, the columns a table marks [`Table::drop_to_fit`] give
 //! way first (`explain`'s `ERRORS`, which its `KINDS` repeat); when they still do not fit, or
@@ -56,7 +62,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use ghostip_core::Time;
 
-use crate::report::sanitize::escape_controls_keep_newlines;
+use super::sanitize::escape_controls_keep_newlines;
 
 /// Below this many columns, tables print as `key: value` lists.
 pub const PLAIN_BELOW: usize = 40;
@@ -146,7 +152,8 @@ pub enum Fit {
 }
 
 impl Fit {
-    /// The fit of a column, from its header (the vocabulary of the module doc).
+    /// The fit of a column guessed from its header, for [`Table::set_header`] (`check` and
+    /// `agent status` still build their tables so); other views declare it with [`Column`].
     pub fn of(header: &str) -> Fit {
         match header {
             "PATH" => Fit::Path,
@@ -167,10 +174,66 @@ impl Fit {
     }
 }
 
+/// A table column: its header and how its cells are shortened when the table is too wide.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Column {
+    header: String,
+    fit: Fit,
+}
+
+impl Column {
+    /// A column shortened with a middle ellipsis ([`Fit::Name`]) unless [`Column::fit`] says
+    /// otherwise.
+    pub fn new(header: impl Into<String>) -> Self {
+        Column {
+            header: header.into(),
+            fit: Fit::Name,
+        }
+    }
+
+    /// The column with cells shortened as `fit` says.
+    #[must_use]
+    pub fn fit(mut self, fit: Fit) -> Self {
+        self.fit = fit;
+        self
+    }
+
+    /// A column never shortened ([`Fit::Keep`]): numbers, times, IPs, states.
+    pub fn keep(header: impl Into<String>) -> Self {
+        Column::new(header).fit(Fit::Keep)
+    }
+
+    /// A column of names shortened in the middle ([`Fit::Name`]).
+    pub fn name(header: impl Into<String>) -> Self {
+        Column::new(header)
+    }
+
+    /// A column of path descriptions ([`Fit::Path`]).
+    pub fn path(header: impl Into<String>) -> Self {
+        Column::new(header).fit(Fit::Path)
+    }
+
+    /// A column wrapped onto more lines ([`Fit::Wrap`]).
+    pub fn wrap(header: impl Into<String>) -> Self {
+        Column::new(header).fit(Fit::Wrap)
+    }
+
+    /// A column of addresses broken before the port ([`Fit::Addr`]).
+    pub fn addr(header: impl Into<String>) -> Self {
+        Column::new(header).fit(Fit::Addr)
+    }
+
+    /// A column of addresses or names ([`Fit::Target`]).
+    pub fn target(header: impl Into<String>) -> Self {
+        Column::new(header).fit(Fit::Target)
+    }
+}
+
 /// A table: a header and rows of cells, laid out by [`Table::render`].
 #[derive(Clone, Debug, Default)]
 pub struct Table {
     header: Vec<String>,
+    fits: Vec<Fit>,
     rows: Vec<Vec<String>>,
     wide_only: Vec<String>,
     drop_to_fit: Vec<String>,
@@ -182,9 +245,17 @@ impl Table {
         Table::default()
     }
 
-    /// Sets the column headers (their fit follows [`Fit::of`]).
+    /// Sets the columns, each with its fit.
+    pub fn set_columns(&mut self, columns: Vec<Column>) -> &mut Self {
+        (self.header, self.fits) = columns.into_iter().map(|c| (c.header, c.fit)).unzip();
+        self
+    }
+
+    /// Sets the column headers, each fit guessed from its header ([`Fit::of`]); kept for the
+    /// views that still build their tables so (`check`, `agent status`).
     pub fn set_header<S: Into<String>>(&mut self, header: Vec<S>) -> &mut Self {
         self.header = header.into_iter().map(Into::into).collect();
+        self.fits = self.header.iter().map(|h| Fit::of(h)).collect();
         self
     }
 
@@ -227,7 +298,7 @@ impl Table {
         if layout.plain() {
             return self.render_plain(layout);
         }
-        let fits: Vec<Fit> = self.header.iter().map(|h| Fit::of(h)).collect();
+        let fits = &self.fits;
         let natural: Vec<usize> = (0..cols)
             .map(|c| {
                 self.rows
@@ -330,7 +401,7 @@ impl Table {
             .map(|r| {
                 r.iter()
                     .zip(&widths)
-                    .zip(&fits)
+                    .zip(fits)
                     .zip(&short_paths)
                     .map(|(((cell, &w), &fit), &short)| {
                         if short {
@@ -390,6 +461,7 @@ impl Table {
         let pick = |r: &Vec<String>| cols.iter().map(|&c| r[c].clone()).collect();
         Table {
             header: pick(&self.header),
+            fits: cols.iter().map(|&c| self.fits[c]).collect(),
             rows: self.rows.iter().map(pick).collect(),
             wide_only: self.wide_only.clone(),
             drop_to_fit: self.drop_to_fit.clone(),
@@ -782,6 +854,72 @@ mod tests {
         assert!(out.contains("10.244.1.2 "), "{out}");
         assert!(out.contains('…'), "{out}");
         assert!(out.lines().count() > 3, "{out}");
+    }
+
+    /// [`sample`] with its columns declared, fits as [`Fit::of`] guesses them.
+    fn sample_typed() -> Table {
+        let mut typed = Table::new();
+        typed.set_columns(vec![
+            Column::path("PATH"),
+            Column::keep("IP"),
+            Column::name("POD"),
+            Column::wrap("WINDOW"),
+            Column::wrap("DETAIL"),
+        ]);
+        for r in sample().rows {
+            typed.add_row(r);
+        }
+        typed
+    }
+
+    #[test]
+    fn declared_columns_lay_out_as_the_guessed_ones() {
+        for w in [30, 60, 80, 100, 120, 200] {
+            let layout = Layout::fixed(w);
+            assert_eq!(
+                sample_typed().render(&layout),
+                sample().render(&layout),
+                "{w}"
+            );
+        }
+        assert_eq!(
+            sample_typed().render(&Layout::WIDE),
+            sample().render(&Layout::WIDE)
+        );
+    }
+
+    #[test]
+    fn a_column_is_shortened_as_declared_whatever_its_header() {
+        let cell = "the path answered with a removed endpoint long after the lag";
+        let table = |col: Column| {
+            let mut t = Table::new();
+            t.set_columns(vec![Column::keep("IP"), col]);
+            t.add_row(vec!["10.244.3.71", cell]);
+            t.render(&Layout::fixed(50))
+        };
+        // `POD` would be guessed a name (middle ellipsis); declared wrapped, it wraps.
+        let wrapped = table(Column::wrap("POD"));
+        assert!(!wrapped.contains('…'), "{wrapped}");
+        assert!(wrapped.lines().count() > 2, "{wrapped}");
+        assert!(
+            wrapped.lines().all(|l| l.chars().count() <= 50),
+            "{wrapped}"
+        );
+        // `DETAIL` would be guessed wrapped; declared a name, it loses its middle.
+        let named = table(Column::name("DETAIL"));
+        assert!(named.contains('…'), "{named}");
+        assert_eq!(named.lines().count(), 2, "{named}");
+        // Dropping a column keeps the others' fits.
+        let mut t = Table::new();
+        t.set_columns(vec![
+            Column::keep("IP"),
+            Column::wrap("X"),
+            Column::name("Y"),
+        ]);
+        t.wide_only(&["X"]);
+        t.add_row(vec!["10.244.3.71", "", cell]);
+        let out = t.render(&Layout::fixed(40));
+        assert!(out.contains('…'), "{out}");
     }
 
     #[test]

@@ -2,7 +2,6 @@
 //! aggregated per target, class, Service and rollout window, with one sentence per window.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use ghostip_core::Time;
@@ -12,8 +11,6 @@ use serde::Serialize;
 use super::history::{FlowWindow, HistoryError, HistorySource};
 use super::join::{Joiner, Removal, TargetFacts};
 use super::windows::{RolloutWindow, rollout_windows};
-use crate::printer::{Layout, Table, fit_text};
-use crate::report::sanitize::{escape_controls, escape_controls_keep_newlines};
 
 /// Keeps failures inside `[since, until)`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -604,151 +601,10 @@ fn summarize_windows(report: &Report, windows: Vec<RolloutWindow>) -> Vec<Window
         .collect()
 }
 
-/// What follows the error table: each class with its count and meaning, then the ledger note.
-fn footer(report: &Report) -> String {
-    let mut out = String::new();
-    if !report.by_class.is_empty() {
-        out.push('\n');
-        for (c, n) in &report.by_class {
-            let _ = writeln!(out, "{:<20} {n:>6}  {}", c.as_str(), c.description());
-        }
-    }
-    if let Some(note) = report.ledger_note() {
-        let _ = write!(out, "\nWithout a ledger: {note}\n");
-    }
-    out
-}
-
-fn state_text(t: &TargetFacts) -> String {
-    let mut s = format!("{} ({}", t.pod, serde_plain(&t.state));
-    if let Some(since) = t.terminating_since {
-        let _ = write!(s, ", deletion requested {}", since.strftime("%H:%M:%S"));
-    }
-    if let Some(until) = t.until {
-        let _ = write!(
-            s,
-            ", held the IP until {}{}",
-            if t.approximate { "~" } else { "" },
-            until.strftime("%H:%M:%S")
-        );
-    }
-    s.push(')');
-    s
-}
-
-fn serde_plain<T: Serialize>(v: &T) -> String {
-    serde_json::to_value(v)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 impl Explanation {
     /// Exit 1 when any failure is staleness.
     pub fn is_finding(&self) -> bool {
         self.staleness
-    }
-
-    /// The table output. Everything in it that came from a log or the cluster (targets, hosts,
-    /// Services, windows, pods, file names) has its control characters escaped: a log line
-    /// cannot drive the reader's terminal.
-    pub fn render_table(&self, layout: &Layout) -> String {
-        let out = self.table_text(layout);
-        fit_text(&escape_controls_keep_newlines(&out), layout)
-    }
-
-    fn table_text(&self, layout: &Layout) -> String {
-        let mut out = String::new();
-        let aimed = self
-            .only_target
-            .as_ref()
-            .map_or(String::new(), |t| format!(" aimed at {t}"));
-        if self.report.total == 0 {
-            let _ = writeln!(
-                out,
-                "No connection failures{aimed} in {} line(s) of {} input(s).",
-                self.stats.lines,
-                self.inputs.len()
-            );
-        } else {
-            if !aimed.is_empty() {
-                let _ = writeln!(out, "Only failures{aimed}.\n");
-            }
-            for w in &self.windows {
-                let _ = writeln!(out, "{}", w.sentence);
-            }
-            if !self.windows.is_empty() {
-                out.push('\n');
-            }
-            // The cells escaped before the columns are laid out.
-            let mut report = self.report.clone();
-            let esc = |s: &mut String| {
-                if let std::borrow::Cow::Owned(e) = escape_controls(s) {
-                    *s = e;
-                }
-            };
-            for g in &mut report.groups {
-                esc(&mut g.peer);
-                g.service.iter_mut().for_each(esc);
-                g.window.iter_mut().for_each(esc);
-            }
-            out.push_str(&report.headline());
-            out.push_str("\n\n");
-            let mut cells = report.table_cells().into_iter();
-            let mut table = Table::new();
-            table.set_header(cells.next().unwrap_or_default());
-            table.wide_only(&["FORMATS"]);
-            // KINDS holds the counts per kind: at a narrow width the sum goes first.
-            table.drop_to_fit(&["ERRORS"]);
-            for row in cells {
-                table.add_row(row);
-            }
-            out.push_str(&table.render(layout));
-            out.push_str(&footer(&report));
-        }
-        let known: Vec<&TargetSummary> = self.targets.iter().filter(|t| t.known).collect();
-        if !known.is_empty() {
-            out.push_str("\nOwners of the target IPs:\n");
-            for t in known {
-                let at = t
-                    .owner_at_first_error
-                    .as_ref()
-                    .map_or("no pod".to_owned(), state_text);
-                let now = t.owner_now.as_ref().map_or("no pod".to_owned(), state_text);
-                let _ = writeln!(
-                    out,
-                    "  {}  at first error {}: {at}; now: {now}",
-                    t.ip,
-                    t.first_error
-                        .map_or("-".to_owned(), |x| x.strftime("%H:%M:%S").to_string()),
-                );
-                if let Some(af) = &t.agent_flows {
-                    let _ = writeln!(out, "    {}", escape_controls(&af.sentence(t.errors)));
-                }
-            }
-        }
-        if let Some(h) = &self.history {
-            let _ = writeln!(
-                out,
-                "\nHistory: {} ({} distinct IP(s) looked up).",
-                h.source, h.distinct_ips
-            );
-        }
-        if self.filtered_out > 0 {
-            let _ = writeln!(
-                out,
-                "{} failure(s) outside --since/--until left out.",
-                self.filtered_out
-            );
-        }
-        for e in &self.read_errors {
-            let _ = writeln!(
-                out,
-                "\nIncomplete: reading {} failed; the report holds what was read before.",
-                escape_controls(&e.to_string())
-            );
-        }
-        out
     }
 }
 
@@ -782,7 +638,5 @@ mod tests {
         assert!(x.is_finding());
         assert!(x.note.is_some());
         assert!(x.history.is_none());
-        let table = x.render_table(&Layout::fixed(80));
-        assert!(table.contains("Without a ledger"), "{table}");
     }
 }

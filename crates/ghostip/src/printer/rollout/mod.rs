@@ -1,15 +1,15 @@
-//! Reports built from the engine's trackings: one model, printed as a table, JSON or an HTML timeline.
+//! `ghostip rollout`'s report (the model of `ghostip_session::report`) printed as tables, a
+//! timeline picture ([`picture`]) or an HTML timeline ([`html`]).
 
 pub mod html;
 pub mod picture;
-pub mod sanitize;
 
 use std::fmt::Write as _;
 
 use ghostip_core::engine::Verdict;
 use ghostip_core::{ServiceKey, Time};
 
-use crate::printer::{Layout, Table, fit_text, offset};
+use super::table::{Column, Layout, Table, fit_text, offset};
 
 pub use ghostip_session::report::*;
 
@@ -317,7 +317,14 @@ pub fn render_table(r: &Report, layout: &Layout) -> String {
     let stale = endpoints(&r.stale);
     if !stale.is_empty() {
         let mut t = Table::new();
-        t.set_header(vec!["IP", "POD", "PATHS", "WINDOW", "EXPOSURE", "VERDICT"]);
+        t.set_columns(vec![
+            Column::keep("IP"),
+            Column::name("POD"),
+            Column::name("PATHS"),
+            Column::wrap("WINDOW"),
+            Column::wrap("EXPOSURE"),
+            Column::wrap("VERDICT"),
+        ]);
         for e in &stale {
             t.add_row(vec![
                 e.ip.clone(),
@@ -340,7 +347,13 @@ pub fn render_table(r: &Report, layout: &Layout) -> String {
     let missing = endpoints(&r.missing);
     if !missing.is_empty() {
         let mut t = Table::new();
-        t.set_header(vec!["IP", "POD", "PATHS", "WINDOW", "VERDICT"]);
+        t.set_columns(vec![
+            Column::keep("IP"),
+            Column::name("POD"),
+            Column::name("PATHS"),
+            Column::wrap("WINDOW"),
+            Column::wrap("VERDICT"),
+        ]);
         for e in &missing {
             t.add_row(vec![
                 e.ip.clone(),
@@ -361,12 +374,12 @@ pub fn render_table(r: &Report, layout: &Layout) -> String {
         return fit_text(&out, layout);
     }
     let mut paths = Table::new();
-    paths.set_header(vec![
-        "PATH",
-        "EXPECTED LAG",
-        "CLIENT TTL",
-        "QUERIES",
-        "FAILURES",
+    paths.set_columns(vec![
+        Column::path("PATH"),
+        Column::keep("EXPECTED LAG"),
+        Column::keep("CLIENT TTL"),
+        Column::keep("QUERIES"),
+        Column::wrap("FAILURES"),
     ]);
     for p in &r.paths {
         let failures = if p.failures == 0 {
@@ -390,17 +403,17 @@ pub fn render_table(r: &Report, layout: &Layout) -> String {
     let _ = writeln!(out, "\nPaths\n{}", paths.render(layout));
     if !r.stale.is_empty() {
         let mut t = Table::new();
-        t.set_header(vec![
-            "PATH",
-            "IP",
-            "POD",
-            "LEFT AT",
-            "LAST SEEN",
-            "WINDOW",
-            "PREDICTED",
-            "EXPECTED",
-            "VERDICT",
-            "EXPOSURE",
+        t.set_columns(vec![
+            Column::path("PATH"),
+            Column::keep("IP"),
+            Column::name("POD"),
+            Column::keep("LEFT AT"),
+            Column::keep("LAST SEEN"),
+            Column::wrap("WINDOW"),
+            Column::keep("PREDICTED"),
+            Column::keep("EXPECTED"),
+            Column::wrap("VERDICT"),
+            Column::wrap("EXPOSURE"),
         ]);
         for w in &r.stale {
             t.add_row(vec![
@@ -432,14 +445,14 @@ pub fn render_table(r: &Report, layout: &Layout) -> String {
     }
     if !r.missing.is_empty() {
         let mut t = Table::new();
-        t.set_header(vec![
-            "PATH",
-            "IP",
-            "POD",
-            "ADDED AT",
-            "SERVED FROM",
-            "WINDOW",
-            "VERDICT",
+        t.set_columns(vec![
+            Column::path("PATH"),
+            Column::keep("IP"),
+            Column::name("POD"),
+            Column::keep("ADDED AT"),
+            Column::keep("SERVED FROM"),
+            Column::wrap("WINDOW"),
+            Column::wrap("VERDICT"),
         ]);
         for w in &r.missing {
             t.add_row(vec![
