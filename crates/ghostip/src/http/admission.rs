@@ -20,7 +20,7 @@
 //!    connection, the newcomer is refused.
 //!
 //! Against clients holding half-open connections from a few addresses and renewing them
-//! (`tests/http_limits.rs`), 1 stops them from renewing beyond their share as soon as a
+//! (`tests/integration/http_limits.rs`), 1 stops them from renewing beyond their share as soon as a
 //! newcomer appears, 3 lets the newcomer in at once, and 2 keeps health probes answered.
 
 use std::cmp::Reverse;

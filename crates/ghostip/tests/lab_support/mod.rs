@@ -1,5 +1,5 @@
 //! What the end-to-end tests share: the repository, the lab's scripts, the GHOSTIP_LAB gate.
-#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
+#![allow(dead_code, clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
