@@ -7,22 +7,18 @@
 //! (`bpf ct list`, `nft list` text, kernel and kube-proxy logs) must not be
 //! mistaken for a supported format. `.txtar` files are split into their sections. The
 //! test prints what it read, per file and per format, and checks facts known from a few
-//! samples. When the fixtures folder is absent it prints a skip message and passes (fails
-//! under CI).
+//! samples. Ignored by default (`needs the fixture corpus`); run with `--ignored`, it fails
+//! when the corpus (`$GHOSTIP_FIXTURES`, default `../shared/fixtures`) is absent.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use ghostip_datapath::{
     BackendState, Format, FrontendKind, LbTable, ParseError, Parsed, Protocol, detect_format, parse,
 };
-
-fn fixtures_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures")
-}
 
 /// Outputs of tools that no parser reads (by file-name prefix), and why.
 const NOT_PARSED: [(&str, &str); 7] = [
@@ -104,12 +100,9 @@ fn ip(s: &str) -> IpAddr {
 }
 
 #[test]
+#[ignore = "needs the fixture corpus (../shared/fixtures)"]
 fn shared_fixture_corpus() {
-    let root = fixtures_root();
-    if !root.is_dir() {
-        ghostip_testkit::env::skip(&format!("fixtures folder {} not found", root.display()));
-        return;
-    }
+    let root = ghostip_testkit::env::fixtures("");
     let mut per_format: BTreeMap<String, Tally> = BTreeMap::new();
     let mut tables: BTreeMap<String, LbTable> = BTreeMap::new();
     let mut conntrack_entries: BTreeMap<String, usize> = BTreeMap::new();
@@ -299,4 +292,15 @@ fn shared_fixture_corpus() {
         conntrack_entries["conntrack-L_tcp-TIME_WAIT-dns-to-clusterip_k8s-issue91216_e2e-gce_2020_PARTIAL.txt"],
         5
     );
+}
+
+/// The corpus's `conntrack -L` sample with accounting and delta-time columns (Kubernetes
+/// issue 129617) is detected as a conntrack dump.
+#[test]
+#[ignore = "needs the fixture corpus (../shared/fixtures)"]
+fn conntrack_sample_with_accounting_is_detected() {
+    let fixture = ghostip_testkit::env::fixtures("conntrack")
+        .join("conntrack-L-p-udp-dport-53_accounting-delta-time_k8s-issue129617_2025.txt");
+    let bytes = std::fs::read(&fixture).unwrap_or_else(|e| panic!("{}: {e}", fixture.display()));
+    assert_eq!(detect_format(&bytes), Some(Format::Conntrack));
 }

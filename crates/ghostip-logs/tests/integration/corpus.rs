@@ -10,8 +10,10 @@ use std::path::PathBuf;
 use ghostip_logs::Kind::{self, *};
 use ghostip_logs::{ConnFailure, Format, ScanOptions, ScanStats, Scanner, classify, open_reader};
 
+/// The client-error samples of the fixture corpus; the test fails naming the folder where it is
+/// absent.
 fn corpus_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/client-errors")
+    ghostip_testkit::env::fixtures("client-errors")
 }
 
 /// One expected failure: (first line of the event, kind, target IP:port | `dns@SERVER` | `-`).
@@ -325,15 +327,9 @@ fn scan(path: &std::path::Path) -> (Vec<ConnFailure>, ScanStats) {
 }
 
 #[test]
+#[ignore = "needs the fixture corpus (../shared/fixtures)"]
 fn every_failure_in_the_corpus_is_found_and_classified() {
     let dir = corpus_dir();
-    if !dir.is_dir() {
-        ghostip_testkit::env::skip(&format!(
-            "{} not found (shared fixtures are beside the clone)",
-            dir.display()
-        ));
-        return;
-    }
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -419,12 +415,9 @@ fn every_failure_in_the_corpus_is_found_and_classified() {
 }
 
 #[test]
+#[ignore = "needs the fixture corpus (../shared/fixtures)"]
 fn formats_of_selected_fixtures() {
     let dir = corpus_dir();
-    if !dir.is_dir() {
-        ghostip_testkit::env::skip(&format!("{} not found", dir.display()));
-        return;
-    }
     let cases: &[(&str, Format)] = &[
         (
             "grpc-go_dapr-1.13.5_retry_unavailable_dapr-issue8602_2025.log",
@@ -483,15 +476,13 @@ fn formats_of_selected_fixtures() {
 }
 
 #[test]
+#[ignore = "needs the fixture corpus (../shared/fixtures)"]
 fn stale_headless_pod_ip_keeps_its_time_flags_and_target() {
     let dir = corpus_dir();
     let path = dir.join(
         "envoy-istio-access-log_text_503-UF-URX_stale-headless-pod-ip_ORIGINAL_DST_zhaohuabing-2020.log",
     );
-    if !path.is_file() {
-        ghostip_testkit::env::skip(&format!("{} not found", path.display()));
-        return;
-    }
+    assert!(path.is_file(), "{} not found in the corpus", path.display());
     let (got, _) = scan(&path);
     assert_eq!(got.len(), 1);
     let f = &got[0];

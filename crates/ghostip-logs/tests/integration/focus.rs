@@ -5,7 +5,6 @@
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 
 use ghostip_logs::{
     ConnFailure, ScanOptions, ScanStats, Scanner, Target, open_reader, segment_cuts,
@@ -260,16 +259,9 @@ fn a_yearless_line_takes_the_year_of_the_closest_dated_line_before() {
 }
 
 #[test]
+#[ignore = "needs the fixture corpus (../shared/fixtures)"]
 fn focused_scans_of_the_corpus_find_what_the_full_scans_find() {
-    let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/client-errors");
-    if !dir.is_dir() {
-        ghostip_testkit::env::skip(&format!(
-            "{} not found (shared fixtures are beside the clone)",
-            dir.display()
-        ));
-        return;
-    }
+    let dir = ghostip_testkit::env::fixtures("client-errors");
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();

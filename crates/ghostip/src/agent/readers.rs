@@ -1105,7 +1105,9 @@ mod tests {
         assert_eq!(left_of(&pids), Vec::<String>::new(), "processes left");
     }
 
-    fn can_run_as_root_with(programs: &[&str]) -> bool {
+    /// Fails the test unless it runs as root with `programs` on PATH (it is ignored, so it
+    /// runs only when asked for).
+    fn require_root_with(programs: &[&str]) {
         let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
             s.lines()
                 .find(|l| l.starts_with("Uid:"))
@@ -1116,17 +1118,16 @@ mod tests {
                 .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(p).is_file()))
         });
         if !(root && found) {
-            // Under CI (root, the programs installed by scripts/deps) this fails instead.
-            ghostip_testkit::env::skip(&format!("needs root and {programs:?} on PATH"));
+            ghostip_testkit::env::missing(&format!(
+                "needs root (network namespaces) and {programs:?} on PATH"
+            ));
         }
-        root && found
     }
 
     #[test]
+    #[ignore = "needs network namespaces (root)"]
     fn real_iptables_save_without_net_admin_names_the_capability() {
-        if !can_run_as_root_with(&["unshare", "setpriv", "iptables-save"]) {
-            return;
-        }
+        require_root_with(&["unshare", "setpriv", "iptables-save"]);
         // In a fresh network namespace: with its capabilities iptables-save reads an empty
         // ruleset; with CAP_NET_ADMIN and CAP_NET_RAW dropped the kernel refuses.
         let with = run_and_parse(

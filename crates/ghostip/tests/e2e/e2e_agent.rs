@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::lab_support;
 use lab_support::agent::{Agent, AgentOptions, WITHOUT_NET_ADMIN};
-use lab_support::{lab, lab_ready, run};
+use lab_support::{lab, require_lab, run};
 
 use ghostip::ledger::Ledger;
 use serde_json::Value;
@@ -62,11 +62,9 @@ fn open_datapath_stale(status: &Value) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "needs the lab (GHOSTIP_LAB=1, root)"]
+#[ignore = "needs the lab (lab/up, GHOSTIP_LAB=1, root)"]
 fn agent_reports_the_stale_node_datapath_and_clears_after_kube_proxy_restarts() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let dir = tempfile::tempdir().unwrap();
     let mut n1 = Agent::start(dir.path(), "node-1");
     let mut n2 = Agent::start(dir.path(), "node-2");
@@ -278,11 +276,9 @@ fn agent_reports_the_stale_node_datapath_and_clears_after_kube_proxy_restarts() 
 /// with setpriv) the datapath reader fails with an error naming the capability, and the
 /// agent keeps watching the truth and probing DNS.
 #[test]
-#[ignore = "needs the lab (GHOSTIP_LAB=1, root)"]
+#[ignore = "needs the lab (lab/up, GHOSTIP_LAB=1, root)"]
 fn agent_without_net_admin_names_the_capability_and_keeps_probing_dns() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let dir = tempfile::tempdir().unwrap();
     let mut a = Agent::start_with(
         dir.path(),

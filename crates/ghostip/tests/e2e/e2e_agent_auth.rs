@@ -21,7 +21,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::lab_support;
-use lab_support::{KillOnDrop, lab, lab_ready, run};
+use lab_support::{KillOnDrop, lab, require_lab, run};
 
 const NS: &str = "ghostip-authtest";
 const NODE_IP: &str = "10.200.0.11";
@@ -185,11 +185,9 @@ impl Agent {
 }
 
 #[test]
-#[ignore = "needs the lab (GHOSTIP_LAB=1, root)"]
+#[ignore = "needs the lab (lab/up, GHOSTIP_LAB=1, root)"]
 fn the_agent_authenticates_and_authorizes_callers_with_the_api_server() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let dir = tempfile::tempdir().unwrap();
     let rbac = dir.path().join("rbac.yaml");
     std::fs::write(&rbac, RBAC).unwrap();

@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use crate::lab_support;
-use lab_support::{lab, lab_ready, run};
+use lab_support::{lab, require_lab, run};
 
 use serde_json::Value;
 
@@ -53,11 +53,9 @@ fn dns_findings(v: &Value) -> Vec<&Value> {
 }
 
 #[test]
-#[ignore = "needs the lab (GHOSTIP_LAB=1, root)"]
+#[ignore = "needs the lab (lab/up, GHOSTIP_LAB=1, root)"]
 fn cluster_audit_predicts_the_coredns_cache_window() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     // The scenario as in the demo: no preStop, classic Corefile (kubernetes ttl 30, cache 30).
     setup(0);
     let (code, v, err) = audit();

@@ -22,7 +22,7 @@ use std::process::Command;
 
 use crate::lab_support;
 use lab_support::agent::{Agent, AgentOptions};
-use lab_support::{lab, lab_ready, run, start_watch, stop};
+use lab_support::{lab, require_lab, run, start_watch, stop};
 
 use ghostip::ledger::FindingKind;
 use serde_json::Value;
@@ -150,9 +150,7 @@ fn check(x: &Value, r: &Value, old: &BTreeMap<String, String>) -> BTreeSet<Strin
 #[test]
 #[ignore = "needs the lab cluster (lab/up), lab/build podsync registry javaclient, and root"]
 fn a_jvm_client_keeps_calling_removed_pods_and_explain_names_each_layer() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ledger.db");
     let client_log = dir.path().join("client.log");
@@ -419,9 +417,7 @@ fn flows_agree_with_the_client(
 #[test]
 #[ignore = "needs the lab cluster (lab/up), lab/build podsync registry javaclient, and root"]
 fn without_client_caches_and_a_prestop_beyond_the_dns_budget_no_call_fails() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let dir = tempfile::tempdir().unwrap();
     let mut agent = client_node_agent(dir.path());
     let (code, r) = scenario(&[

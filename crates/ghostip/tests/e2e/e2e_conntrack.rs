@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::lab_support;
 use crate::netns_support;
 use lab_support::agent::{Agent, AgentOptions, WITHOUT_NET_ADMIN};
-use lab_support::{lab, lab_ready, run};
+use lab_support::{lab, require_lab, run};
 
 use ghostip::ledger::Ledger;
 use serde_json::Value;
@@ -177,11 +177,9 @@ fn is_conntrack_tracking(v: &Value, change: &str, target: &str) -> bool {
 }
 
 #[test]
-#[ignore = "needs the lab (GHOSTIP_LAB=1, root)"]
+#[ignore = "needs the lab (lab/up, GHOSTIP_LAB=1, root)"]
 fn agent_reports_a_pooled_connection_to_a_deleted_pod_until_it_closes() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let dir = tempfile::tempdir().unwrap();
     let _ns = Namespace;
     let (backend, client_netns) = deploy(dir.path());
@@ -343,11 +341,9 @@ fn agent_reports_a_pooled_connection_to_a_deleted_pod_until_it_closes() {
 /// conntrack table is unreadable: said once, naming the capability, in the JSON output and
 /// `/status`; the truth syncs and DNS probes keep answering.
 #[test]
-#[ignore = "needs the lab (GHOSTIP_LAB=1, root)"]
+#[ignore = "needs the lab (lab/up, GHOSTIP_LAB=1, root)"]
 fn agent_without_net_admin_says_conntrack_is_unreadable_once() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let dir = tempfile::tempdir().unwrap();
     let mut a = Agent::start_with(
         dir.path(),

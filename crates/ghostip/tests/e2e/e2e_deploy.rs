@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::deploy_support;
 use crate::lab_support;
 use deploy_support::{ALL_OPTIONAL, deploy_dir, documents_of, helm_template};
-use lab_support::{lab, lab_ready, run};
+use lab_support::{lab, require_lab, run};
 
 /// `kubectl ARGS…` in the lab's hub namespace: (exit code, stdout, stderr).
 fn kubectl(args: &[&str]) -> (i32, String, String) {
@@ -96,11 +96,9 @@ fn pod_of(docs: &[(String, Value)], kind: &str, name: &str, namespace: &str) -> 
 }
 
 #[test]
-#[ignore = "needs the lab (GHOSTIP_LAB=1, root)"]
+#[ignore = "needs the lab (lab/up, GHOSTIP_LAB=1, root)"]
 fn manifests_pass_a_server_side_dry_run_and_pod_security_admission() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let dir = tempfile::tempdir().unwrap();
     let _created = create_prerequisites(dir.path());
 
@@ -171,11 +169,9 @@ fn manifests_pass_a_server_side_dry_run_and_pod_security_admission() {
 }
 
 #[test]
-#[ignore = "needs the lab (GHOSTIP_LAB=1, root) and helm (GHOSTIP_HELM)"]
+#[ignore = "needs the lab (lab/up, GHOSTIP_LAB=1, root) and helm (GHOSTIP_HELM)"]
 fn helm_chart_passes_a_server_side_dry_run() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let dir = tempfile::tempdir().unwrap();
     let _created = create_prerequisites(dir.path());
     for (name, values) in [
@@ -223,11 +219,9 @@ fn exec_as_agent(pod: &str, container: &str, argv: &[&str]) -> (i32, String, Str
 }
 
 #[test]
-#[ignore = "needs the lab (GHOSTIP_LAB=1, root)"]
+#[ignore = "needs the lab (lab/up, GHOSTIP_LAB=1, root)"]
 fn the_cilium_exec_policy_admits_only_the_service_list_in_cilium_agent_pods() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let dir = tempfile::tempdir().unwrap();
     let mut created = create_prerequisites(dir.path());
     // The opt-in grant and its policy, for real, and a stand-in Cilium agent pod.

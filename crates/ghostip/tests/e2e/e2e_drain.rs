@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::lab_support;
 use lab_support::{
-    KillOnDrop, cacheclient, kubectl, kubectl_stdin, lab, lab_ready, repo, run, stop, web_pods,
+    KillOnDrop, cacheclient, kubectl, kubectl_stdin, lab, repo, require_lab, run, stop, web_pods,
 };
 
 use serde_json::Value;
@@ -538,9 +538,7 @@ fn measured_let_go(report: &Value, ip: &str) -> Option<f64> {
 #[test]
 #[ignore = "needs the lab cluster (lab/up), lab/build cacheclient and root"]
 fn drain_wait_lets_no_client_connect_to_a_gone_pod() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let _lab = lab_lock();
     let dir = scratch_dir();
     let setup = drain_setup(dir.path());
@@ -621,9 +619,7 @@ fn drain_wait_lets_no_client_connect_to_a_gone_pod() {
 #[test]
 #[ignore = "needs the lab cluster (lab/up), lab/build cacheclient and root"]
 fn drain_wait_follows_what_the_corefile_hands_out() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let _lab = lab_lock();
     let dir = scratch_dir();
     let setup = drain_setup(dir.path());
@@ -673,9 +669,7 @@ impl Drop for HealNode2 {
 #[test]
 #[ignore = "needs the lab cluster (lab/up), lab/build cacheclient and root"]
 fn drain_wait_runs_to_its_bound_and_names_a_node_that_never_lets_go() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let _lab = lab_lock();
     let dir = scratch_dir();
     let setup = drain_setup(dir.path());

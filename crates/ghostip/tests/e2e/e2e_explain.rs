@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::lab_support;
-use lab_support::{cacheclient, kubectl, lab, lab_ready, run, start_watch, stop, web_pods};
+use lab_support::{cacheclient, kubectl, lab, require_lab, run, start_watch, stop, web_pods};
 
 use serde_json::Value;
 
@@ -33,9 +33,7 @@ const CLIENT_POD: &str = r#"{
 #[test]
 #[ignore = "needs the lab cluster (lab/up), lab/build cacheclient and root"]
 fn explain_classifies_a_real_clients_errors_during_a_rollout_against_the_ledger() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let (code, out, err) =
         run(lab("scenarios/coredns-cache").args(["--corefile", "classic", "--setup-only"]));
     assert_eq!(code, 0, "scenario setup failed:\n{out}\n{err}");

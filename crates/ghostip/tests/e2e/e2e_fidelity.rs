@@ -28,7 +28,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::lab_support;
 use lab_support::agent::{Agent, AgentOptions, node_ip};
-use lab_support::{KillOnDrop, lab, lab_ready, node1_metrics, run, start_watch};
+use lab_support::{KillOnDrop, lab, node1_metrics, require_lab, run, start_watch};
 
 use ghostip::ledger::Ledger;
 use serde_json::{Value, json};
@@ -124,11 +124,9 @@ fn check(json: bool) -> (i32, String, String) {
 }
 
 #[test]
-#[ignore = "needs the lab (GHOSTIP_LAB=1, root)"]
+#[ignore = "needs the lab (lab/up, GHOSTIP_LAB=1, root)"]
 fn a_stale_node_is_over_its_lag_while_open_and_check_names_it() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let _cleanup = Cleanup;
     let dir = tempfile::tempdir().unwrap();
     let manifest = dir.path().join("agents.json");
@@ -317,11 +315,9 @@ fn truth_synced(port: u16) -> Option<f64> {
 }
 
 #[test]
-#[ignore = "needs the lab (GHOSTIP_LAB=1, root)"]
+#[ignore = "needs the lab (lab/up, GHOSTIP_LAB=1, root)"]
 fn an_api_server_outage_is_a_gap_within_seconds_and_windows_keep_their_promise() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     const PORT: u16 = 9791;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("watch.db");

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::lab_support;
-use lab_support::{lab, lab_ready, node1_metrics, run};
+use lab_support::{lab, node1_metrics, require_lab, run};
 
 use serde_json::Value;
 
@@ -68,10 +68,7 @@ fn rollout(db: &Path, html: Option<&Path>) -> (i32, Value, String) {
 /// of the report's stale windows, a row of bars.
 fn check_in_browser(html: &Path, report: &Value) {
     let (code, chromium, _) = run(Command::new("sh").args(["-c", "command -v chromium"]));
-    if code != 0 {
-        ghostip_testkit::env::skip("no chromium (scripts/deps installs it)");
-        return;
-    }
+    assert_eq!(code, 0, "no chromium on PATH (scripts/deps installs it)");
     let chromium = chromium.trim().to_string();
     let url = format!("file://{}", html.display());
     let browser = |extra: &[&str]| {
@@ -243,9 +240,7 @@ fn unix(t: &Value) -> f64 {
 #[test]
 #[ignore = "needs the lab cluster (lab/up) and root"]
 fn classic_kubeadm_corefile_keeps_removed_ips_for_the_ttl() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let _lab = lab_lock();
     setup("classic");
     let dir = tempfile::tempdir().unwrap();
@@ -423,9 +418,7 @@ fn rollout_with_windows_at_most(corefile: &str, max: f64) -> Value {
 #[test]
 #[ignore = "needs the lab cluster (lab/up) and root"]
 fn cache5_converges_within_six_seconds() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let _lab = lab_lock();
     rollout_with_windows_at_most("cache5", 6.0);
 }
@@ -433,9 +426,7 @@ fn cache5_converges_within_six_seconds() {
 #[test]
 #[ignore = "needs the lab cluster (lab/up) and root"]
 fn newest_kubeadm_corefile_converges_at_once_but_hands_out_ttl_30() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let _lab = lab_lock();
     let report = rollout_with_windows_at_most("kubeadm-new", 2.0);
     let ttls: BTreeMap<String, f64> = report["paths"]
@@ -476,9 +467,7 @@ fn wait_synced(port: u16, want: bool, max: Duration) -> Option<Instant> {
 #[test]
 #[ignore = "needs the lab cluster (lab/up) and root"]
 fn watch_records_a_truth_gap_and_resumes_within_5s_of_the_api_server() {
-    if !lab_ready() {
-        return;
-    }
+    require_lab();
     let _lab = lab_lock();
     let dir = tempfile::tempdir().unwrap();
     let port = 19753;

@@ -1,6 +1,6 @@
 //! The end-to-end tests against the lab cluster (lab/up), as one test binary: one module per scenario.
 //!
-//! Every test is `#[ignore = "needs the lab (lab/up)"]`. The lab's state carries over from one
+//! Every test is `#[ignore = "needs the lab (lab/up, …)"]`. The lab's state carries over from one
 //! scenario to the next, so scripts/test runs the modules one at a time in a fixed order
 //! (`cargo test --release -p ghostip --test e2e -- --ignored --test-threads=1 e2e_lab::`, …),
 //! not in libtest's alphabetical order.

@@ -12,7 +12,8 @@
 //!   period, ingress-nginx's `/wait-shutdown` hook, the KYAML Pod, broken samples) is audited
 //!   the way `ghostip audit -f DIR` reads it.
 //!
-//! Skipped with a message when the fixtures are not beside the repository.
+//! Ignored by default (`needs the fixture corpus`): run with `--ignored`, they fail when the corpus
+//! (`$GHOSTIP_FIXTURES`, default `../shared/fixtures`) is absent.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
@@ -20,20 +21,12 @@ use std::path::{Path, PathBuf};
 use ghostip::audit::load::{FileKind, add_manifest};
 use ghostip::audit::{AuditConfig, Inventory, audit, render};
 
-fn fixtures() -> Option<PathBuf> {
-    let dir = match std::env::var_os("GHOSTIP_FIXTURES") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"),
-    };
-    if dir.join("coredns").is_dir() && dir.join("k8s-objects").is_dir() {
-        Some(dir)
-    } else {
-        ghostip_testkit::env::skip(&format!(
-            "no fixtures at {} (set GHOSTIP_FIXTURES to the fixtures folder)",
-            dir.display()
-        ));
-        None
-    }
+/// The fixture corpus (`$GHOSTIP_FIXTURES` or `../shared/fixtures`), with its `coredns/` and
+/// `k8s-objects/` folders; the test fails naming what is absent.
+fn fixtures() -> PathBuf {
+    ghostip_testkit::env::fixtures("coredns");
+    ghostip_testkit::env::fixtures("k8s-objects");
+    ghostip_testkit::env::fixtures_root()
 }
 
 const DNS_EXAMPLE: &str =
@@ -104,8 +97,9 @@ fn snapshot_name(file: &str) -> String {
 }
 
 #[test]
+#[ignore = "needs the fixture corpus (../shared/fixtures)"]
 fn corefile_samples_against_the_dns_example() {
-    let Some(dir) = fixtures() else { return };
+    let dir = fixtures();
     let mut names: Vec<String> = std::fs::read_dir(dir.join("coredns"))
         .unwrap()
         .filter_map(|e| e.ok())
@@ -170,8 +164,9 @@ fn corefile_samples_against_the_dns_example() {
 }
 
 #[test]
+#[ignore = "needs the fixture corpus (../shared/fixtures)"]
 fn nodelocal_in_front_of_kubeadm_classic_adds_its_own_floor() {
-    let Some(dir) = fixtures() else { return };
+    let dir = fixtures();
     let mut inv = Inventory::new("default");
     add_corefile(
         &mut inv,
@@ -187,8 +182,9 @@ fn nodelocal_in_front_of_kubeadm_classic_adds_its_own_floor() {
 }
 
 #[test]
+#[ignore = "needs the fixture corpus (../shared/fixtures)"]
 fn k8s_objects_directory() {
-    let Some(dir) = fixtures() else { return };
+    let dir = fixtures();
     let mut inv = Inventory::new("default");
     let mut names: Vec<String> = std::fs::read_dir(dir.join("k8s-objects"))
         .unwrap()

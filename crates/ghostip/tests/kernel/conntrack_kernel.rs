@@ -38,12 +38,13 @@ use rustix::thread::CapabilitySet;
 
 use crate::netns_support;
 
-fn enabled() -> bool {
+/// Fails the test unless real kernel state was asked for (GHOSTIP_NETNS_TESTS=1) as root.
+fn require_netns() {
     if std::env::var_os("GHOSTIP_NETNS_TESTS").is_none() {
-        ghostip_testkit::env::skip(
-            "set GHOSTIP_NETNS_TESTS=1 (and run as root) to test real kernel state",
+        ghostip_testkit::env::missing(
+            "GHOSTIP_NETNS_TESTS is not set: these tests change real kernel state in network \
+             namespaces and need root and GHOSTIP_NETNS_TESTS=1 (scripts/test runs them)",
         );
-        return false;
     }
     let uid = Command::new("id").arg("-u").output().unwrap();
     assert_eq!(
@@ -51,7 +52,6 @@ fn enabled() -> bool {
         "0",
         "GHOSTIP_NETNS_TESTS=1 needs root (network namespaces, nft, conntrack)"
     );
-    true
 }
 
 fn run(cmd: &str, args: &[&str]) -> String {
@@ -271,11 +271,9 @@ fn clients() -> Vec<IpAddr> {
 }
 
 #[test]
-#[ignore = "needs root and GHOSTIP_NETNS_TESTS=1"]
+#[ignore = "needs network namespaces (root, GHOSTIP_NETNS_TESTS=1)"]
 fn the_netlink_reader_reads_what_conntrack_lists_and_keeps_the_pods_live_flows() {
-    if !enabled() {
-        return;
-    }
+    require_netns();
     let lab = lab();
     let _flows = flows(&lab);
     let cancel = AtomicBool::new(false);
@@ -390,11 +388,9 @@ fn web_slice(ips: &[(&str, &str)]) -> SliceRecord {
 /// client pod's connection through the ClusterIP stays pinned to it; two real dumps later
 /// the model holds one confirmed stale flow with the client pod and the former owner.
 #[test]
-#[ignore = "needs root and GHOSTIP_NETNS_TESTS=1"]
+#[ignore = "needs network namespaces (root, GHOSTIP_NETNS_TESTS=1)"]
 fn real_reads_of_a_connection_pinned_to_a_removed_pod_make_a_stale_flow() {
-    if !enabled() {
-        return;
-    }
+    require_netns();
     let lab = lab();
     let _flows = flows(&lab);
     let kinds = [
@@ -516,11 +512,9 @@ fn real_reads_of_a_connection_pinned_to_a_removed_pod_make_a_stale_flow() {
 /// Without CAP_NET_ADMIN (dropped from the reading thread's effective set) the kernel
 /// refuses the dump and the error names the capability; a set cancel flag ends a dump.
 #[test]
-#[ignore = "needs root and GHOSTIP_NETNS_TESTS=1"]
+#[ignore = "needs network namespaces (root, GHOSTIP_NETNS_TESTS=1)"]
 fn without_cap_net_admin_the_error_names_it() {
-    if !enabled() {
-        return;
-    }
+    require_netns();
     let node = Netns::new("node");
     let err = node
         .enter(|| {
