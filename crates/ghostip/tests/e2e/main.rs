@@ -4,6 +4,8 @@
 //! scenario to the next, so scripts/test runs the modules one at a time in a fixed order
 //! (`cargo test --release -p ghostip --test e2e -- --ignored --test-threads=1 e2e_lab::`, …),
 //! not in libtest's alphabetical order.
+// The lab tests time real processes and stamp what they feed the lab with the wall clock.
+#![allow(clippy::disallowed_methods)]
 
 #[path = "../deploy_support/mod.rs"]
 mod deploy_support;

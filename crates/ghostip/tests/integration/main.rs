@@ -5,6 +5,8 @@
 //! repository are `#[ignore = "needs …"]` and run under `--ignored` (scripts/test): the fixture
 //! corpus (`audit_fixtures::`, `explain_cli::` corpus tests) and helm (`helm_chart::`).
 //! The support modules are shared with the `e2e` and `kernel` binaries.
+// Tests read the system's clocks for their own timeouts and inputs; what they test takes its clock as an argument.
+#![allow(clippy::disallowed_methods)]
 
 #[path = "../deploy_support/mod.rs"]
 mod deploy_support;

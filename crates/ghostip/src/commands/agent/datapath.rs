@@ -136,7 +136,7 @@ impl DatapathReads {
             source,
             path: info,
             reads: Reads::new(args, failure_service, kill),
-            pending_first: first_read.map(|o| (Time::now(), o)),
+            pending_first: first_read.map(|o| (crate::clock::wall_now(), o)),
         }
     }
 

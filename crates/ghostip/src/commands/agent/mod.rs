@@ -34,7 +34,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use futures::StreamExt;
 use ghostip_core::engine::{Discrepancy, EngineEvent, Verdict};
-use ghostip_core::{PathIdx, ServiceKey, Target, Time};
+use ghostip_core::{PathIdx, ServiceKey, Target};
 use ghostip_session::layers::conntrack::ConntrackModel;
 use ghostip_session::layers::dns::DnsModel;
 use ghostip_session::{ServiceFilter, Session};
@@ -120,7 +120,7 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     let zone = dns.names.zone.clone();
     let session = Session::new(
         session_config(ServiceFilter::default(), false),
-        SyncState::new(Time::now(), scope.kinds()),
+        SyncState::new(crate::clock::wall_now(), scope.kinds()),
     )
     .with_layer(DnsModel::new(dns))
     .with_layer(ConntrackModel::new(node.clone()));
@@ -182,7 +182,7 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     let mut failed = Ok(());
     loop {
         let step = p.next().await;
-        let now = Time::now();
+        let now = crate::clock::wall_now();
         match step {
             Step::Stopped => break,
             Step::Truth {
@@ -233,7 +233,9 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     }
     conntrack.shutdown();
     shut_down(p, writer, server, &kill_readers).await;
-    printer.line(&Line::Stopped { at: Time::now() });
+    printer.line(&Line::Stopped {
+        at: crate::clock::wall_now(),
+    });
     tracing::info!("ghostip agent stopped");
     failed.map(|()| Outcome::Clean)
 }
