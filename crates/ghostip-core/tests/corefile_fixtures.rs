@@ -4,7 +4,9 @@
 //! Samples are taken as published: templates are rendered here the way their installers do
 //! (kubeadm's Go template, coredns/deployment's `sed`, NodeLocal's `__PILLAR__` values), and
 //! ConfigMap YAML is unwrapped to its `Corefile` key. The raw, unrendered text must still
-//! never panic the parser.
+//! never panic the parser. Ignored by default (`needs the fixture corpus`); run with
+//! `--ignored`, they fail when the corpus (`$GHOSTIP_FIXTURES`, default `../shared/fixtures`) is
+//! absent.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -14,11 +16,16 @@ use ghostip_core::corefile::{AnswerSource, Corefile, CorefileError, ExpectedLag}
 
 const DOMAIN: &str = "cluster.local";
 
+/// The Corefile samples of the fixture corpus (`$GHOSTIP_FIXTURES` or `../shared/fixtures`);
+/// the test fails naming the folder where it is absent.
 fn fixtures_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("GHOSTIP_FIXTURES") {
-        return PathBuf::from(dir).join("coredns");
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/coredns")
+    ghostip_testkit::env::fixtures("coredns")
+}
+
+/// The sample `name` of `dir`; the test fails naming the file where it cannot be read.
+fn read_sample(dir: &Path, name: &str) -> String {
+    let path = dir.join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// What a sample must produce.
@@ -309,15 +316,10 @@ fn check(name: &str, lag: &ExpectedLag, want: &Want) {
 }
 
 #[test]
+#[ignore = "needs the fixture corpus (../shared/fixtures)"]
 fn every_fixture_corefile_has_the_expected_lag() {
     let dir = fixtures_dir();
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        ghostip_testkit::env::skip(&format!(
-            "no Corefile fixtures at {} (set GHOSTIP_FIXTURES to the fixtures folder)",
-            dir.display()
-        ));
-        return;
-    };
+    let entries = std::fs::read_dir(&dir).unwrap();
     let mut paths: Vec<PathBuf> = entries
         .filter_map(|e| e.ok())
         .map(|e| e.path())
@@ -418,12 +420,10 @@ const AS_PUBLISHED: &[(&str, Published)] = &[
 ];
 
 #[test]
+#[ignore = "needs the fixture corpus (../shared/fixtures)"]
 fn templates_as_published_have_their_lag_and_name_their_placeholders() {
     let dir = fixtures_dir();
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        ghostip_testkit::env::skip(&format!("no Corefile fixtures at {}", dir.display()));
-        return;
-    };
+    let entries = std::fs::read_dir(&dir).unwrap();
     let mut names: Vec<String> = entries
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str().map(String::from))
@@ -479,19 +479,17 @@ fn templates_as_published_have_their_lag_and_name_their_placeholders() {
 }
 
 #[test]
+#[ignore = "needs the fixture corpus (../shared/fixtures)"]
 fn nodelocal_fixture_behind_kubeadm_classic() {
     let dir = fixtures_dir();
-    let (Ok(nodelocal), Ok(kubeadm)) = (
-        std::fs::read_to_string(dir.join(
-            "Corefile_k8s-cluster-addons-nodelocaldns.yaml_k8s-dns-node-cache-1.26.4.template",
-        )),
-        std::fs::read_to_string(
-            dir.join("Corefile_k8s-cluster-addons-coredns.yaml.base_coredns-v1.14.2.template"),
-        ),
-    ) else {
-        ghostip_testkit::env::skip(&format!("no Corefile fixtures at {}", dir.display()));
-        return;
-    };
+    let nodelocal = read_sample(
+        &dir,
+        "Corefile_k8s-cluster-addons-nodelocaldns.yaml_k8s-dns-node-cache-1.26.4.template",
+    );
+    let kubeadm = read_sample(
+        &dir,
+        "Corefile_k8s-cluster-addons-coredns.yaml.base_coredns-v1.14.2.template",
+    );
     let upstream = Corefile::parse(&render("coredns.yaml.base", &kubeadm))
         .unwrap()
         .expected_lag(DOMAIN)
@@ -517,14 +515,13 @@ fn nodelocal_fixture_behind_kubeadm_classic() {
 }
 
 #[test]
+#[ignore = "needs the fixture corpus (../shared/fixtures)"]
 fn kubeadm_latest_notes_explain_the_computation() {
     let dir = fixtures_dir();
-    let Ok(text) = std::fs::read_to_string(
-        dir.join("Corefile_kubeadm-manifests.go_latest_cache-30-disable-success-denial.template"),
-    ) else {
-        ghostip_testkit::env::skip(&format!("no Corefile fixtures at {}", dir.display()));
-        return;
-    };
+    let text = read_sample(
+        &dir,
+        "Corefile_kubeadm-manifests.go_latest_cache-30-disable-success-denial.template",
+    );
     let lag = Corefile::parse(&render("kubeadm", &text))
         .unwrap()
         .expected_lag(DOMAIN)

@@ -11,6 +11,8 @@
 //! (`NodeExpectations::new` for node `node-1`, then `NodeExpectations::diff`), and both
 //! are timed (CPU time of the thread).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
+// A measuring tool: it prints how long the parse took (the parsers read no clock).
+#![allow(clippy::disallowed_methods)]
 
 use std::fs::File;
 use std::io::BufReader;

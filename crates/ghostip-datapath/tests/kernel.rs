@@ -24,12 +24,13 @@ use ghostip_datapath::conntrack_audit::{
 use ghostip_datapath::{conntrack, iptables, nft};
 use ghostip_testkit::dumps::{GenModel, GenSpec, OTHER_NODE, THIS_NODE};
 
-fn enabled() -> bool {
+/// Fails the test unless real kernel state was asked for (GHOSTIP_NETNS_TESTS=1) as root.
+fn require_netns() {
     if std::env::var_os("GHOSTIP_NETNS_TESTS").is_none() {
-        ghostip_testkit::env::skip(
-            "set GHOSTIP_NETNS_TESTS=1 (and run as root) to test real kernel state",
+        ghostip_testkit::env::missing(
+            "GHOSTIP_NETNS_TESTS is not set: these tests change real kernel state in network \
+             namespaces and need root and GHOSTIP_NETNS_TESTS=1 (scripts/test runs them)",
         );
-        return false;
     }
     let uid = Command::new("id").arg("-u").output().unwrap();
     assert_eq!(
@@ -37,7 +38,6 @@ fn enabled() -> bool {
         "0",
         "GHOSTIP_NETNS_TESTS=1 needs root (network namespaces, iptables, nft, conntrack)"
     );
-    true
 }
 
 /// A network namespace deleted on drop.
@@ -162,11 +162,9 @@ fn assert_stale_and_missing(d: &NodeDiff, model: &GenModel, removed: Target, add
 }
 
 #[test]
-#[ignore = "needs root and GHOSTIP_NETNS_TESTS=1"]
+#[ignore = "needs network namespaces (root, GHOSTIP_NETNS_TESTS=1)"]
 fn iptables_rules_in_a_real_kernel_diff_against_the_truth() {
-    if !enabled() {
-        return;
-    }
+    require_netns();
     let model = GenModel::generate(&spec());
     let ns = Netns::new();
     ns.exec(
@@ -198,11 +196,9 @@ fn iptables_rules_in_a_real_kernel_diff_against_the_truth() {
 }
 
 #[test]
-#[ignore = "needs root and GHOSTIP_NETNS_TESTS=1"]
+#[ignore = "needs network namespaces (root, GHOSTIP_NETNS_TESTS=1)"]
 fn nftables_rules_in_a_real_kernel_diff_against_the_truth() {
-    if !enabled() {
-        return;
-    }
+    require_netns();
     for inline in [false, true] {
         let mut s = spec();
         s.nft_inline_dnat = inline;
@@ -236,11 +232,9 @@ fn pod(ns: &str, name: &str) -> PodRef {
 }
 
 #[test]
-#[ignore = "needs root and GHOSTIP_NETNS_TESTS=1"]
+#[ignore = "needs network namespaces (root, GHOSTIP_NETNS_TESTS=1)"]
 fn real_conntrack_entries_of_real_flows_are_attributed() {
-    if !enabled() {
-        return;
-    }
+    require_netns();
     let dir = std::env::temp_dir().join(format!("ghostip-ct-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("ct.txt");

@@ -12,6 +12,8 @@
 //! also read into memory and scanned with `Scanner::scan_slice` (no copy), after the peak RSS was
 //! taken. The scan on several threads (segments read with positional reads) is the command's:
 //! time `ghostip explain --threads N` (docs/BENCHMARKS.md).
+// A benchmark: it prints how long each scan took (the scanner reads no clock).
+#![allow(clippy::disallowed_methods)]
 
 use std::process::Command;
 use std::time::Instant;

@@ -1,23 +1,53 @@
-//! What a test does when what it needs lives outside the repository and is absent (the shared fixtures beside the clone, the lab cluster, root and network namespaces): skip with a message locally, fail under CI.
+//! What a test does when what it needs lives outside the repository (the fixture corpus beside the clone, the lab cluster, root and network namespaces): it fails, naming what is missing.
 //!
-//! CI is recognised by the `CI` environment variable (set, and not `0` or `false`), which
-//! `.ci/run` sets: there a missing fixtures folder or lab is a broken setup, not a reason to
-//! pass.
+//! Such tests carry `#[ignore = "needs …"]`, so a plain `cargo test` does not run them;
+//! they run only when asked for with `--ignored` (scripts/test does, per group), and there
+//! an absent environment is a broken setup: the test fails with a message saying what is
+//! missing and how to provide it. It never passes or skips silently.
 
-/// Whether the tests run under CI.
-pub fn under_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
+use std::path::PathBuf;
 
-/// Reports that a test cannot run because `why` (e.g. "no fixtures at ../shared/fixtures"):
-/// prints `skipped: {why}` and returns, so the caller returns early; under CI it fails.
+/// The environment variable that points the corpus tests at another fixtures folder.
+pub const FIXTURES_ENV: &str = "GHOSTIP_FIXTURES";
+
+/// Fails the running test because `why` (e.g. "no fixtures at ../shared/fixtures").
 ///
 /// # Panics
-/// Under CI, always.
+/// Always: the caller is an ignored test that was asked for, and cannot run.
 #[allow(clippy::panic)]
-pub fn skip(why: &str) {
-    if under_ci() {
-        panic!("{why}: required under CI (CI is set)");
+pub fn missing(why: &str) -> ! {
+    panic!(
+        "{why}\n(this test is #[ignore]d because it needs that; run with --ignored, it fails without it)"
+    );
+}
+
+/// The fixture corpus folder: `$GHOSTIP_FIXTURES`, else `shared/fixtures` beside the clone
+/// (`../shared/fixtures` from the repository root).
+pub fn fixtures_root() -> PathBuf {
+    match std::env::var_os(FIXTURES_ENV) {
+        Some(dir) => PathBuf::from(dir),
+        // Every crate lives at crates/<name>, this one too: ../../.. is beside the clone.
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"),
     }
-    eprintln!("skipped: {why}");
+}
+
+/// The folder `sub` of the fixture corpus (e.g. `"client-errors"`, or `""` for the root).
+///
+/// # Panics
+/// When that folder does not exist, with a message naming it and [`FIXTURES_ENV`].
+pub fn fixtures(sub: &str) -> PathBuf {
+    let root = fixtures_root();
+    let dir = if sub.is_empty() {
+        root.clone()
+    } else {
+        root.join(sub)
+    };
+    if !dir.is_dir() {
+        missing(&format!(
+            "the fixture corpus folder {} is absent (the corpus lives in shared/fixtures beside \
+             the clone; set {FIXTURES_ENV} to the fixtures folder elsewhere)",
+            dir.display()
+        ));
+    }
+    dir
 }

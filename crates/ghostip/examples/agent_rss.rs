@@ -16,6 +16,8 @@
 //! with `cat DIR/dump.iptables`, or with PROGRAM (e.g. `iptables-legacy-save -t nat` inside
 //! a network namespace loaded with the dump). Prints VmHWM (peak RSS) at each step.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+// A measuring tool: it times the agent it runs with the system's clocks.
+#![allow(clippy::disallowed_methods)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -6,6 +6,12 @@
 //! anchor, so it follows `tokio::time::pause`/`advance` in tests and never jumps with NTP
 //! in production. [`TokioClock::instant_at`] maps a wall-clock deadline from the pure
 //! runtime back onto tokio's clock.
+//!
+//! This module is the only place that reads the system's clocks (clippy.toml disallows
+//! `Time::now`, `SystemTime::now` and `Instant::now` elsewhere): [`wall_now`] for the edge's
+//! wall-clock stamps, [`monotonic_now`] for adapters measuring elapsed time (timeouts,
+//! deadlines, durations they report). tokio's `Instant::now` stays allowed: it follows
+//! `tokio::time::pause` in tests.
 
 use std::time::Duration;
 
@@ -19,8 +25,22 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Time {
-        Time::now()
+        wall_now()
     }
+}
+
+/// The system's wall clock, now: what [`SystemClock`] reads. For the commands' edge (stamping
+/// what they print or store); code below it takes a [`Clock`] or a [`Time`].
+#[allow(clippy::disallowed_methods)] // the one read of the system's wall clock
+pub fn wall_now() -> Time {
+    Time::now()
+}
+
+/// A monotonic instant of the system's clock, for adapters that measure elapsed time (reader
+/// timeouts, HTTP admission, the ledger writer's retries, durations in reports, tests).
+#[allow(clippy::disallowed_methods)] // the one read of the system's monotonic clock
+pub fn monotonic_now() -> std::time::Instant {
+    std::time::Instant::now()
 }
 
 /// Wall time = `anchor_time + (tokio::time::Instant::now() - anchor_instant)`.
@@ -35,7 +55,7 @@ impl TokioClock {
     pub fn new() -> Self {
         Self {
             instant: Instant::now(),
-            wall: Time::now(),
+            wall: wall_now(),
         }
     }
 

@@ -217,9 +217,9 @@ impl Prober {
     /// One query: what the path held, or why it failed, with its latency.
     async fn ask(&self, path: &DnsPath, name: &ProbeName) -> (ObservationResult, Time, Duration) {
         self.budget.acquire().await;
-        let started = std::time::Instant::now();
+        let started = crate::clock::monotonic_now();
         let result = query(path.server, &name.name, name.qtype, &self.config).await;
-        let now = Time::now();
+        let now = crate::clock::wall_now();
         let result = match result {
             Ok(ans) => ObservationResult::Held(ans.held()),
             Err(e) => ObservationResult::Failed(e.reason),

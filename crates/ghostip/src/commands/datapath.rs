@@ -131,7 +131,7 @@ struct TruthStats {
 }
 
 fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
-    let now = Time::now();
+    let now = crate::clock::wall_now();
     let at = parse_at(&a.at, now).with_context(|| format!("reading --at {}", a.at))?;
     let dns_service = match a.dns_service.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {

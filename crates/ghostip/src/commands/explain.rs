@@ -23,7 +23,7 @@ use crate::ledger::{Ledger, default_db_path, parse_at};
 use crate::printer::sanitize::escape_controls;
 
 pub(super) fn run(g: &GlobalArgs, args: ExplainArgs) -> anyhow::Result<Outcome> {
-    let now = Time::now();
+    let now = crate::clock::wall_now();
     let at = |flag: &str, v: &Option<String>| -> anyhow::Result<Option<Time>> {
         v.as_deref()
             .map(|s| parse_at(s, now).with_context(|| format!("reading {flag} {s}")))

@@ -162,7 +162,7 @@ async fn services_of(
 async fn restart(conn: &Connection, ns: &str, kind: Kind, name: &str) -> anyhow::Result<()> {
     // The same patch `kubectl rollout restart` sends.
     let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {
-        "kubectl.kubernetes.io/restartedAt": Time::now().to_string()
+        "kubectl.kubernetes.io/restartedAt": crate::clock::wall_now().to_string()
     }}}}});
     let pp = PatchParams::default();
     let c = conn.client.clone();
@@ -234,12 +234,12 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
     };
     let deadline = tokio::time::Instant::now() + args.timeout;
     // Probe the workload's Services for the whole observation (wall clock for the runtime).
-    let burst_until = Time::now()
+    let burst_until = crate::clock::wall_now()
         .checked_add(args.timeout + args.settle)
-        .unwrap_or_else(|_| Time::now());
+        .unwrap_or_else(|_| crate::clock::wall_now());
     let mut session = new_session(
         session_config(filter, true),
-        SyncState::new(Time::now(), scope.kinds()),
+        SyncState::new(crate::clock::wall_now(), scope.kinds()),
         &dns_config(&args.dns),
         None,
     );
@@ -258,7 +258,7 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
     );
     p.auto_stop_bursts = false;
     let pb = progress();
-    let started = Time::now();
+    let started = crate::clock::wall_now();
 
     // 1. Wait until the truth synced.
     let sync_deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -307,7 +307,7 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
         restart(&conn, &ns, kind, &name).await?;
         notes.push(format!(
             "rollout triggered at {} (rollout restart)",
-            Time::now().strftime("%T%.3f")
+            crate::clock::wall_now().strftime("%T%.3f")
         ));
     }
     let mut completed_at: Option<tokio::time::Instant> = None;
@@ -328,7 +328,7 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
                     completed_at = Some(now);
                     notes.push(format!(
                         "rollout complete at {}",
-                        Time::now().strftime("%T%.3f")
+                        crate::clock::wall_now().strftime("%T%.3f")
                     ));
                 }
                 Ok(_) => {}
@@ -374,7 +374,7 @@ pub(super) async fn run(g: &GlobalArgs, args: RolloutArgs) -> anyhow::Result<Out
             e.map_or("the end".into(), |e| e.strftime("%T%.3f").to_string())
         ));
     }
-    let finished = Time::now();
+    let finished = crate::clock::wall_now();
     let report = build_report(
         &mut p,
         format!("rollout of {} in {ns}", args.workload),

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::StreamExt;
-use ghostip_core::Time;
 use tokio_util::sync::CancellationToken;
 
 use super::{
@@ -62,7 +61,7 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
     let filter = service_filter(&args.scope);
     let session = new_session(
         session_config(filter, false),
-        SyncState::new(Time::now(), scope.kinds()),
+        SyncState::new(crate::clock::wall_now(), scope.kinds()),
         &dns_config(&args.dns),
         None,
     );
@@ -136,7 +135,6 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use std::collections::BTreeMap;
-    use std::time::Instant;
 
     use ghostip_core::truth::PodRecord;
     use ghostip_core::{PodRef, Time};
@@ -181,7 +179,7 @@ mod tests {
         update_ready(&ready, false, &writer, bound, &db).unwrap();
         assert!(!ready.load(Ordering::Relaxed), "a truth gap");
         // The capped file fills up: commits fail with SQLITE_FULL.
-        let started = Instant::now();
+        let started = crate::clock::monotonic_now();
         let mut i = 0;
         while writer.stats().failing_since.is_none() {
             assert!(started.elapsed() < Duration::from_secs(30), "never full");

@@ -1,7 +1,6 @@
 //! `ghostip whois IP [--at TIME]`: who owned an IP then, and before and after, from the ledger.
 
 use anyhow::Context as _;
-use ghostip_core::Time;
 
 use super::{Outcome, open_ledger_read_only, print_json};
 use crate::cli::{GlobalArgs, OutputFormat, WhoisArgs};
@@ -9,8 +8,8 @@ use crate::ledger::parse_at;
 use crate::printer::whois::{render_whois_table, whois_json};
 
 pub(super) fn run(g: &GlobalArgs, args: WhoisArgs) -> anyhow::Result<Outcome> {
-    let at =
-        parse_at(&args.at, Time::now()).with_context(|| format!("reading --at {}", args.at))?;
+    let at = parse_at(&args.at, crate::clock::wall_now())
+        .with_context(|| format!("reading --at {}", args.at))?;
     let ledger = open_ledger_read_only(g)?;
     let whois = ledger
         .whois(args.ip, at)

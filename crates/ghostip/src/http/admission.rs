@@ -20,7 +20,7 @@
 //!    connection, the newcomer is refused.
 //!
 //! Against clients holding half-open connections from a few addresses and renewing them
-//! (`tests/http_limits.rs`), 1 stops them from renewing beyond their share as soon as a
+//! (`tests/integration/http_limits.rs`), 1 stops them from renewing beyond their share as soon as a
 //! newcomer appears, 3 lets the newcomer in at once, and 2 keeps health probes answered.
 
 use std::cmp::Reverse;
@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn the_share_is_per_client_until_half_full_then_shrinks_with_the_addresses() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::monotonic_now();
         let mut a = Admission::new(RULES);
         // One address: its whole per-client share up to half full, then half of the slots.
         let mut ids = Vec::new();
@@ -255,7 +255,7 @@ mod tests {
 
     #[test]
     fn a_full_server_evicts_the_oldest_idle_connection_of_the_largest_holder() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::monotonic_now();
         let at = |ms| t0 + Duration::from_millis(ms);
         let mut a = Admission::new(RULES);
         let first: Vec<ConnId> = (0..4)
@@ -290,7 +290,7 @@ mod tests {
 
     #[test]
     fn busy_connections_are_never_evicted_and_this_host_has_its_reserved_slot() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::monotonic_now();
         let mut a = Admission::new(RULES);
         for b in ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"] {
             for _ in 0..2 {

@@ -26,7 +26,7 @@ use std::convert::Infallible;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -301,7 +301,10 @@ impl Slot {
         from_this_host: bool,
     ) -> Result<Slot, Refusal> {
         let mut t = lock(table);
-        match t.admission.admit(client, from_this_host, Instant::now()) {
+        match t
+            .admission
+            .admit(client, from_this_host, crate::clock::monotonic_now())
+        {
             Decision::Refuse(why) => Err(why),
             Decision::Admit { id, evict } => {
                 if let Some(token) = evict.and_then(|victim| t.evict.remove(&victim)) {
@@ -347,6 +350,6 @@ impl Drop for Busy {
     fn drop(&mut self) {
         lock(&self.table)
             .admission
-            .request_ended(self.id, Instant::now());
+            .request_ended(self.id, crate::clock::monotonic_now());
     }
 }

@@ -26,7 +26,7 @@
 //! # Crash safety
 //! WAL mode, `synchronous=NORMAL`, and every write in a transaction: after a crash or
 //! SIGKILL the file opens with every committed transaction (a power loss may drop the
-//! last few) and none half-applied. `tests/ledger_crash.rs` kills a writer repeatedly
+//! last few) and none half-applied. `tests/integration/ledger_crash.rs` kills a writer repeatedly
 //! and checks.
 
 use std::net::IpAddr;

@@ -225,7 +225,7 @@ impl LedgerWriter {
             max_batch: options.max_batch.max(1),
             retry_limit: options.retry_limit.max(1),
             retry_every: options.retry_every,
-            next_retry: Instant::now(),
+            next_retry: crate::clock::monotonic_now(),
             hook,
             log: FailureLog::default(),
         };
@@ -319,7 +319,7 @@ fn run(mut w: Worker, mut rx: mpsc::Receiver<Msg>) -> Ledger {
             }
             if closing {
                 // One last attempt before the thread stops.
-                w.next_retry = Instant::now();
+                w.next_retry = crate::clock::monotonic_now();
             }
             w.commit();
             if !closing && w.is_failing() {
@@ -413,7 +413,7 @@ impl Worker {
     /// Commits the pending writes, `max_batch` at a time; stops at a storage failure,
     /// keeping what is left for the next retry.
     fn commit(&mut self) {
-        if self.is_failing() && Instant::now() < self.next_retry {
+        if self.is_failing() && crate::clock::monotonic_now() < self.next_retry {
             return;
         }
         while !self.pending.is_empty() {
@@ -483,12 +483,13 @@ impl Worker {
         self.log.note(reason, &text, &self.stats);
         let mut s = self.lock();
         s.failed_commits += 1;
-        s.failing_since.get_or_insert_with(Instant::now);
+        s.failing_since
+            .get_or_insert_with(crate::clock::monotonic_now);
         s.last_error = Some(text);
         s.pending_ops = self.pending.len() as u64;
         drop(s);
         (self.hook)(reason);
-        self.next_retry = Instant::now() + self.retry_every;
+        self.next_retry = crate::clock::monotonic_now() + self.retry_every;
     }
 }
 
@@ -532,7 +533,7 @@ impl FailureLog {
     const EVERY: Duration = Duration::from_secs(60);
 
     fn note(&mut self, reason: &'static str, error: &str, stats: &Mutex<WriterStats>) {
-        let now = Instant::now();
+        let now = crate::clock::monotonic_now();
         let logged = match self.reasons.get_mut(reason) {
             None => {
                 self.reasons.insert(reason, (now, 0));

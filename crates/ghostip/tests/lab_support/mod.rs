@@ -1,5 +1,5 @@
 //! What the end-to-end tests share: the repository, the lab's scripts, the GHOSTIP_LAB gate.
-#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
+#![allow(dead_code, clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -15,15 +15,15 @@ pub fn repo() -> PathBuf {
         .unwrap()
 }
 
-/// Whether the lab tests were asked for (GHOSTIP_LAB=1); prints why they are skipped otherwise.
-pub fn lab_ready() -> bool {
+/// Fails the test unless the lab was asked for (GHOSTIP_LAB=1): every caller is an ignored
+/// test, so reaching here without it means `--ignored` was run without a lab.
+pub fn require_lab() {
     if std::env::var_os("GHOSTIP_LAB").is_none() {
-        ghostip_testkit::env::skip(
-            "set GHOSTIP_LAB=1 with a running lab (lab/up) to run the end-to-end tests",
+        ghostip_testkit::env::missing(
+            "GHOSTIP_LAB is not set: the end-to-end tests need a running lab (lab/up) and \
+             GHOSTIP_LAB=1 (scripts/test runs them)",
         );
-        return false;
     }
-    true
 }
 
 /// Runs a command without stdin: (exit code, stdout, stderr).

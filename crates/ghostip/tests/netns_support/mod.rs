@@ -1,6 +1,6 @@
 //! Runs code inside a network namespace: a thread moved there with `setns`, so that the
 //! sockets it makes (a flow's client, a netlink socket) belong to that namespace.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::os::fd::AsFd;
 use std::path::Path;

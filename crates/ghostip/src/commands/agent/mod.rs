@@ -24,7 +24,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use futures::StreamExt;
 use ghostip_core::engine::{Discrepancy, EngineEvent, Verdict};
-use ghostip_core::{PathIdx, ServiceKey, Target, Time};
+use ghostip_core::{PathIdx, ServiceKey, Target};
 use ghostip_session::ServiceFilter;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -97,7 +97,7 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     let zone = dns.names.zone.clone();
     let session = new_session(
         session_config(ServiceFilter::default(), false),
-        SyncState::new(Time::now(), scope.kinds()),
+        SyncState::new(crate::clock::wall_now(), scope.kinds()),
         &dns,
         Some(&node),
     );
@@ -148,7 +148,7 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     let mut failed = Ok(());
     loop {
         let step = p.next().await;
-        let now = Time::now();
+        let now = crate::clock::wall_now();
         match step {
             Step::Stopped => break,
             Step::Truth {
@@ -186,7 +186,9 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
         publish(&p, &status);
     }
     shut_down(p, writer, server, &kill_readers).await;
-    printer.line(&Line::Stopped { at: Time::now() });
+    printer.line(&Line::Stopped {
+        at: crate::clock::wall_now(),
+    });
     tracing::info!("ghostip agent stopped");
     failed.map(|()| Outcome::Clean)
 }

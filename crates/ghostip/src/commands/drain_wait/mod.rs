@@ -216,7 +216,7 @@ pub fn parse_failure(error: &str) {
     tracing::error!("{error}; not waiting");
     write_line(&serde_json::json!({
         "event": "drain-wait",
-        "started": Time::now(),
+        "started": crate::clock::wall_now(),
         "error": format!("{error}; not waiting"),
     }));
 }
@@ -230,7 +230,7 @@ fn write_line(v: &impl Serialize) {
 }
 
 pub(super) async fn run(g: &GlobalArgs, args: DrainWaitArgs) -> anyhow::Result<Outcome> {
-    let started = Time::now();
+    let started = crate::clock::wall_now();
     // SIGTERM (the container being stopped with the hook still running) or Ctrl-C: from here on
     // they end the wait with what was seen, instead of killing the hook without its line.
     let signalled = CancellationToken::new();
@@ -472,14 +472,14 @@ async fn drain(
         tokio::select! {
             () = signalled.cancelled() => {
                 tracing::warn!(%ip, "signalled while waiting: letting the pod stop with what was seen");
-                let mut d = model.decide(Time::now());
+                let mut d = model.decide(crate::clock::wall_now());
                 if d.release.is_none() {
                     d.release = Some(Release::Signal);
                 }
                 break d;
             }
             Some(u) = async { match view.as_mut() { Some(v) => v.next().await, None => std::future::pending().await } } => {
-                let now = Time::now();
+                let now = crate::clock::wall_now();
                 match u {
                     SliceUpdate::Failed(e) => {
                         if gap_since.is_none() {
@@ -566,20 +566,20 @@ async fn drain(
                 }
                 if let Some(c) = model.part_mut::<ConnectionsLetGo>() {
                     match count_connections() {
-                        Ok(n) => c.on_count(Time::now(), n),
+                        Ok(n) => c.on_count(crate::clock::wall_now(), n),
                         Err(e) => c.unknown(e),
                     }
                 }
             }
         }
-        let now = Time::now();
+        let now = crate::clock::wall_now();
         let d = model.decide(now);
         if d.release.is_some() {
             break d;
         }
     };
     cancel.cancel();
-    let finished = Time::now();
+    let finished = crate::clock::wall_now();
     if let Some(since) = gap_since {
         gap_total += Duration::try_from(finished.duration_since(since)).unwrap_or_default();
     }

@@ -20,7 +20,7 @@
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ghostip_datapath::ParseError;
 use ghostip_datapath::conntrack_netlink::{CtView, ViewDecoder};
@@ -267,7 +267,7 @@ pub fn dump(
     cancel: &AtomicBool,
     mut f: impl FnMut(&CtView<'_>),
 ) -> Result<DumpStats, ReadError> {
-    let started = Instant::now();
+    let started = crate::clock::monotonic_now();
     let fd = rustix::net::socket_with(
         AddressFamily::NETLINK,
         SocketType::RAW,

@@ -260,7 +260,7 @@ impl DatapathReads {
                     setup.dns_service.clone(),
                     Arc::clone(setup.kill),
                 ),
-                pending_first: first_read.map(|o| (Time::now(), o)),
+                pending_first: first_read.map(|o| (crate::clock::wall_now(), o)),
             }),
             out: setup.out.clone(),
             status,

@@ -7,7 +7,7 @@
 //! The CPU the command costs runs in the Cilium pod; the wall time stands in for it in
 //! the cost cap.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, AttachParams, ListParams};
@@ -39,7 +39,7 @@ pub async fn read_cilium(
     target: &CiliumTarget,
     timeout: Duration,
 ) -> Result<ReadOutcome, ReaderError> {
-    let started = Instant::now();
+    let started = crate::clock::monotonic_now();
     let fut = async {
         let pods: Api<Pod> = Api::namespaced(client, &target.namespace);
         let lp = ListParams::default()

@@ -406,7 +406,9 @@ impl<R: Read + AsFd> Read for Bounded<R> {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(self.stopped(Stop::Cancelled));
             }
-            let left = self.deadline.saturating_duration_since(Instant::now());
+            let left = self
+                .deadline
+                .saturating_duration_since(crate::clock::monotonic_now());
             if left.is_zero() {
                 return Err(self.stopped(Stop::Deadline));
             }
@@ -551,7 +553,7 @@ pub fn run_and_parse_bounded(
     max_bytes: u64,
     cancel: &Arc<AtomicBool>,
 ) -> Result<ReadOutcome, ReaderError> {
-    let started = Instant::now();
+    let started = crate::clock::monotonic_now();
     let deadline = started + timeout;
     let proc_before = read_stat("/proc/self/stat");
     let thread_before = thread_cpu();
@@ -594,7 +596,8 @@ pub fn run_and_parse_bounded(
             loop {
                 match done_rx.recv_timeout(POLL_SLICE) {
                     Err(std::sync::mpsc::RecvTimeoutError::Timeout)
-                        if Instant::now() < deadline && !cancel.load(Ordering::Relaxed) => {}
+                        if crate::clock::monotonic_now() < deadline
+                            && !cancel.load(Ordering::Relaxed) => {}
                     Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                         lock(&child).kill_group(true);
                         return true;
@@ -930,7 +933,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, ReaderError::NotInstalled { .. }), "{e}");
-        let started = Instant::now();
+        let started = crate::clock::monotonic_now();
         let e = run_and_parse(
             "sleep",
             &["5"],
@@ -962,7 +965,7 @@ mod tests {
 
     /// Runs `program` with a 300 ms timeout: the read must end in a timeout within 2 s.
     fn times_out_at_300ms(program: &str, args: &[&str]) {
-        let started = Instant::now();
+        let started = crate::clock::monotonic_now();
         let e = run_and_parse(
             program,
             args,
@@ -1047,7 +1050,7 @@ mod tests {
         ] {
             let (_dir, script, pids) = fake_reader(body);
             let timeout = Duration::from_millis(700);
-            let started = Instant::now();
+            let started = crate::clock::monotonic_now();
             let e = run_and_parse_bounded(
                 script.to_str().unwrap(),
                 &[],
@@ -1088,7 +1091,7 @@ mod tests {
     #[test]
     fn output_over_the_byte_limit_is_refused_and_the_group_killed() {
         let (_dir, script, pids) = fake_reader("yes & echo $! >> \"$PIDS\"; wait");
-        let started = Instant::now();
+        let started = crate::clock::monotonic_now();
         let e = run_and_parse_bounded(
             script.to_str().unwrap(),
             &[],
@@ -1105,7 +1108,9 @@ mod tests {
         assert_eq!(left_of(&pids), Vec::<String>::new(), "processes left");
     }
 
-    fn can_run_as_root_with(programs: &[&str]) -> bool {
+    /// Fails the test unless it runs as root with `programs` on PATH (it is ignored, so it
+    /// runs only when asked for).
+    fn require_root_with(programs: &[&str]) {
         let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
             s.lines()
                 .find(|l| l.starts_with("Uid:"))
@@ -1116,17 +1121,16 @@ mod tests {
                 .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(p).is_file()))
         });
         if !(root && found) {
-            // Under CI (root, the programs installed by scripts/deps) this fails instead.
-            ghostip_testkit::env::skip(&format!("needs root and {programs:?} on PATH"));
+            ghostip_testkit::env::missing(&format!(
+                "needs root (network namespaces) and {programs:?} on PATH"
+            ));
         }
-        root && found
     }
 
     #[test]
+    #[ignore = "needs network namespaces (root)"]
     fn real_iptables_save_without_net_admin_names_the_capability() {
-        if !can_run_as_root_with(&["unshare", "setpriv", "iptables-save"]) {
-            return;
-        }
+        require_root_with(&["unshare", "setpriv", "iptables-save"]);
         // In a fresh network namespace: with its capabilities iptables-save reads an empty
         // ruleset; with CAP_NET_ADMIN and CAP_NET_RAW dropped the kernel refuses.
         let with = run_and_parse(
@@ -1166,7 +1170,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(100));
             c.store(true, Ordering::Relaxed);
         });
-        let started = Instant::now();
+        let started = crate::clock::monotonic_now();
         let e = run_and_parse(
             "sleep",
             &["5"],

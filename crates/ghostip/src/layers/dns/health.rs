@@ -313,7 +313,7 @@ async fn health_loop(
                 let _ = tx
                     .send(HealthProbe {
                         path,
-                        at: Time::now(),
+                        at: crate::clock::wall_now(),
                         failure,
                         latency: started.elapsed(),
                         held,

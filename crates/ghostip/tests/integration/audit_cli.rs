@@ -1,0 +1,379 @@
+//! `ghostip audit` contract: exit codes, `-o json` and SARIF 2.1.0 shapes, unreadable files
+//! named by file and line while the others are still audited, SARIF refused elsewhere.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::path::PathBuf;
+
+use predicates::prelude::*;
+
+fn ghostip() -> assert_cmd::Command {
+    let mut c = assert_cmd::Command::cargo_bin("ghostip").unwrap();
+    // Wide enough that no line wraps: the tests below read whole sentences.
+    c.env_remove("KUBECONFIG")
+        .env_remove("GHOSTIP_DB")
+        .env("HOME", "/nonexistent-home")
+        .env("COLUMNS", "1000");
+    c
+}
+
+fn case(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/audit")
+        .join(name)
+}
+
+#[test]
+fn exit_codes_follow_the_worst_finding() {
+    // Notes only (the Corefile summary, no readiness probe): clean.
+    ghostip()
+        .args(["audit", "-f"])
+        .arg(case("GIP-DNS-001-neg.yaml"))
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("GIP-DNS-003"))
+        .stdout(predicate::str::contains("0 errors, 0 warnings"));
+    // A warning.
+    ghostip()
+        .args(["audit", "-f"])
+        .arg(case("GIP-DNS-001-pos.yaml"))
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(
+            "expect up to 60 s of dials to dead IPs per rollout",
+        ))
+        .stdout(predicate::str::contains(
+            "fix: preStop exec `ghostip drain-wait` with terminationGracePeriodSeconds ≥ 70 s",
+        ))
+        .stdout(predicate::str::contains(
+            "or a fixed preStop sleep ≥ 60 s with terminationGracePeriodSeconds ≥ 70 s",
+        ));
+}
+
+#[test]
+fn json_output_has_findings_budgets_and_layers() {
+    let out = ghostip()
+        .args(["audit", "-o", "json", "-f"])
+        .arg(case("GIP-DNS-001-pos.yaml"))
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let f = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "GIP-DNS-001")
+        .unwrap();
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["object"]["kind"], "Deployment");
+    assert_eq!(f["object"]["origin"]["line"], 36);
+    assert_eq!(f["service"]["name"], "web");
+    assert_eq!(f["figures"]["exposure_s"], 60);
+    assert_eq!(f["figures"]["dns_lag_s"], 30);
+    assert_eq!(f["figures"]["client_cache_s"], 30);
+    assert_eq!(v["services"][0]["budget_s"], 60);
+    assert_eq!(v["dns"][0]["role"], "cluster-dns");
+    assert_eq!(v["dns"][0]["cache_lag_s"], 30);
+    assert_eq!(v["summary"]["warning"], 1);
+    assert_eq!(v["inputs"]["files"], 1);
+}
+
+#[test]
+fn sarif_output_is_sarif_2_1_0() {
+    let out = ghostip()
+        .args(["audit", "-o", "sarif", "-f"])
+        .arg(case("GIP-TERM-001-pos.yaml"))
+        .arg("-f")
+        .arg(case("GIP-CLIENT-002-pos.yaml"))
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["version"], "2.1.0");
+    assert_eq!(
+        v["$schema"],
+        "https://json.schemastore.org/sarif-2.1.0.json"
+    );
+    let run = &v["runs"][0];
+    let rules = run["tool"]["driver"]["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), ghostip_analysis::audit::RULES.len());
+    assert!(rules.iter().all(|r| r["id"].is_string()
+        && r["shortDescription"]["text"].is_string()
+        && r["defaultConfiguration"]["level"].is_string()));
+    let results = run["results"].as_array().unwrap();
+    let term = results
+        .iter()
+        .find(|r| r["ruleId"] == "GIP-TERM-001")
+        .unwrap();
+    assert_eq!(term["level"], "warning");
+    let idx = term["ruleIndex"].as_u64().unwrap() as usize;
+    assert_eq!(rules[idx]["id"], "GIP-TERM-001");
+    assert!(term["message"]["text"].as_str().unwrap().contains("Fix: "));
+    let phys = &term["locations"][0]["physicalLocation"];
+    assert!(
+        phys["artifactLocation"]["uri"]
+            .as_str()
+            .unwrap()
+            .ends_with("GIP-TERM-001-pos.yaml")
+    );
+    assert_eq!(phys["region"]["startLine"], 2);
+    assert_eq!(
+        term["locations"][0]["logicalLocations"][0]["fullyQualifiedName"],
+        "demo/Deployment/worker"
+    );
+    assert!(results.iter().any(|r| r["ruleId"] == "GIP-CLIENT-002"));
+    assert_eq!(run["invocations"][0]["executionSuccessful"], true);
+}
+
+#[test]
+fn a_bad_yaml_file_is_named_with_its_line_and_the_rest_is_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(case("GIP-TERM-001-pos.yaml"), dir.path().join("good.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: x\n  labels: [a\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "not a manifest").unwrap();
+    let assert = ghostip()
+        .args(["audit", "-f"])
+        .arg(dir.path())
+        .assert()
+        .code(2)
+        .stdout(predicate::str::contains("GIP-TERM-001"))
+        .stderr(predicate::str::starts_with(
+            "ghostip: 1 input could not be read, the rest was audited:",
+        ))
+        .stderr(
+            predicate::str::is_match(r"bad\.yaml:[56]: does not parse as YAML or JSON").unwrap(),
+        );
+    let out = String::from_utf8_lossy(&assert.get_output().stdout).into_owned();
+    assert!(out.contains("from 2 files; 1 input not read"), "{out}");
+    // JSON lists the problem too, and SARIF reports it as a failed execution.
+    let out = ghostip()
+        .args(["audit", "-o", "sarif", "-f"])
+        .arg(dir.path())
+        .assert()
+        .code(2)
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let inv = &v["runs"][0]["invocations"][0];
+    assert_eq!(inv["executionSuccessful"], false);
+    let note = &inv["toolExecutionNotifications"][0];
+    assert_eq!(note["level"], "error");
+    assert!(
+        note["locations"][0]["physicalLocation"]["region"]["startLine"]
+            .as_u64()
+            .is_some()
+    );
+}
+
+#[test]
+fn a_missing_file_is_an_error() {
+    ghostip()
+        .args(["audit", "-f", "/nonexistent/manifests.yaml"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "/nonexistent/manifests.yaml: cannot read",
+        ));
+}
+
+#[test]
+fn audit_needs_files_or_cluster() {
+    ghostip()
+        .arg("audit")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--filename"));
+}
+
+#[test]
+fn other_commands_refuse_sarif() {
+    ghostip()
+        .args(["whois", "10.0.0.1", "-o", "sarif"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "[possible values: table, wide, json]",
+        ));
+    ghostip()
+        .args(["-o", "sarif", "whois", "10.0.0.1"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("only audit writes sarif"));
+}
+
+#[test]
+fn namespace_flag_scopes_manifests() {
+    // demo/web is out of scope in another namespace: only the Corefile summary remains.
+    ghostip()
+        .args(["audit", "-n", "other", "-f"])
+        .arg(case("GIP-DNS-001-pos.yaml"))
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("dials to dead IPs").not());
+}
+
+#[test]
+fn standard_input_is_read_with_dash() {
+    let text = std::fs::read_to_string(case("GIP-TERM-001-pos.yaml")).unwrap();
+    ghostip()
+        .args(["audit", "-f", "-"])
+        .write_stdin(text)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(
+            "Deployment demo/worker  (<stdin>:2)",
+        ));
+}
+
+#[test]
+fn cluster_mode_names_an_unreachable_api_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'https://127.0.0.1:{port}', insecure-skip-tls-verify: true}}\n\
+             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: dead\n  context: {{cluster: c, user: u}}\ncurrent-context: dead\n"
+        ),
+    )
+    .unwrap();
+    ghostip()
+        .args([
+            "audit",
+            "--cluster",
+            "--request-timeout",
+            "5s",
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "ghostip: listing objects to audit: Kubernetes API server unreachable",
+        ))
+        .stderr(predicate::str::contains("hint:"));
+}
+
+#[test]
+fn a_directory_without_files_to_audit_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let shown = dir.path().display().to_string();
+    ghostip()
+        .args(["audit", "-f"])
+        .arg(dir.path())
+        .assert()
+        .code(2)
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains(format!(
+            "ghostip: no files to audit: {shown}: no .yaml, .yml, .json or Corefile file in this directory"
+        )));
+    // Other files, and a manifest in a subdirectory that only -R reads.
+    std::fs::write(dir.path().join("notes.txt"), "not a manifest").unwrap();
+    std::fs::create_dir(dir.path().join("apps")).unwrap();
+    std::fs::copy(
+        case("GIP-TERM-001-pos.yaml"),
+        dir.path().join("apps/worker.yaml"),
+    )
+    .unwrap();
+    ghostip()
+        .args(["audit", "-f"])
+        .arg(dir.path())
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "(subdirectories are read with -R)",
+        ));
+    ghostip()
+        .args(["audit", "-R", "-f"])
+        .arg(dir.path())
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("GIP-TERM-001"));
+    // Beside a file that is audited, the empty directory is still an unread input.
+    let empty = tempfile::tempdir().unwrap();
+    ghostip()
+        .args(["audit", "-f"])
+        .arg(case("GIP-TERM-001-pos.yaml"))
+        .arg("-f")
+        .arg(empty.path())
+        .assert()
+        .code(2)
+        .stdout(predicate::str::contains("GIP-TERM-001"))
+        .stderr(predicate::str::contains(format!(
+            "{}: no .yaml, .yml, .json or Corefile file in this directory",
+            empty.path().display()
+        )));
+}
+
+use crate::width_support;
+
+/// The audit listing fits 80 and 30 columns; `-o wide` keeps each finding's message on its line.
+#[test]
+fn the_listing_fits_the_terminal_and_wide_keeps_whole_lines() {
+    use width_support::{assert_fits, assert_wider};
+    let run = |columns: &str, output: &str| {
+        ghostip()
+            .env("COLUMNS", columns)
+            .args(["audit", "-o", output, "-f"])
+            .arg(case("GIP-DNS-001-pos.yaml"))
+            .assert()
+            .code(1)
+            .get_output()
+            .stdout
+            .clone()
+    };
+    assert_fits(&run("80", "table"), 80);
+    assert_fits(&run("30", "table"), 30);
+    let wide = assert_wider(&run("80", "wide"), 80);
+    let table = String::from_utf8(run("1000", "table")).unwrap();
+    assert_eq!(wide, table, "wide is the listing as it is written");
+}
+
+#[test]
+fn control_characters_from_manifests_and_file_names_are_escaped() {
+    // A manifest is data from outside: a name holding `ESC [2J` would clear the reader's
+    // screen if printed as it is.
+    let text = std::fs::read_to_string(case("GIP-TERM-001-pos.yaml"))
+        .unwrap()
+        .replacen("name: worker", "name: \"work\\e[2Jer\"", 1);
+    assert!(
+        text.contains("\\e[2J"),
+        "the case names its Deployment worker"
+    );
+    let out = ghostip()
+        .args(["audit", "-f", "-"])
+        .write_stdin(text)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    assert!(!out.contains('\x1b'), "{out:?}");
+    assert!(out.contains("demo/work\\x1b[2Jer"), "{out}");
+
+    // An error quoting a file name: the same on stderr.
+    let err = ghostip()
+        .args(["audit", "-f", "/nonexistent/gone\x1b]0;pwned\x07.yaml"])
+        .assert()
+        .code(2)
+        .get_output()
+        .stderr
+        .clone();
+    let err = String::from_utf8(err).unwrap();
+    assert!(!err.contains('\x1b') && !err.contains('\x07'), "{err:?}");
+    assert!(err.contains("gone\\x1b]0;pwned\\x07.yaml"), "{err}");
+}
