@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Duration;
 
-use ghostip_core::engine::{Engine, EngineEvent};
+use ghostip_core::engine::{Engine, EngineEvent, Judging};
 use ghostip_core::truth::{ServiceChange, Truth};
 use ghostip_core::{ChangeTime, Layer, Observation, PathIdx, PathInfo, ServiceKey, Target, Time};
 
@@ -79,8 +79,10 @@ pub struct ConnectRequest {
 pub struct LayerCx<'a> {
     /// The truth, already updated by the event.
     pub truth: &'a Truth,
-    /// The engine.
-    pub engine: &'a mut Engine,
+    /// The engine: read through [`LayerCx::engine`], changed only through this context.
+    pub(crate) engine: &'a mut Engine,
+    /// The layer this context is bound to: its paths and desired sets are this layer's.
+    pub(crate) layer: Layer,
     /// The Services the command looks at.
     pub filter: &'a ServiceFilter,
     /// The truth synced at least once (the initial LIST is a baseline, not a change).
@@ -91,9 +93,40 @@ pub struct LayerCx<'a> {
 }
 
 impl LayerCx<'_> {
-    /// Registers a path with the engine.
+    /// The layer this context is bound to.
+    pub fn layer(&self) -> Layer {
+        self.layer
+    }
+
+    /// The engine, to read (paths, desired sets, open trackings).
+    pub fn engine(&self) -> &Engine {
+        self.engine
+    }
+
+    /// Registers a path of this layer with the engine.
     pub fn add_path(&mut self, info: PathInfo, expected_lag: Duration) -> PathIdx {
+        debug_assert_eq!(
+            info.kind.layer(),
+            self.layer,
+            "a layer registers its own paths"
+        );
         self.engine.add_path(info, expected_lag)
+    }
+
+    /// Registers a path of this layer that the engine judges as `judging` says (a path
+    /// judged for staleness only).
+    pub fn add_path_judging(
+        &mut self,
+        info: PathInfo,
+        expected_lag: Duration,
+        judging: Judging,
+    ) -> PathIdx {
+        debug_assert_eq!(
+            info.kind.layer(),
+            self.layer,
+            "a layer registers its own paths"
+        );
+        self.engine.add_path_judging(info, expected_lag, judging)
     }
 
     /// Drops a path: its open trackings close unjudged.
@@ -107,13 +140,12 @@ impl LayerCx<'_> {
         self.engine.set_expected_lag(path, lag);
     }
 
-    /// Sets what every path of `layer` should hold for `service` (DNS: the same answer on
+    /// Sets what every path of this layer should hold for `service` (DNS: the same answer on
     /// every server). Removals are remembered for reports, with the former owner; removed
     /// endpoints of a Service with a TCP port are connect-probed (`probe_for`) to measure
     /// exposure.
     pub fn set_desired(
         &mut self,
-        layer: Layer,
         service: &ServiceKey,
         set: BTreeSet<Target>,
         at: ChangeTime,
@@ -121,10 +153,12 @@ impl LayerCx<'_> {
     ) -> DesiredChange {
         let old: BTreeSet<Target> = self
             .engine
-            .desired(layer, service)
+            .desired(self.layer, service)
             .map(|d| d.iter().collect())
             .unwrap_or_default();
-        let events = self.engine.set_desired(layer, service, set.clone(), at);
+        let events = self
+            .engine
+            .set_desired(self.layer, service, set.clone(), at);
         let mut change = DesiredChange {
             removed: old.difference(&set).copied().collect(),
             added: set.difference(&old).copied().collect(),

@@ -206,6 +206,7 @@ impl Session {
             .iter_mut()
             .find_map(|l| (&mut **l as &mut dyn std::any::Any).downcast_mut::<T>())?;
         let mut cx = LayerCx {
+            layer: layer.layer(),
             truth: &self.truth,
             engine: &mut self.engine,
             filter: &self.cfg.filter,
@@ -321,6 +322,7 @@ impl Session {
     ) {
         for layer in &mut self.layers {
             let mut cx = LayerCx {
+                layer: layer.layer(),
                 truth: &self.truth,
                 engine: &mut self.engine,
                 filter: &self.cfg.filter,

@@ -237,7 +237,7 @@ impl ConntrackModel {
             return p;
         }
         let (info, judging) = path_info(&self.node);
-        let path = cx.engine.add_path_judging(info, expected_lag, judging);
+        let path = cx.add_path_judging(info, expected_lag, judging);
         self.path = Some(path);
         let keys: Vec<ServiceKey> = cx.truth.services().map(|s| s.key.clone()).collect();
         for key in keys {
@@ -289,11 +289,11 @@ impl ConntrackModel {
 
     fn set_desired(&mut self, cx: &mut LayerCx<'_>, key: &ServiceKey, change: ChangeTime) {
         let Some(path) = self.path else { return };
-        if cx.truth.service(key).is_none() && cx.engine.desired_on_path(path, key).is_none() {
+        if cx.truth.service(key).is_none() && cx.engine().desired_on_path(path, key).is_none() {
             return;
         }
         let set = desired(cx.truth, key);
-        let old: Vec<Target> = match cx.engine.desired_on_path(path, key) {
+        let old: Vec<Target> = match cx.engine().desired_on_path(path, key) {
             Some(d) if d.iter().eq(set.iter().copied()) => return,
             Some(d) => d.iter().collect(),
             None => Vec::new(),
@@ -453,7 +453,7 @@ impl ConntrackModel {
                 } else {
                     unconfirmed.insert(((*svc).clone(), key.backend));
                 }
-                let left_at = self.left_at(cx.engine, path, svc, key.backend);
+                let left_at = self.left_at(cx.engine(), path, svc, key.backend);
                 let outlived_by =
                     left_at.and_then(|t| Duration::try_from(at.duration_since(t)).ok());
                 stale.insert(
@@ -518,7 +518,7 @@ impl ConntrackModel {
             };
             let before = cx.events().len();
             cx.observe(&o);
-            if cx.events().len() > before || cx.engine.has_open_tracking(path, &o.service) {
+            if cx.events().len() > before || cx.engine().has_open_tracking(path, &o.service) {
                 out.recorded.push(o);
             }
         }
@@ -556,7 +556,7 @@ impl LayerModel for ConntrackModel {
     /// Forgets departures older than the engine's change memory, unless a tracking is
     /// still open for the address.
     fn on_tick(&mut self, cx: &mut LayerCx<'_>, now: Time) {
-        let Some(horizon) = cx.engine.change_horizon(&mut self.last_forget, now) else {
+        let Some(horizon) = cx.engine().change_horizon(&mut self.last_forget, now) else {
             return;
         };
         let open: HashSet<IpAddr> = cx

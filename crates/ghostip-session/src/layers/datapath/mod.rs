@@ -76,7 +76,8 @@ impl DatapathModel {
 
     fn set_desired(&mut self, cx: &mut LayerCx<'_>, key: &ServiceKey, change: ChangeTime) {
         // A Service never given a set (e.g. deleted before the truth listed it): nothing to say.
-        if cx.truth.service(key).is_none() && cx.engine.desired_on_path(self.path, key).is_none() {
+        if cx.truth.service(key).is_none() && cx.engine().desired_on_path(self.path, key).is_none()
+        {
             return;
         }
         let set = against_truth::desired(cx.truth, key, Some(&self.node), self.family);
@@ -94,7 +95,7 @@ impl DatapathModel {
             against_truth::for_each_observation(table, cx.truth, path, self.family, at, |o| {
                 let before = cx.events().len();
                 cx.observe(o);
-                if cx.events().len() > before || cx.engine.has_open_tracking(path, &o.service) {
+                if cx.events().len() > before || cx.engine().has_open_tracking(path, &o.service) {
                     out.recorded.push(o.clone());
                 }
             });

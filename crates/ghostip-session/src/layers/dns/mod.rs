@@ -221,7 +221,7 @@ impl DnsModel {
     ) {
         let desired = desired_answers(cx.truth, key, &self.cfg.names);
         let burst = self.burst_duration();
-        let change = cx.set_desired(DNS, key, desired, c.at, burst);
+        let change = cx.set_desired(key, desired, c.at, burst);
         if !change.events {
             return;
         }
