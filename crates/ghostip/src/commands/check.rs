@@ -18,12 +18,15 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use ghostip_core::engine::{Discrepancy, Engine};
-use ghostip_core::{ChangeTime, Observation, ObservationResult, ServiceKey, Time};
-use ghostip_session::layers::dns::DNS;
+use ghostip_core::engine::Discrepancy;
+use ghostip_core::{Observation, ObservationResult, PathIdx, ServiceKey, Target, Time};
+use ghostip_session::layers::dns::{DNS, DnsModel};
+use ghostip_session::{Session, SyncState};
 use serde::Serialize;
 
-use super::{Outcome, kube_connect, print_json, service_filter};
+use super::{
+    Outcome, dns_config, kube_connect, new_session, print_json, service_filter, session_config,
+};
 use crate::agent_client::{self, Agent, AgentClient, AgentSelector, AgentStatus};
 use crate::cli::{AgentsArgs, CheckArgs, GlobalArgs, OutputFormat};
 use crate::clock::SystemClock;
@@ -32,9 +35,9 @@ use crate::layers::dns::budget::Budget;
 use crate::layers::dns::query::{QueryConfig, query};
 use crate::printer::{Layout, Table, fit_text};
 use ghostip_session::ServiceFilter;
+use ghostip_session::layers::dns::answer_scope;
 use ghostip_session::layers::dns::names::{NameConfig, ProbeName, service_a_name, service_names};
-use ghostip_session::layers::dns::paths::{DnsPath, PathConfig, discover};
-use ghostip_session::layers::dns::{answer_scope, desired_answers};
+use ghostip_session::layers::dns::paths::DnsPath;
 
 /// One (service, question, path) comparison.
 #[derive(Clone, Debug, Serialize)]
@@ -101,24 +104,31 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
         .context("reading the truth")?;
     let at = snap.at;
     let filter = service_filter(&args.scope);
-    let path_cfg = PathConfig {
-        pods: !args.dns.no_pod_paths,
-        cluster_ip: !args.dns.no_cluster_ip,
-        node_local: args.dns.node_local,
-        overrides: args.dns.dns_servers.clone(),
-        ..PathConfig::default()
-    };
-    let paths = discover(&snap.truth, &path_cfg);
-    let names_cfg = NameConfig {
-        zone: args.dns.zone.clone(),
-        srv: !args.dns.no_srv,
-    };
-    let services: Vec<_> = snap
-        .truth
+    // The same session as watch, rollout and the agent, run once: every registered layer's
+    // model takes the lists as a first sync; the DNS layer's paths and answers follow.
+    let dns_cfg = dns_config(&args.dns);
+    let kinds = scope.kinds();
+    let mut session = new_session(
+        session_config(filter.clone(), false),
+        SyncState::new(at, kinds.clone()),
+        &dns_cfg,
+        None,
+    );
+    for r in snap.events(&kinds) {
+        session.on_truth(&r);
+    }
+    let path_cfg = &dns_cfg.paths;
+    let names_cfg = &dns_cfg.names;
+    let paths: Vec<DnsPath> = session
+        .layer::<DnsModel>()
+        .map(|d| d.dns_paths().to_vec())
+        .unwrap_or_default();
+    let services: Vec<_> = session
+        .truth()
         .services()
         .filter(|s| s.headless && s.has_selector)
         .map(|s| s.key.clone())
-        .filter(|k| filter_matches(&filter, &snap.truth, k))
+        .filter(|k| filter_matches(&filter, session.truth(), k))
         .collect();
 
     // Ask the agents while the DNS paths are probed.
@@ -137,13 +147,13 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
         budget: Budget::per_second(qps),
         config: qcfg,
     };
-    let mut rows = dns_rows(&snap.truth, &paths, &services, &names_cfg, &prober, at).await?;
+    let mut rows = dns_rows(&mut session, &paths, &services, names_cfg, &prober).await?;
     rows.extend(
         dns_service_rows(
-            &snap.truth,
+            session.truth(),
             &paths,
             &path_cfg.dns_service,
-            &names_cfg,
+            names_cfg,
             &prober,
         )
         .await?,
@@ -153,7 +163,7 @@ pub(super) async fn run(g: &GlobalArgs, args: CheckArgs) -> anyhow::Result<Outco
     let (agent_rows, node_findings) = match agents {
         None => (Vec::new(), Vec::new()),
         Some(task) => match task.await {
-            Ok(Ok(asked)) => judge_agents(asked, &filter, &snap.truth),
+            Ok(Ok(asked)) => judge_agents(asked, &filter, session.truth()),
             Ok(Err(e)) => {
                 notes.push(format!(
                     "node datapaths not checked: {e:#} (deploy `ghostip agent`, or pass --no-agents)"
@@ -251,52 +261,53 @@ fn row_state(error: Option<&str>, stale: &[String], missing: &[String]) -> &'sta
     }
 }
 
-/// Each headless Service's answers on each path, judged by the same engine and the same
-/// scopes as watch and rollout: the truth now is the baseline (the DNS layer's desired
-/// answers), every question of the Service (A; AAAA with IPv6 endpoints; SRV of each named
-/// port unless `--no-srv`) is asked once on every path, each answer is judged for the
+/// Each headless Service's answers on each path, judged by the session's engine with the
+/// DNS layer's desired answers and scopes, as watch and rollout judge them: the truth now is
+/// the baseline, every question of the Service (A; AAAA with IPv6 endpoints; SRV of each
+/// named port unless `--no-srv`) is asked once on every path, each answer is judged for the
 /// targets it speaks for, and whatever does not match opens a tracking.
 async fn dns_rows(
-    truth: &ghostip_core::truth::Truth,
+    session: &mut Session,
     paths: &[DnsPath],
     services: &[ServiceKey],
     names_cfg: &NameConfig,
     prober: &Prober,
-    at: Time,
 ) -> anyhow::Result<Vec<Row>> {
-    let mut engine = Engine::new(ghostip_core::engine::EngineConfig::default());
-    let idx: Vec<_> = paths
+    let idx: Vec<Option<PathIdx>> = paths
         .iter()
-        .map(|p| engine.add_path(p.info.clone(), Duration::from_secs(5)))
+        .map(|p| {
+            session
+                .engine()
+                .paths()
+                .find(|(_, info)| info.id == p.id())
+                .map(|(i, _)| i)
+        })
         .collect();
-    let mut desired = BTreeMap::new();
-    for key in services {
-        let set = desired_answers(truth, key, names_cfg);
-        engine.set_desired(DNS, key, set.clone(), ChangeTime::received_at(at));
-        desired.insert(key, set);
-    }
-    engine.truth_synced(at);
     let mut rows = Vec::new();
     for key in services {
-        let names = service_names(truth, key, names_cfg)
+        let names = service_names(session.truth(), key, names_cfg)
             .with_context(|| format!("building DNS names of {key}"))?;
+        let desired: Vec<Target> = session
+            .engine()
+            .desired(DNS, key)
+            .map(|d| d.iter().collect())
+            .unwrap_or_default();
         for name in &names {
-            let Some(scope) = answer_scope(truth, key, name, names_cfg) else {
+            let Some(scope) = answer_scope(session.truth(), key, name, names_cfg) else {
                 continue;
             };
             let expected: Vec<String> = desired
-                .get(key)
-                .into_iter()
-                .flatten()
+                .iter()
                 .filter(|t| scope.contains(t))
                 .map(ToString::to_string)
                 .collect();
             for (path, pidx) in paths.iter().zip(&idx) {
+                let Some(pidx) = *pidx else { continue };
                 let (result, now, latency) = prober.ask(path, name).await;
                 let (answered, min_ttl, error) = answer(&result);
-                engine.observe_scoped(
+                session.observe_scoped(
                     &Observation {
-                        path: *pidx,
+                        path: pidx,
                         service: key.clone(),
                         at: now,
                         result,
@@ -304,9 +315,10 @@ async fn dns_rows(
                     },
                     &scope,
                 );
-                let open: Vec<_> = engine
+                let open: Vec<_> = session
+                    .engine()
                     .open_trackings()
-                    .filter(|t| t.path == *pidx && &t.service == key && scope.contains(&t.target))
+                    .filter(|t| t.path == pidx && &t.service == key && scope.contains(&t.target))
                     .collect();
                 let of_kind = |kind| -> Vec<String> {
                     open.iter()

@@ -19,7 +19,7 @@ use super::client::{ClientOrigin, Connection};
 use super::convert::{corefile_text, pod_record, service_record, slice_record};
 use super::error::KubeError;
 use super::watch::WatchScope;
-use super::{Clock, ConfigMapRef};
+use super::{Clock, ConfigMapRef, Received, ResourceKind, TruthEvent, TruthObject};
 use ghostip_analysis::pod::Malformed;
 
 const PAGE_SIZE: u32 = 500;
@@ -37,6 +37,38 @@ pub struct Snapshot {
     pub skipped: Vec<Malformed>,
     /// When the lists completed (from the clock).
     pub at: Time,
+    /// Every object listed, as the watcher would have delivered it.
+    objects: Vec<(ResourceKind, TruthObject)>,
+}
+
+impl Snapshot {
+    /// The lists as a watcher delivers a first sync: for each of `kinds`, `Init`, one
+    /// `InitApply` per object and `InitDone`, all received when the lists completed. A
+    /// session fed these is synced on exactly this truth.
+    pub fn events(&self, kinds: &[ResourceKind]) -> Vec<Received> {
+        let at = self.at;
+        let mut out = Vec::with_capacity(self.objects.len() + 2 * kinds.len());
+        for kind in kinds {
+            out.push(Received {
+                at,
+                event: TruthEvent::Init(kind.clone()),
+            });
+            out.extend(
+                self.objects
+                    .iter()
+                    .filter(|(k, _)| k == kind)
+                    .map(|(_, o)| Received {
+                        at,
+                        event: TruthEvent::InitApply(o.clone()),
+                    }),
+            );
+            out.push(Received {
+                at,
+                event: TruthEvent::InitDone(kind.clone()),
+            });
+        }
+        out
+    }
 }
 
 /// Lists the truth once, within `timeout`.
@@ -94,9 +126,11 @@ async fn list_everything(
     let at = clock.now();
     let mut truth = Truth::new();
     let mut skipped = Vec::new();
+    let mut objects = Vec::new();
     for svc in &services {
         match service_record(svc) {
             Ok(r) => {
+                objects.push((ResourceKind::Services, TruthObject::Service(r.clone())));
                 truth.apply_service(r, at);
             }
             Err(m) => skipped.push(m),
@@ -105,6 +139,7 @@ async fn list_everything(
     for slice in &slices {
         match slice_record(slice) {
             Ok(r) => {
+                objects.push((ResourceKind::EndpointSlices, TruthObject::Slice(r.clone())));
                 truth.apply_slice(r, at);
             }
             Err(m) => skipped.push(m),
@@ -113,9 +148,21 @@ async fn list_everything(
     let mut pod_records = Vec::with_capacity(pods.len());
     for pod in &pods {
         match pod_record(pod) {
-            Ok(r) => pod_records.push(r),
+            Ok(r) => {
+                objects.push((ResourceKind::Pods, TruthObject::Pod(r.clone())));
+                pod_records.push(r);
+            }
             Err(m) => skipped.push(m),
         }
+    }
+    for (configmap, text) in &corefiles {
+        objects.push((
+            ResourceKind::ConfigMap(configmap.clone()),
+            TruthObject::Corefile {
+                configmap: configmap.clone(),
+                text: text.clone(),
+            },
+        ));
     }
     for m in &skipped {
         warn!(error = %m, "Malformed object skipped.");
@@ -126,6 +173,7 @@ async fn list_everything(
         corefiles,
         skipped,
         at,
+        objects,
     })
 }
 
