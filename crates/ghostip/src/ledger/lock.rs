@@ -20,6 +20,10 @@ use std::time::Duration;
 
 use super::error::LedgerError;
 
+/// How long a writable open waits for a lock this process itself held before: a child that
+/// another thread forked while the lock was held keeps it until it execs.
+const OWN_RELEASE_WAIT: Duration = Duration::from_millis(500);
+
 /// Holds the writer lock of one ledger until dropped.
 #[derive(Debug)]
 pub(crate) struct WriterLock {
@@ -53,15 +57,27 @@ impl WriterLock {
             .truncate(false)
             .open(&lock)
             .map_err(lock_error)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(LedgerError::Locked {
-                    path: db.to_path_buf(),
-                    pid: holder_pid(&lock),
-                });
+        let mut waited = Duration::ZERO;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let pid = holder_pid(&lock);
+                    // This process held it and let go: a child forked meanwhile by another
+                    // thread shares the lock's file until it execs (the descriptor closes on
+                    // exec), a few milliseconds at most.
+                    if pid == Some(std::process::id()) && waited < OWN_RELEASE_WAIT {
+                        std::thread::sleep(Duration::from_millis(10));
+                        waited += Duration::from_millis(10);
+                        continue;
+                    }
+                    return Err(LedgerError::Locked {
+                        path: db.to_path_buf(),
+                        pid,
+                    });
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(lock_error(e)),
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(lock_error(e)),
         }
         // The PID only names the holder in a refusal; the lock is what excludes. A full
         // disk may refuse even these few bytes: the refusal then says "another process".
@@ -97,6 +113,25 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
+
+    /// A lock this process released while a copy of its descriptor lives on (as in a child
+    /// forked by another thread and not yet exec'd: here a duplicate closed 50 ms later) is
+    /// taken once the copy is gone, not refused as held by another writer.
+    #[test]
+    fn a_lock_released_while_a_forked_copy_lives_is_taken_once_the_copy_closes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("l.db");
+        let held = WriterLock::acquire(&db).unwrap();
+        let copy = held._file.try_clone().unwrap();
+        drop(held);
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(copy);
+        });
+        let again = WriterLock::acquire(&db);
+        closer.join().unwrap();
+        assert!(again.is_ok(), "{again:?}");
+    }
 
     #[test]
     fn two_locks_on_one_ledger_conflict_and_the_holder_is_named() {
