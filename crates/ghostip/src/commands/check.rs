@@ -33,7 +33,7 @@ use crate::clock::SystemClock;
 use crate::kube::{Connection, WatchScope, snapshot};
 use crate::layers::dns::budget::Budget;
 use crate::layers::dns::query::{QueryConfig, query};
-use crate::printer::{Layout, Table, fit_text};
+use crate::printer::{Column, Layout, Table, fit_text};
 use ghostip_session::ServiceFilter;
 use ghostip_session::layers::dns::answer_scope;
 use ghostip_session::layers::dns::names::{NameConfig, ProbeName, service_a_name, service_names};
@@ -556,8 +556,15 @@ fn render(
         check_verdict(rows, agents, node_findings, paths, services)
     );
     let mut t = Table::new();
-    t.set_header(vec![
-        "SERVICE", "QUERY", "PATH", "STATE", "STALE", "MISSING", "TTL", "DETAIL",
+    t.set_columns(vec![
+        Column::name("SERVICE"),
+        Column::name("QUERY"),
+        Column::path("PATH"),
+        Column::keep("STATE"),
+        Column::wrap("STALE"),
+        Column::wrap("MISSING"),
+        Column::keep("TTL"),
+        Column::wrap("DETAIL"),
     ]);
     let mut by_state: BTreeMap<&str, usize> = BTreeMap::new();
     for r in rows {
@@ -594,7 +601,14 @@ fn render(
     }
     if !agents.is_empty() {
         let mut t = Table::new();
-        t.set_header(vec!["NODE", "AGENT", "STATE", "DATAPATH", "DNS", "DETAIL"]);
+        t.set_columns(vec![
+            Column::name("NODE"),
+            Column::name("AGENT"),
+            Column::keep("STATE"),
+            Column::name("DATAPATH"),
+            Column::name("DNS"),
+            Column::wrap("DETAIL"),
+        ]);
         for a in agents {
             t.add_row(vec![
                 a.node.clone(),
@@ -612,15 +626,15 @@ fn render(
     }
     if !node_findings.is_empty() {
         let mut t = Table::new();
-        t.set_header(vec![
-            "NODE",
-            "PATH",
-            "SERVICE",
-            "BACKEND",
-            "POD",
-            "SINCE",
-            "LAST SEEN",
-            "VERDICT",
+        t.set_columns(vec![
+            Column::name("NODE"),
+            Column::path("PATH"),
+            Column::name("SERVICE"),
+            Column::addr("BACKEND"),
+            Column::name("POD"),
+            Column::keep("SINCE"),
+            Column::keep("LAST SEEN"),
+            Column::wrap("VERDICT"),
         ]);
         for f in node_findings {
             t.add_row(vec![

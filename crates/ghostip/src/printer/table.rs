@@ -29,8 +29,8 @@
 //!   shortened.
 //! - [`Fit::Name`] (the default of [`Column::new`]): middle ellipsis (`kube-system/cor…-krb2q`).
 //!
-//! [`Table::set_header`] still guesses each fit from the header text ([`Fit::of`]) for the
-//! views that name their columns by header alone (`check`, `agent status`).
+//! Every view declares its columns' fits; the tests keep the earlier guess from the header
+//! text (`Fit::of`) to show the declared fits lay out as it did.
 //!
 //! When even the minimums do not fit, the columns a table marks [`Table::drop_to_fit`] give
 //! way first (`explain`'s `ERRORS`, which its `KINDS` repeat); when they still do not fit, or
@@ -152,8 +152,9 @@ pub enum Fit {
 }
 
 impl Fit {
-    /// The fit of a column guessed from its header, for [`Table::set_header`] (`check` and
-    /// `agent status` still build their tables so); other views declare it with [`Column`].
+    /// The fit of a column guessed from its header, as views chose it before they declared
+    /// it with [`Column`]; the tests compare the two.
+    #[cfg(test)]
     pub fn of(header: &str) -> Fit {
         match header {
             "PATH" => Fit::Path,
@@ -251,8 +252,9 @@ impl Table {
         self
     }
 
-    /// Sets the column headers, each fit guessed from its header ([`Fit::of`]); kept for the
-    /// views that still build their tables so (`check`, `agent status`).
+    /// Sets the column headers, each fit guessed from its header (`Fit::of`): the tests'
+    /// baseline for the declared fits.
+    #[cfg(test)]
     pub fn set_header<S: Into<String>>(&mut self, header: Vec<S>) -> &mut Self {
         self.header = header.into_iter().map(Into::into).collect();
         self.fits = self.header.iter().map(|h| Fit::of(h)).collect();
