@@ -31,8 +31,8 @@ use ghostip_core::truth::PodRecord;
 
 use ghostip_core::{PathInfo, PodRef, Time};
 use ghostip_datapath::Format;
+use ghostip_datapath::layers::IPTABLES;
 use ghostip_session::layers::datapath::DatapathModel;
-use ghostip_session::layers::datapath::IPTABLES;
 use ghostip_session::layers::datapath::cost::{CostCap, CostConfig};
 use ghostip_session::layers::dns::paths::PathConfig;
 use ghostip_session::layers::dns::{DnsConfig, DnsModel};

@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-pub use ghostip_core::Clock;
+use ghostip_core::Clock;
 use ghostip_core::Time;
 use tokio::time::Instant;
 

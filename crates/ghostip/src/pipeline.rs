@@ -23,7 +23,6 @@ use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::Clock;
 use crate::clock::TokioClock;
 use crate::kube::{Received, ResourceKind, SyncTransition, TruthEvent, TruthKey, TruthObject};
 use crate::layers::LayerAdapter;
@@ -33,6 +32,7 @@ use crate::layers::dns::prober::{ProbeEvent, ProbeStats, Prober, ProberConfig};
 use crate::layers::dns::query::QueryConfig;
 use crate::ledger::{FindingKind, FindingRecord, LedgerOp, LedgerSender, LedgerWriter};
 use crate::metrics::{ErrorLabels, Metrics, QueryLabels, StaleLabels, StuckLabels};
+use ghostip_core::Clock;
 use ghostip_session::layers::dns::DnsModel;
 use ghostip_session::layers::dns::probe::ProbeCommand;
 use ghostip_session::{Actions, ConnectRequest, Session};

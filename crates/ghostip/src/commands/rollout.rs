@@ -22,12 +22,13 @@ use super::{
 use crate::cli::{GlobalArgs, OutputFormat, RolloutArgs};
 use crate::clock::SystemClock;
 use crate::kube::{Connection, SyncState, WatchScope, watch_truth};
-use crate::layers::dns::prober::ProbeCommand;
 use crate::ledger::{LedgerWriter, WriterOptions};
 use crate::pipeline::{Pipeline, Step};
-use crate::printer::rollout::{self as report, Report, html, path_rows, summarize, window_row};
+use crate::printer::rollout::{self as report, html};
 use ghostip_session::ServiceFilter;
 use ghostip_session::layers::dns::DnsModel;
+use ghostip_session::layers::dns::probe::ProbeCommand;
+use ghostip_session::report::{Report, path_rows, summarize, window_row};
 
 /// A workload kind ghostip can observe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

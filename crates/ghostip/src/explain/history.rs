@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 
 use ghostip_analysis::explain::{FlowWindow, HistoryError, HistorySource, IpHistory};
-use ghostip_session::layers::conntrack::CONNTRACK_TABLE;
+use ghostip_datapath::layers::CONNTRACK_TABLE;
 
 use crate::ledger::{FindingRecord, Ledger, LedgerError};
 

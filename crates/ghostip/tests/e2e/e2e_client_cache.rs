@@ -400,7 +400,7 @@ fn flows_agree_with_the_client(
             .findings_for_ip(ip.parse().unwrap())
             .unwrap()
             .iter()
-            .filter(|f| f.layer == ghostip_session::layers::conntrack::CONNTRACK.as_str())
+            .filter(|f| f.layer == ghostip_datapath::layers::CONNTRACK.as_str())
             .filter_map(|f| f.last_seen)
             .map(|t| t.as_nanosecond() as f64 / 1e9)
             .collect();
@@ -465,7 +465,7 @@ fn without_client_caches_and_a_prestop_beyond_the_dns_budget_no_call_fails() {
     // departure to the first read without them), all within the path's expected lag.
     let conntrack: Vec<_> = findings
         .iter()
-        .filter(|f| f.layer == ghostip_session::layers::conntrack::CONNTRACK.as_str())
+        .filter(|f| f.layer == ghostip_datapath::layers::CONNTRACK.as_str())
         .collect();
     let longest = conntrack.iter().filter_map(|f| f.window).max();
     eprintln!(

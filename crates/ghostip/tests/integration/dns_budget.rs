@@ -15,9 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dns_support::prober::Running;
-use ghostip::clock::{Clock, TokioClock};
+use ghostip::clock::TokioClock;
 use ghostip::layers::dns::prober::{DnsTransport, ProbeEvent, ProbeSource, ProberConfig};
 use ghostip::layers::dns::query::{DnsAnswer, QueryError, Transport};
+use ghostip_core::Clock;
 use ghostip_core::{
     FailureReason, HeldTarget, ObservationResult, PathIdx, ServiceKey, Target, Time,
 };

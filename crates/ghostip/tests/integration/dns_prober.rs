@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use dns_support::prober::Running;
 use dns_support::{Behavior, CachingFront, FakeDns, TestServer, Zone, blackhole_udp, ip, name};
-use ghostip::clock::{Clock, TokioClock};
+use ghostip::clock::TokioClock;
 use ghostip::layers::dns::prober::{ProbeEvent, ProberConfig};
 use ghostip::layers::dns::query::{QueryConfig, Transport};
+use ghostip_core::Clock;
 use ghostip_core::{FailureReason, ObservationResult, PathIdx, PathKind, ServiceKey, Target, Time};
 use ghostip_session::layers::dns::names::{ProbeName, QueryType, ServiceNames};
 use ghostip_session::layers::dns::paths::DnsPath;

@@ -12,7 +12,7 @@ use assert_cmd::Command;
 use ghostip::ledger::Ledger;
 use ghostip_core::truth::{EndpointRecord, PodRecord};
 use ghostip_core::{ChangeTime, PodRef, ServiceKey, Time};
-use ghostip_session::layers::conntrack::{CONNTRACK, CONNTRACK_TABLE};
+use ghostip_datapath::layers::{CONNTRACK, CONNTRACK_TABLE};
 use serde_json::Value;
 
 fn t(s: f64) -> Time {

@@ -34,6 +34,7 @@
 
 pub mod flows;
 
+use ghostip_datapath::layers::{CONNTRACK, CONNTRACK_TABLE};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::time::Duration;
@@ -49,8 +50,6 @@ use serde::Serialize;
 use crate::layer::{LayerCx, LayerModel, touched_services};
 use crate::truth_event::{Received, ResourceKind, TruthEvent, TruthKey, TruthObject};
 use flows::{CollectedFlows, FlowKey};
-
-pub use ghostip_datapath::layers::{CONNTRACK, CONNTRACK_TABLE};
 
 /// The path a node's conntrack table is registered as, judged for staleness only.
 pub fn path_info(node: &str) -> (PathInfo, Judging) {

@@ -11,13 +11,12 @@
 pub mod cost;
 pub mod drain;
 
-pub use ghostip_datapath::layers::{CILIUM, DATAPATH, DATAPATH_KINDS, IPTABLES, IPVS, NFTABLES};
-
 use ghostip_core::engine::{Discrepancy, Engine};
 use ghostip_core::truth::ServiceChange;
 use ghostip_core::{ChangeTime, Layer, Observation, PathIdx, ServiceKey, Time};
 use ghostip_datapath::PackedTable;
 use ghostip_datapath::against_truth::{self, Family};
+use ghostip_datapath::layers::DATAPATH;
 
 use crate::layer::{LayerCx, LayerModel, touched_services};
 use crate::truth_event::Received;
@@ -152,6 +151,7 @@ mod tests {
     use crate::session::{Actions, Session, SessionConfig};
     use crate::sync::SyncState;
     use crate::truth_event::{ResourceKind, TruthEvent, TruthKey, TruthObject};
+    use ghostip_datapath::layers::IPTABLES;
 
     fn t(s: i64) -> Time {
         Time::from_second(1_800_000_000 + s).unwrap()

@@ -182,9 +182,9 @@ mod tests {
     use axum::extract::Request;
     use ghostip_core::Time;
     use ghostip_core::{PodRef, Protocol, ServiceKey, Target};
-    use ghostip_session::layers::conntrack::CONNTRACK;
+    use ghostip_datapath::layers::CONNTRACK;
+    use ghostip_datapath::layers::DATAPATH;
     use ghostip_session::layers::conntrack::StaleFlow;
-    use ghostip_session::layers::datapath::DATAPATH;
     use ghostip_session::layers::dns::DNS;
     use tower::ServiceExt as _;
 

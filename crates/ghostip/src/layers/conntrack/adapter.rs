@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ghostip_core::{Layer, PathIdx, Protocol, ServiceKey, Target, Time};
-use ghostip_session::layers::conntrack::CONNTRACK;
+use ghostip_datapath::layers::CONNTRACK;
 use ghostip_session::layers::conntrack::{ConntrackModel, ReadOutcome, StaleFlow};
 use serde::Serialize;
 

@@ -11,7 +11,7 @@ use super::Registration;
 /// The conntrack layer's registration: its model and adapter run in the agent only (a
 /// session with a node).
 pub(super) const LAYER: Registration = Registration {
-    layer: ghostip_session::layers::conntrack::CONNTRACK,
+    layer: ghostip_datapath::layers::CONNTRACK,
     model: |setup| {
         setup
             .node

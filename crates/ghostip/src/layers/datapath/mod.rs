@@ -14,7 +14,7 @@ use super::Registration;
 
 /// The datapath layer's registration: no model until its adapter found the node's datapath.
 pub(super) const LAYER: Registration = Registration {
-    layer: ghostip_session::layers::datapath::DATAPATH,
+    layer: ghostip_datapath::layers::DATAPATH,
     model: |_| None,
     node: Some(adapter::start),
     drain: Some(|_| Box::new(ghostip_session::layers::datapath::drain::NodesLetGo::new())),

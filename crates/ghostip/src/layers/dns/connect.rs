@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::budget::Budget;
-use crate::clock::Clock;
+use ghostip_core::Clock;
 
 /// Default rate of a connect prober's own budget.
 pub const DEFAULT_CONNECTS_PER_SECOND: NonZeroU32 = match NonZeroU32::new(20) {

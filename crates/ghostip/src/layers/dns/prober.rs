@@ -39,9 +39,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::budget::{Budget, DEFAULT_QUERIES_PER_SECOND};
 use super::query::{self, DnsAnswer, QueryConfig, QueryError, Transport};
-use crate::clock::{Clock, TokioClock};
-pub use ghostip_session::layers::dns::names::{ProbeName, QueryType};
-pub use ghostip_session::layers::dns::probe::{ProbeCommand, ProbePath};
+use crate::clock::TokioClock;
+use ghostip_core::Clock;
+use ghostip_session::layers::dns::names::{ProbeName, QueryType};
+use ghostip_session::layers::dns::probe::{ProbeCommand, ProbePath};
 
 /// Sends one query to one server. [`HickoryTransport`] is the real one; tests of the
 /// scheduler substitute their own.

@@ -16,7 +16,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use ghostip_core::{FailureReason, HeldTarget, Target};
-pub use ghostip_session::layers::dns::names::QueryType;
+use ghostip_session::layers::dns::names::QueryType;
 use hickory_net::NetError;
 use hickory_net::client::{Client, ClientHandle};
 use hickory_net::runtime::TokioRuntimeProvider;

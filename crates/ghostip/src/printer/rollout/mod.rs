@@ -11,7 +11,7 @@ use ghostip_core::{ServiceKey, Time};
 
 use super::table::{Column, Layout, Table, fit_text, offset};
 
-pub use ghostip_session::report::*;
+use ghostip_session::report::*;
 
 fn secs(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_string(), |s| format!("{s:.2}s"))

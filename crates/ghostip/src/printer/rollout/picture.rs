@@ -167,7 +167,7 @@ mod tests {
 
     use super::super::tests::{at, sample};
     use super::*;
-    use crate::printer::rollout::{ChangeRow, Segment, TimelineRow};
+    use ghostip_session::report::{ChangeRow, Segment, TimelineRow};
 
     fn with_timeline(ips: usize) -> Report {
         let mut r = sample(ips.min(4));
