@@ -11,7 +11,9 @@
 //! - [`session`]: truth + engine + registered layers, the memory of recent changes, the
 //!   timeline;
 //! - [`layer`]: the [`LayerModel`] seam every layer plugs into;
-//! - [`layers`]: the built-in DNS and datapath models;
+//! - [`layers`]: the built-in DNS, datapath and conntrack models;
+//! - [`pacing`]: when a node-local read may run: the CPU-seconds budget of reads and the
+//!   audit period it implies, re-reads after a change (every reader's, not one layer's);
 //! - [`report`]: the report model the printers print.
 //!
 //! [`Observation`]: ghostip_core::Observation
@@ -21,6 +23,7 @@ pub mod drain;
 pub mod filter;
 pub mod layer;
 pub mod layers;
+pub mod pacing;
 pub mod report;
 pub mod session;
 pub mod sync;

@@ -33,9 +33,9 @@ use ghostip_core::{PathInfo, PodRef, Time};
 use ghostip_datapath::Format;
 use ghostip_datapath::layers::IPTABLES;
 use ghostip_session::layers::datapath::DatapathModel;
-use ghostip_session::layers::datapath::cost::{CostCap, CostConfig};
 use ghostip_session::layers::dns::paths::PathConfig;
 use ghostip_session::layers::dns::{DnsConfig, DnsModel};
+use ghostip_session::pacing::{CostCap, CostConfig};
 use ghostip_session::{Session, SessionConfig};
 use ghostip_testkit::dumps::{GenModel, GenSpec, THIS_NODE};
 

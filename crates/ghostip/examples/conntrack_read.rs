@@ -35,7 +35,7 @@ use ghostip_core::truth::{
 };
 use ghostip_core::{PodRef, Protocol, ServiceKey, Time};
 use ghostip_session::layers::conntrack::ConntrackModel;
-use ghostip_session::layers::datapath::cost::CpuTimes;
+use ghostip_session::pacing::CpuTimes;
 use ghostip_session::{
     Received, ResourceKind, Session, SessionConfig, SyncState, TruthEvent, TruthObject,
 };

@@ -13,7 +13,7 @@ use ghostip_core::{FailureReason, Observation, ObservationResult, PathIdx, Servi
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use ghostip_session::layers::datapath::cost::{CostCap, CostConfig, ReadReason, ReadSchedule};
+use ghostip_session::pacing::{CostCap, CostConfig, ReadReason, ReadSchedule};
 
 use super::node::NodeOutputs;
 use crate::cli::AgentArgs;

@@ -4,11 +4,10 @@
 //! event it sets the desired backends of every touched Service on its path
 //! (`iptables/node-2`, traffic policy `Local` narrowed to the node) and notes that the
 //! datapath should be re-read soon. [`DatapathModel::on_read`] feeds one read's table to the
-//! engine through `ghostip_datapath::against_truth::for_each_observation`. [`cost`] paces
+//! engine through `ghostip_datapath::against_truth::for_each_observation`. The session's [`pacing`](crate::pacing) paces
 //! the reads: re-reads after a change until converged, and a periodic full audit whose
 //! period follows the measured CPU cost.
 
-pub mod cost;
 pub mod drain;
 
 use ghostip_core::engine::{Discrepancy, Engine};

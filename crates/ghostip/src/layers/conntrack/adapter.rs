@@ -1,8 +1,8 @@
 //! The agent's conntrack adapter: reads the node's conntrack table over netlink within the CPU cap, feeds each complete read to the layer's pure model, and reports the stale flows.
 //!
 //! Reads are paced like the datapath's, by their own
-//! [`ReadSchedule`](ghostip_session::layers::datapath::cost::ReadSchedule) and
-//! [`CostCap`](ghostip_session::layers::datapath::cost::CostCap) (same `--max-cpu`, `--min-audit-period`, `--max-audit-period`, `--reread-interval`,
+//! [`ReadSchedule`](ghostip_session::pacing::ReadSchedule) and
+//! [`CostCap`](ghostip_session::pacing::CostCap) (same `--max-cpu`, `--min-audit-period`, `--max-audit-period`, `--reread-interval`,
 //! `--reread-for`): after a truth change that removed an endpoint, re-reads while the
 //! path has unconverged trackings or a flow waits for its confirming read; otherwise a
 //! periodic audit whose period follows the measured cost. Each read runs on a blocking
@@ -25,7 +25,7 @@ use ghostip_session::layers::conntrack::{ConntrackModel, ReadOutcome, StaleFlow}
 use serde::Serialize;
 
 use futures::future::LocalBoxFuture;
-use ghostip_session::layers::datapath::cost::ReadReason;
+use ghostip_session::pacing::ReadReason;
 
 use super::reader::{self, FlowRead, ReadError};
 use crate::layers::datapath::readers::{thread_cpu, thread_cpu_since};

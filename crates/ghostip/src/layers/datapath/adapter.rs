@@ -15,7 +15,7 @@ use ghostip_core::{Layer, PathInfo, Time};
 use ghostip_datapath::RunsIn;
 use ghostip_datapath::layers::DATAPATH;
 use ghostip_session::layers::datapath::DatapathModel;
-use ghostip_session::layers::datapath::cost::ReadReason;
+use ghostip_session::pacing::ReadReason;
 use serde::Serialize;
 
 use super::cilium::{CiliumTarget, read_cilium};

@@ -32,7 +32,7 @@ use ghostip_core::PathKind;
 use ghostip_datapath::against_truth::Family;
 use ghostip_datapath::{AgentRead, Format, PackedTable, ParseError, RunsIn};
 
-use ghostip_session::layers::datapath::cost::CpuTimes;
+use ghostip_session::pacing::CpuTimes;
 
 /// A load-balancer datapath the agent reads: a format of `ghostip_datapath::FORMATS` that has
 /// an agent reader ([`ghostip_datapath::AgentRead`]), named by its path kind.

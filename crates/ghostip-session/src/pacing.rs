@@ -1,4 +1,4 @@
-//! The audit cost cap: measured CPU per datapath read, a CPU-seconds token bucket and the audit period it implies.
+//! The pacing of node-local reads (the datapath's, conntrack's): measured CPU per read, a CPU-seconds token bucket, the audit period it implies, and re-reads after a change.
 //!
 //! Pure: the caller measures each read (child and own CPU, see [`CpuTimes`]) and passes
 //! the current instant. [`CostCap`] keeps the agent's average CPU spent on datapath reads
