@@ -20,7 +20,6 @@
 pub mod conntrack;
 pub mod datapath;
 pub mod dns;
-pub mod metrics;
 pub mod node;
 pub mod reads;
 
@@ -146,6 +145,20 @@ pub struct Registration {
     /// Its part of `drain-wait`'s judgment of one IP, when the layer can hold an endpoint's
     /// address.
     pub drain: Option<fn(IpAddr) -> Box<dyn LetGo>>,
+    /// Registers its node-local metrics next to the fixed ones; its adapter takes them back
+    /// by type ([`node::NodeOutputs::metrics_of`]).
+    pub metrics: Option<fn(&mut crate::metrics::Metrics) -> LayerMetrics>,
+}
+
+/// One layer's metrics, as registered (its adapter knows their type).
+pub type LayerMetrics = Arc<dyn std::any::Any + Send + Sync>;
+
+/// Registers every layer's node-local metrics in `m`, by layer.
+pub fn register_metrics(m: &mut crate::metrics::Metrics) -> BTreeMap<Layer, LayerMetrics> {
+    LAYERS
+        .iter()
+        .filter_map(|r| r.metrics.map(|register| (r.layer, register(m))))
+        .collect()
 }
 
 /// Every layer ghostip knows, in the order the agent starts them.

@@ -6,7 +6,7 @@ use ghostip_core::engine::{EngineEvent, Tracking};
 use ghostip_core::{Layer, Time};
 use serde::Serialize;
 
-use super::metrics::AgentMetrics;
+use super::LayerMetrics;
 use crate::ledger::LedgerSender;
 use crate::pipeline::Pipeline;
 
@@ -21,10 +21,24 @@ pub struct NodeOutputs {
     pub printer: Printer,
     /// The ledger.
     pub ledger: LedgerSender,
-    /// The node-local layers' metrics.
-    pub metrics: AgentMetrics,
+    /// Each layer's node-local metrics ([`super::register_metrics`]).
+    pub metrics: std::collections::BTreeMap<Layer, LayerMetrics>,
     /// The fixed metrics (probe counters).
     pub fixed: std::sync::Arc<crate::metrics::Metrics>,
+}
+
+impl NodeOutputs {
+    /// `layer`'s metrics, when they were registered as a `T`; else a set of the same
+    /// metrics that no registry exports (a layer started without its registration).
+    pub fn metrics_of<T: Default + Send + Sync + 'static>(
+        &self,
+        layer: Layer,
+    ) -> std::sync::Arc<T> {
+        self.metrics
+            .get(&layer)
+            .and_then(|m| std::sync::Arc::clone(m).downcast::<T>().ok())
+            .unwrap_or_default()
+    }
 }
 
 /// A stale or missing target a path of this node holds now, for `/status` and JSON lines.

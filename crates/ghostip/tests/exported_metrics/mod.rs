@@ -4,9 +4,9 @@
 //! The fixed metrics come from a real [`ghostip::metrics::Metrics`] registry with one sample
 //! in every family, encoded by the exporter's own code: the series names (`_total` of
 //! counters, `_bucket`/`_sum`/`_count` of histograms) and labels are what a scrape shows.
-//! The node-local layers' metrics are private to `layers/metrics.rs` and are read from its source:
-//! each `r.register("name", …, a.field.clone())`, the field's type in `AgentMetrics`, and the
-//! fields of its label struct.
+//! The node-local layers' metrics are each layer's `layers/<name>/metrics.rs` and are read from
+//! their source: each `r.register("name", …, a.field.clone())`, the field's type in the struct
+//! it registers, and the fields of its label struct.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -101,15 +101,40 @@ fn fixed_metrics() -> Series {
     out
 }
 
-/// The node-local layers' metrics, from `src/layers/metrics.rs`.
+/// The node-local layers' metrics, from each layer's `src/layers/<name>/metrics.rs`.
 fn agent_metrics() -> Series {
-    let src = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/layers/metrics.rs"),
-    )
-    .unwrap();
-    // Field name → type, in `struct AgentMetrics`.
-    let fields = struct_fields(&src, "AgentMetrics");
+    let layers = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/layers");
     let mut out = Series::new();
+    let mut files = 0;
+    for dir in std::fs::read_dir(&layers).unwrap() {
+        let file = dir.unwrap().path().join("metrics.rs");
+        if !file.is_file() {
+            continue;
+        }
+        files += 1;
+        let src = std::fs::read_to_string(&file).unwrap();
+        layer_metrics(&src, &mut out);
+    }
+    assert!(
+        files >= 3,
+        "no layer metrics found under {}",
+        layers.display()
+    );
+    assert!(out.len() >= 6, "layer metrics found: {out:?}");
+    out
+}
+
+/// The series one layer's metrics file registers: each `r.register("name", …,
+/// a.field.clone())`, the field's type in the struct whose `register` it is, and the fields of
+/// its label struct.
+fn layer_metrics(src: &str, out: &mut Series) {
+    let owner = src
+        .split("\nimpl ")
+        .find(|i| i.contains("fn register("))
+        .and_then(|i| i.split_whitespace().next())
+        .unwrap();
+    // Field name → type, in the metrics struct.
+    let fields = struct_fields(src, owner);
     for call in src.split("r.register(").skip(1) {
         let name = call.split('"').nth(1).unwrap();
         let field = call
@@ -119,11 +144,11 @@ fn agent_metrics() -> Series {
             .unwrap_or_else(|| panic!("register({name}): no a.FIELD.clone()"));
         let ty = fields
             .get(field)
-            .unwrap_or_else(|| panic!("AgentMetrics has no field {field}"));
+            .unwrap_or_else(|| panic!("{owner} has no field {field}"));
         let labels: BTreeSet<String> = match ty.strip_prefix("Family<") {
             Some(rest) => {
                 let label_struct = rest.split(',').next().unwrap().trim();
-                struct_fields(&src, label_struct).into_keys().collect()
+                struct_fields(src, label_struct).into_keys().collect()
             }
             None => BTreeSet::new(),
         };
@@ -143,8 +168,6 @@ fn agent_metrics() -> Series {
             out.entry(n).or_default().extend(labels.iter().cloned());
         }
     }
-    assert!(out.len() >= 6, "agent metrics found: {out:?}");
-    out
 }
 
 /// `field: Type` pairs of `struct NAME { … }` in `src`.

@@ -35,7 +35,6 @@ use super::{
 use crate::cli::{AgentArgs, GlobalArgs, OutputFormat};
 use crate::clock::SystemClock;
 use crate::kube::{LivenessProbe, SyncState, TruthEvent, WatchScope, watch_truth};
-use crate::layers::metrics::AgentMetrics;
 use crate::layers::node::{Line, NodeOutputs, Printer, emit_events, view};
 use crate::layers::{self, NodeSetup};
 use crate::ledger::{LedgerWriter, RetentionPruner, WriterOptions};
@@ -63,7 +62,7 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
         metrics.ledger_error_hook(),
     )
     .context("starting the ledger writer")?;
-    let am = AgentMetrics::register(&mut metrics);
+    let layer_metrics = layers::register_metrics(&mut metrics);
     let metrics = Arc::new(metrics);
     let ready = Arc::new(AtomicBool::new(false));
     let status: SharedStatus = Arc::new(Mutex::new(AgentStatus {
@@ -117,7 +116,7 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     let out = NodeOutputs {
         printer,
         ledger: ledger_tx.clone(),
-        metrics: am,
+        metrics: layer_metrics,
         fixed: Arc::clone(&metrics),
     };
     layers::start_node_adapters(

@@ -27,11 +27,11 @@ use serde::Serialize;
 use futures::future::LocalBoxFuture;
 use ghostip_session::pacing::ReadReason;
 
+use super::metrics::{
+    ConntrackErrorLabels, ConntrackMetrics, ConntrackReadLabels, StaleFlowLabels,
+};
 use super::reader::{self, FlowRead, ReadError};
 use crate::layers::datapath::readers::{thread_cpu, thread_cpu_since};
-use crate::layers::metrics::{
-    AgentMetrics, ConntrackErrorLabels, ConntrackReadLabels, StaleFlowLabels,
-};
 use crate::layers::node::{IpStaleFlow, IpView, NodeOutputs, Printer, TrackingView, emit_events};
 use crate::layers::reads::Reads;
 use crate::layers::{LayerAdapter, LayerSnapshot, NodeSetup};
@@ -159,6 +159,7 @@ pub(super) fn start<'a>(
             ),
             reported: BTreeMap::new(),
             out: setup.out.clone(),
+            metrics: setup.out.metrics_of(CONNTRACK),
             status: Arc::new(ConntrackStatus::default()),
         };
         Ok(Some(Box::new(adapter) as Box<dyn LayerAdapter>))
@@ -173,6 +174,7 @@ struct ConntrackReads {
     /// Stale flows reported, as last seen, to report their end.
     reported: BTreeMap<FlowId, StaleFlow>,
     out: NodeOutputs,
+    metrics: Arc<ConntrackMetrics>,
     status: Arc<ConntrackStatus>,
 }
 
@@ -329,7 +331,7 @@ impl ConntrackReads {
         );
         publish_read(
             &self.node,
-            &self.out.metrics,
+            &self.metrics,
             Arc::make_mut(&mut self.status),
             ReadPublication {
                 view,
@@ -459,7 +461,7 @@ impl ConntrackReads {
         }
         publish_error(
             &self.node,
-            &self.out.metrics,
+            &self.metrics,
             Arc::make_mut(&mut self.status),
             e,
         );
@@ -477,7 +479,7 @@ struct ReadPublication {
 }
 
 fn stale_flows_gauge<'m>(
-    metrics: &'m AgentMetrics,
+    metrics: &'m ConntrackMetrics,
     node: &str,
 ) -> impl std::ops::Deref<Target = prometheus_client::metrics::gauge::Gauge> + 'm {
     metrics.stale_flows.get_or_create(&StaleFlowLabels {
@@ -488,7 +490,12 @@ fn stale_flows_gauge<'m>(
 
 /// Puts a complete read in `/status`'s conntrack section and the metrics: the stale-flow
 /// gauge counts the conntrack entries of the confirmed stale flows.
-fn publish_read(node: &str, metrics: &AgentMetrics, ct: &mut ConntrackStatus, r: ReadPublication) {
+fn publish_read(
+    node: &str,
+    metrics: &ConntrackMetrics,
+    ct: &mut ConntrackStatus,
+    r: ReadPublication,
+) {
     let entries: u64 = r.stale.iter().map(|f| u64::from(f.entries)).sum();
     stale_flows_gauge(metrics, node).set(i64::try_from(entries).unwrap_or(i64::MAX));
     if let Some(reason) = r.view.reason {
@@ -516,7 +523,7 @@ fn publish_read(node: &str, metrics: &AgentMetrics, ct: &mut ConntrackStatus, r:
 
 /// Puts a failed read in `/status`'s conntrack section and the metrics. A table that
 /// cannot be read at all has no path and no stale flows any more.
-fn publish_error(node: &str, metrics: &AgentMetrics, ct: &mut ConntrackStatus, e: &ReadError) {
+fn publish_error(node: &str, metrics: &ConntrackMetrics, ct: &mut ConntrackStatus, e: &ReadError) {
     metrics
         .conntrack_read_errors
         .get_or_create(&ConntrackErrorLabels {
@@ -594,9 +601,9 @@ mod tests {
         }
     }
 
-    fn metrics() -> (Metrics, AgentMetrics) {
+    fn metrics() -> (Metrics, ConntrackMetrics) {
         let mut m = Metrics::new();
-        let a = AgentMetrics::register(&mut m);
+        let a = ConntrackMetrics::register(&mut m);
         (m, a)
     }
 

@@ -1,6 +1,7 @@
 //! The conntrack layer's IO: a netlink dump of the node's conntrack table ([`reader`]) and the agent's adapter that paces the reads, feeds them to the pure model (`ghostip_session::layers::conntrack`) and reports stale flows.
 
 pub(crate) mod adapter;
+pub mod metrics;
 pub mod reader;
 
 use ghostip_session::LayerModel;
@@ -19,4 +20,5 @@ pub(super) const LAYER: Registration = Registration {
     },
     node: Some(adapter::start),
     drain: None,
+    metrics: Some(|m| std::sync::Arc::new(metrics::ConntrackMetrics::register(m))),
 };

@@ -19,9 +19,9 @@ use ghostip_session::pacing::ReadReason;
 use serde::Serialize;
 
 use super::cilium::{CiliumTarget, read_cilium};
+use super::metrics::{DatapathMetrics, ReadErrorLabels, ReadLabels};
 use super::readers::{self, Datapath, ReadOutcome, ReaderError};
 use crate::cli::{AgentArgs, DatapathChoice};
-use crate::layers::metrics::{ReadErrorLabels, ReadLabels};
 use crate::layers::node::{IpView, NodeOutputs, TrackingView, emit_events};
 use crate::layers::reads::Reads;
 use crate::layers::{LayerAdapter, LayerSnapshot, NodeSetup};
@@ -200,6 +200,7 @@ pub(super) fn start<'a>(
             Err((error, missing_capability)) => DatapathReads {
                 running: None,
                 out: setup.out.clone(),
+                metrics: setup.out.metrics_of(DATAPATH),
                 status: Arc::new(DatapathStatus {
                     error: Some(error),
                     missing_capability,
@@ -216,6 +217,7 @@ struct DatapathReads {
     /// `None` when no datapath was found.
     running: Option<Running>,
     out: NodeOutputs,
+    metrics: Arc<DatapathMetrics>,
     status: Arc<DatapathStatus>,
 }
 
@@ -264,6 +266,7 @@ impl DatapathReads {
                 pending_first: first_read.map(|o| (crate::clock::wall_now(), o)),
             }),
             out: setup.out.clone(),
+            metrics: setup.out.metrics_of(DATAPATH),
             status,
         }
     }
@@ -344,7 +347,7 @@ impl DatapathReads {
             unknown_frontends: model_out.unknown_frontends,
             skipped_unknown: o.table.skipped.unknown,
         };
-        let am = &out.metrics;
+        let am = &self.metrics;
         am.read_cpu.set(view.cpu_s);
         am.read_cpu_total.inc_by(view.cpu_s);
         am.audit_period.set(period.as_secs_f64());
@@ -397,11 +400,11 @@ impl DatapathReads {
         let cpu = e.cpu();
         if !cpu.is_zero() {
             r.reads.cap.record(now, cpu);
-            out.metrics.read_cpu_total.inc_by(cpu.as_secs_f64());
+            self.metrics.read_cpu_total.inc_by(cpu.as_secs_f64());
         }
         let period = r.reads.cap.audit_period();
         r.reads.schedule.finished(now, period);
-        out.metrics
+        self.metrics
             .read_errors
             .get_or_create(&ReadErrorLabels {
                 datapath: dp.to_string(),

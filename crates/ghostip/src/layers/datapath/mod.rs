@@ -8,6 +8,7 @@
 
 pub(crate) mod adapter;
 pub mod cilium;
+pub mod metrics;
 pub mod readers;
 
 use super::Registration;
@@ -18,4 +19,5 @@ pub(super) const LAYER: Registration = Registration {
     model: |_| None,
     node: Some(adapter::start),
     drain: Some(|_| Box::new(ghostip_session::layers::datapath::drain::NodesLetGo::new())),
+    metrics: Some(|m| std::sync::Arc::new(metrics::DatapathMetrics::register(m))),
 };

@@ -18,8 +18,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::budget::Budget;
+use super::metrics::{DnsHealthMetrics, NodeLabels};
 use super::query::{self, QueryConfig};
-use crate::layers::metrics::NodeLabels;
 use crate::layers::node::NodeOutputs;
 use crate::layers::{LayerAdapter, LayerSnapshot, NodeSetup};
 use crate::ledger::LedgerOp;
@@ -115,6 +115,7 @@ struct DnsHealthCheck {
     rx: mpsc::Receiver<HealthProbe>,
     service: ghostip_core::ServiceKey,
     out: NodeOutputs,
+    metrics: Arc<DnsHealthMetrics>,
     status: Arc<DnsHealthStatus>,
 }
 
@@ -168,6 +169,7 @@ impl DnsHealthCheck {
             paths_sent: Vec::new(),
             rx,
             service,
+            metrics: out.metrics_of(DNS),
             out,
             status: Arc::new(DnsHealthStatus::default()),
         }
@@ -258,7 +260,7 @@ impl DnsHealthCheck {
                 paths: &paths,
             });
         }
-        out.metrics
+        self.metrics
             .dns_cluster_ip_failing
             .get_or_create(&NodeLabels {
                 node: self.node.clone(),

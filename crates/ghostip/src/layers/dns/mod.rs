@@ -17,6 +17,7 @@
 pub mod budget;
 pub mod connect;
 pub mod health;
+pub mod metrics;
 pub mod prober;
 pub mod query;
 
@@ -32,4 +33,5 @@ pub(super) const LAYER: Registration = Registration {
     model: |setup| Some(Box::new(DnsModel::new(setup.dns.clone())) as Box<dyn LayerModel>),
     node: Some(health::start),
     drain: Some(|ip| Box::new(ghostip_session::layers::dns::drain::DnsLetGo::new(ip))),
+    metrics: Some(|m| std::sync::Arc::new(metrics::DnsHealthMetrics::register(m))),
 };
