@@ -39,6 +39,7 @@ use ghostip_session::layers::datapath::cost::CpuTimes;
 use ghostip_session::{
     Received, ResourceKind, Session, SessionConfig, SyncState, TruthEvent, TruthObject,
 };
+use ghostip_testkit::records::pod_record;
 use rustix::thread::LinkNameSpaceType;
 
 const NODE: &str = "bench-node";
@@ -256,22 +257,15 @@ fn session() -> Session {
                 }),
                 ResourceKind::EndpointSlices => TruthObject::Slice(slice(i, true)),
                 ResourceKind::Pods if i <= CLIENTS => TruthObject::Pod(PodRecord {
-                    pod: PodRef {
-                        namespace: "bench".into(),
-                        name: format!("client-{i}"),
-                        uid: String::new(),
-                    },
-                    ips: vec![IpAddr::V4(client(i))],
                     node: Some(NODE.into()),
-                    owner_kind: None,
-                    owner_name: None,
-                    created: None,
-                    ready_since: None,
-                    deletion: None,
-                    grace_period_seconds: None,
-                    prestop_seconds: None,
-                    host_network: false,
-                    labels: BTreeMap::new(),
+                    ..pod_record(
+                        PodRef {
+                            namespace: "bench".into(),
+                            name: format!("client-{i}"),
+                            uid: String::new(),
+                        },
+                        vec![IpAddr::V4(client(i))],
+                    )
                 }),
                 _ => continue,
             };

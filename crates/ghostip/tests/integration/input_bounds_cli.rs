@@ -9,24 +9,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-fn ghostip() -> assert_cmd::Command {
-    let mut c = assert_cmd::Command::cargo_bin("ghostip").unwrap();
-    c.env_remove("KUBECONFIG")
-        .env_remove("GHOSTIP_DB")
-        .env("HOME", "/nonexistent-home")
-        .env("COLUMNS", "1000");
-    c
-}
-
-fn audit_case(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/audit")
-        .join(name)
-}
-
-fn stderr_of(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use crate::common::{audit_case, ghostip_wide, stderr_of};
 
 /// A file one byte past the default bound (512 MiB), sparse: refused from its size, before a
 /// byte is read.
@@ -106,7 +89,7 @@ fn a_dump_past_the_bound_is_refused_and_read_no_further() {
     // The default bound, from a file's size.
     let dir = tempfile::tempdir().unwrap();
     let big = sparse_past_default(dir.path(), "big.json");
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["datapath", "show", "--format", "nft-json", "--from-file"])
         .arg(&big)
         .output()
@@ -120,7 +103,7 @@ fn a_dump_past_the_bound_is_refused_and_read_no_further() {
     // Exactly at the bound is read.
     let exact = dir.path().join("exact.txt");
     std::fs::write(&exact, "*nat\nCOMMIT\n").unwrap();
-    ghostip()
+    ghostip_wide()
         .args([
             "datapath",
             "show",
@@ -150,7 +133,7 @@ fn a_truth_past_the_bound_is_refused() {
             "1 MiB",
         ),
     ] {
-        let out = ghostip()
+        let out = ghostip_wide()
             .args(["datapath", "diff", "--from-file"])
             .arg(&dump)
             .arg("--truth")
@@ -181,7 +164,7 @@ fn an_empty_conntrack_dump_is_an_error_not_clean() {
     ] {
         let dump = dir.path().join("ct.txt");
         std::fs::write(&dump, text).unwrap();
-        let out = ghostip()
+        let out = ghostip_wide()
             .args(["datapath", "diff", "--format", "conntrack", "--from-file"])
             .arg(&dump)
             .arg("--truth")
@@ -212,7 +195,7 @@ fn audit_inputs_past_the_bound_are_unread_inputs() {
     assert!(written < 8 * 1024 * 1024, "{written} bytes went in");
     let dir = tempfile::tempdir().unwrap();
     let big = sparse_past_default(dir.path(), "big.yaml");
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["audit", "-f"])
         .arg(&big)
         .arg("-f")
@@ -244,7 +227,7 @@ fn audit_follows_no_symlink_loop_and_reads_each_file_once() {
     )
     .unwrap();
     let json_of = |dir: &Path| {
-        let out = ghostip()
+        let out = ghostip_wide()
             .args(["audit", "-R", "-o", "json", "-f"])
             .arg(dir)
             .output()
@@ -287,7 +270,7 @@ fn audit_follows_no_symlink_loop_and_reads_each_file_once() {
 #[test]
 fn the_audit_listing_at_narrow_widths_never_cuts_a_word() {
     let run = |columns: &str| {
-        let out = ghostip()
+        let out = ghostip_wide()
             .env("COLUMNS", columns)
             .args(["audit", "-f"])
             .arg(audit_case("GIP-DNS-001-pos.yaml"))

@@ -34,6 +34,7 @@ use ghostip_session::layers::conntrack::flows::FlowKey;
 use ghostip_session::{
     Received, ResourceKind, Session, SessionConfig, SyncState, TruthEvent, TruthObject,
 };
+use ghostip_testkit::records::pod_record;
 use rustix::thread::CapabilitySet;
 
 use crate::netns_support;
@@ -440,23 +441,14 @@ fn real_reads_of_a_connection_pinned_to_a_removed_pod_make_a_stale_flow() {
                 );
             }
             ResourceKind::Pods => {
+                let pod = PodRef {
+                    namespace: "prod".into(),
+                    name: "order-7c9".into(),
+                    uid: String::new(),
+                };
                 let pod = PodRecord {
-                    pod: PodRef {
-                        namespace: "prod".into(),
-                        name: "order-7c9".into(),
-                        uid: String::new(),
-                    },
-                    ips: clients(),
                     node: Some("node-1".into()),
-                    owner_kind: None,
-                    owner_name: None,
-                    created: None,
-                    ready_since: None,
-                    deletion: None,
-                    grace_period_seconds: None,
-                    prestop_seconds: None,
-                    host_network: false,
-                    labels: Default::default(),
+                    ..pod_record(pod, clients())
                 };
                 feed(&mut s, TruthEvent::InitApply(TruthObject::Pod(pod)), t(0));
             }

@@ -1,0 +1,27 @@
+//! Truth records with every field a test does not care about left empty, to build on with
+//! struct update syntax.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ghostip_core::PodRef;
+use ghostip_core::truth::PodRecord;
+
+/// A Pod record with only its identity and IPs: no node, owner, times, grace period or
+/// labels, not on the host network.
+pub fn pod_record(pod: PodRef, ips: Vec<IpAddr>) -> PodRecord {
+    PodRecord {
+        pod,
+        ips,
+        node: None,
+        owner_kind: None,
+        owner_name: None,
+        created: None,
+        ready_since: None,
+        deletion: None,
+        grace_period_seconds: None,
+        prestop_seconds: None,
+        host_network: false,
+        labels: BTreeMap::new(),
+    }
+}
