@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use crate::lab_support;
 use lab_support::{
-    KillOnDrop, cacheclient, kubectl, kubectl_stdin, lab, repo, require_lab, run, stop, web_pods,
+    KillOnDrop, cacheclient, kubectl, kubectl_stdin, lab, replace_client_pod, repo, require_lab,
+    run, stop, web_pods,
 };
 
 use serde_json::Value;
@@ -405,18 +406,7 @@ fn rollout_with(corefile: &str, hook: Hook, dir: &Path, setup: &DrainSetup) -> O
         "--field-selector",
         "reason=DrainWait",
     ]);
-    let _ = run(lab("kubectl").args(["-n", "demo", "delete", "pod", "drainclient", "--wait=true"]));
-    let manifest = dir.join("client.json");
-    std::fs::write(&manifest, CLIENT_POD).unwrap();
-    kubectl(&["apply", "-f", manifest.to_str().unwrap()]);
-    kubectl(&[
-        "-n",
-        "demo",
-        "wait",
-        "--for=condition=Ready",
-        "pod/drainclient",
-        "--timeout=60s",
-    ]);
+    replace_client_pod(dir, "drainclient", CLIENT_POD);
     let old = web_pods();
     assert_eq!(old.len(), 3, "three web pods before the rollout: {old:?}");
     let log = dir.join(format!("client-{corefile}-{hook:?}.log"));

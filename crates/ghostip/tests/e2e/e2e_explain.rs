@@ -17,7 +17,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::lab_support;
-use lab_support::{cacheclient, kubectl, lab, require_lab, run, start_watch, stop, web_pods};
+use lab_support::{
+    cacheclient, kubectl, lab, replace_client_pod, require_lab, run, start_watch, stop, web_pods,
+};
 
 use serde_json::Value;
 
@@ -44,18 +46,7 @@ fn explain_classifies_a_real_clients_errors_during_a_rollout_against_the_ledger(
     let pods_watch = dir.path().join("pods-watch.json");
 
     // The client pod (podsync runs `serve` in it; the client runs beside it in its netns).
-    let _ = run(lab("kubectl").args(["-n", "demo", "delete", "pod", "cacheclient", "--wait=true"]));
-    let manifest = dir.path().join("client.json");
-    std::fs::write(&manifest, CLIENT_POD).unwrap();
-    kubectl(&["apply", "-f", manifest.to_str().unwrap()]);
-    kubectl(&[
-        "-n",
-        "demo",
-        "wait",
-        "--for=condition=Ready",
-        "pod/cacheclient",
-        "--timeout=60s",
-    ]);
+    replace_client_pod(dir.path(), "cacheclient", CLIENT_POD);
     let old = web_pods();
     assert_eq!(old.len(), 3, "three web pods before the rollout: {old:?}");
 

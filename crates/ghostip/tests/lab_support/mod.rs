@@ -174,6 +174,23 @@ pub fn kubectl_stdin(args: &[&str], stdin: &str) {
     );
 }
 
+/// Replaces demo's pod `name` with `manifest` (written to `dir/client.json`) and waits up to
+/// 60 s for it to be Ready.
+pub fn replace_client_pod(dir: &Path, name: &str, manifest: &str) {
+    let _ = run(lab("kubectl").args(["-n", "demo", "delete", "pod", name, "--wait=true"]));
+    let path = dir.join("client.json");
+    std::fs::write(&path, manifest).unwrap();
+    kubectl(&["apply", "-f", path.to_str().unwrap()]);
+    kubectl(&[
+        "-n",
+        "demo",
+        "wait",
+        "--for=condition=Ready",
+        &format!("pod/{name}"),
+        "--timeout=60s",
+    ]);
+}
+
 /// Where `lab/build` put cacheclient (found in the hub's PATH).
 pub fn cacheclient() -> PathBuf {
     let (code, out, err) = run(lab("exec").args(["hub", "sh", "-c", "command -v cacheclient"]));
