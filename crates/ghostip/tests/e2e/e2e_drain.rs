@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crate::lab_support;
 use lab_support::{
     KillOnDrop, cacheclient, kubectl, kubectl_stdin, lab, replace_client_pod, repo, require_lab,
-    run, stop, web_pods,
+    run, stop, web_pods, web_pods_jsonpath, web_rollout_status,
 };
 
 use serde_json::Value;
@@ -221,27 +221,11 @@ fn deploy_web(hook: Hook, setup: &DrainSetup) {
           ]}}]}}}}}}}}"#
     );
     kubectl_stdin(&["apply", "-f", "-"], &manifest);
-    kubectl(&[
-        "-n",
-        "demo",
-        "rollout",
-        "status",
-        "deploy/web",
-        "--timeout=300s",
-    ]);
+    web_rollout_status("300s");
     // The pods the change replaced finish terminating before the measured rollout starts.
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(120) {
-        let out = kubectl(&[
-            "-n",
-            "demo",
-            "get",
-            "pods",
-            "-l",
-            "app=web",
-            "-o",
-            "jsonpath={range .items[*]}{.metadata.deletionTimestamp}{\"|\"}{end}",
-        ]);
+        let out = web_pods_jsonpath("{range .items[*]}{.metadata.deletionTimestamp}{\"|\"}{end}");
         if out.split('|').all(str::is_empty) {
             break;
         }

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use crate::lab_support;
 use lab_support::{
     cacheclient, kubectl, lab, replace_client_pod, require_lab, run, start_watch, stop, web_pods,
+    web_rollout_status,
 };
 
 use serde_json::Value;
@@ -102,14 +103,7 @@ fn explain_classifies_a_real_clients_errors_during_a_rollout_against_the_ledger(
         .unwrap();
     std::thread::sleep(Duration::from_secs(3));
     kubectl(&["-n", "demo", "rollout", "restart", "deploy/web"]);
-    kubectl(&[
-        "-n",
-        "demo",
-        "rollout",
-        "status",
-        "deploy/web",
-        "--timeout=120s",
-    ]);
+    web_rollout_status("120s");
     // The client stops by itself after 75 s (its -duration); wait at most 90 s.
     let waited = Instant::now();
     while client.try_wait().unwrap().is_none() && waited.elapsed() < Duration::from_secs(90) {

@@ -201,9 +201,9 @@ pub fn cacheclient() -> PathBuf {
     PathBuf::from(out.trim())
 }
 
-/// demo/web's pods: pod IP → pod name.
-pub fn web_pods() -> std::collections::BTreeMap<String, String> {
-    let out = kubectl(&[
+/// `kubectl get` of demo/web's pods printed with the jsonpath `template`.
+pub fn web_pods_jsonpath(template: &str) -> String {
+    kubectl(&[
         "-n",
         "demo",
         "get",
@@ -211,8 +211,26 @@ pub fn web_pods() -> std::collections::BTreeMap<String, String> {
         "-l",
         "app=web",
         "-o",
-        "jsonpath={range .items[*]}{.status.podIP}{\" \"}{.metadata.name}{\"\\n\"}{end}",
+        &format!("jsonpath={template}"),
+    ])
+}
+
+/// Waits (up to `timeout`, e.g. "120s") for demo/web's rollout to complete.
+pub fn web_rollout_status(timeout: &str) {
+    kubectl(&[
+        "-n",
+        "demo",
+        "rollout",
+        "status",
+        "deploy/web",
+        &format!("--timeout={timeout}"),
     ]);
+}
+
+/// demo/web's pods: pod IP → pod name.
+pub fn web_pods() -> std::collections::BTreeMap<String, String> {
+    let out =
+        web_pods_jsonpath("{range .items[*]}{.status.podIP}{\" \"}{.metadata.name}{\"\\n\"}{end}");
     out.lines()
         .filter_map(|l| {
             let (ip, name) = l.split_once(' ')?;
