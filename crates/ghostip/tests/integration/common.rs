@@ -74,3 +74,17 @@ pub fn assert_exit_2(cmd: &mut assert_cmd::Command, needle: &str) {
         .code(2)
         .stderr(predicates::str::contains(needle));
 }
+
+/// `ghostip ARGS` started with its three standard streams piped, on a terminal wide enough
+/// that no line wraps.
+pub fn spawn_piped(args: &[&str]) -> std::process::Child {
+    use std::process::{Command, Stdio};
+    Command::new(env!("CARGO_BIN_EXE_ghostip"))
+        .args(args)
+        .env("COLUMNS", "1000")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}

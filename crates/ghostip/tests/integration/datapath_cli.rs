@@ -14,7 +14,7 @@ use ghostip_testkit::records::pod_record;
 use predicates::prelude::*;
 use serde_json::{Value, json};
 
-use crate::common::{assert_exit_2, datapath_data, ghostip_wide};
+use crate::common::{assert_exit_2, datapath_data, ghostip_wide, spawn_piped};
 
 /// A Service as `kubectl get -o json` prints it.
 fn service_json(s: &ServiceRecord) -> Value {
@@ -239,28 +239,21 @@ fn peak_rss_kib(pid: u32) -> u64 {
 #[test]
 fn a_huge_line_on_standard_input_is_skipped_without_holding_it() {
     use std::io::Write;
-    use std::process::{Command, Stdio};
     let dump = std::fs::read(datapath_data(
         "iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt",
     ))
     .unwrap();
     let cut = dump.iter().position(|b| *b == b'\n').unwrap() + 1;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ghostip"))
-        .args([
-            "datapath",
-            "show",
-            "-o",
-            "json",
-            "--format",
-            "iptables",
-            "--from-file",
-            "-",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(&[
+        "datapath",
+        "show",
+        "-o",
+        "json",
+        "--format",
+        "iptables",
+        "--from-file",
+        "-",
+    ]);
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(&dump[..cut]).unwrap();
     let chunk = vec![b'x'; 1 << 20];

@@ -5,11 +5,10 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::common::{audit_case, ghostip_wide, stderr_of};
+use crate::common::{audit_case, ghostip_wide, spawn_piped, stderr_of};
 
 /// A file one byte past the default bound (512 MiB), sparse: refused from its size, before a
 /// byte is read.
@@ -34,14 +33,7 @@ fn truth_file(dir: &Path) -> PathBuf {
 /// `ghostip ARGS` on standard input; returns the output and how many bytes went in before
 /// the command stopped reading.
 fn feed_endless(args: &[&str], byte: u8) -> (std::process::Output, u64) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ghostip"))
-        .args(args)
-        .env("COLUMNS", "1000")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(args);
     let mut stdin = child.stdin.take().unwrap();
     let chunk = vec![byte; 64 * 1024];
     let mut written = 0u64;

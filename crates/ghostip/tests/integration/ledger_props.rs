@@ -228,9 +228,8 @@ fn record(pod: &PodRef, ips: &[u8], created: Option<i64>) -> PodRecord {
     }
 }
 
-fn key(
-    o: &Ownership,
-) -> (
+/// What the ledger and the model must agree on about one ownership.
+type Key = (
     String,
     String,
     Time,
@@ -238,7 +237,9 @@ fn key(
     Option<EndReason>,
     bool,
     Option<Time>,
-) {
+);
+
+fn key(o: &Ownership) -> Key {
     (
         o.pod.name.clone(),
         o.pod.uid.clone(),
@@ -250,17 +251,7 @@ fn key(
     )
 }
 
-fn mkey(
-    m: &M,
-) -> (
-    String,
-    String,
-    Time,
-    Option<Time>,
-    Option<EndReason>,
-    bool,
-    Option<Time>,
-) {
+fn mkey(m: &M) -> Key {
     (
         m.pod.name.clone(),
         m.pod.uid.clone(),
