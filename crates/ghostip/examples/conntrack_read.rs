@@ -21,7 +21,6 @@
 //! the last (the reads' peak above the session), from `/proc/self/status`.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::process::{Command, Stdio};
@@ -39,7 +38,7 @@ use ghostip_session::layers::datapath::cost::CpuTimes;
 use ghostip_session::{
     Received, ResourceKind, Session, SessionConfig, SyncState, TruthEvent, TruthObject,
 };
-use ghostip_testkit::records::pod_record;
+use ghostip_testkit::records::{headless_service, pod_record};
 use rustix::thread::LinkNameSpaceType;
 
 const NODE: &str = "bench-node";
@@ -239,21 +238,13 @@ fn session() -> Session {
         for i in 1..=SERVICES {
             let object = match k {
                 ResourceKind::Services => TruthObject::Service(ServiceRecord {
-                    key: ServiceKey::new("bench", format!("svc-{i}")),
-                    cluster_ips: Vec::new(),
-                    headless: true,
-                    service_type: "ClusterIP".into(),
-                    publish_not_ready: false,
-                    internal_traffic_policy: Default::default(),
-                    external_traffic_policy: Default::default(),
                     ports: vec![ServicePort {
                         name: None,
                         port: 5353,
                         protocol: Protocol::Udp,
                         node_port: None,
                     }],
-                    has_selector: true,
-                    labels: BTreeMap::new(),
+                    ..headless_service(ServiceKey::new("bench", format!("svc-{i}")))
                 }),
                 ResourceKind::EndpointSlices => TruthObject::Slice(slice(i, true)),
                 ResourceKind::Pods if i <= CLIENTS => TruthObject::Pod(PodRecord {
