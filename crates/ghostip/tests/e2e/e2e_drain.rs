@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crate::lab_support;
 use lab_support::{
     KillOnDrop, cacheclient, kubectl, kubectl_stdin, lab, replace_client_pod, repo, require_lab,
-    run, stop, web_pods, web_pods_jsonpath, web_rollout_status,
+    rollout_web, run, stop, web_pods, web_pods_jsonpath, web_rollout_status,
 };
 
 use serde_json::Value;
@@ -270,31 +270,6 @@ fn start_client(log: &Path, seconds: u32) -> Child {
         .unwrap()
 }
 
-/// `ghostip rollout deploy/web -n demo --restart -o json` on node-1 (it returns once the
-/// rollout completed and its windows closed).
-fn rollout(db: &Path) -> Value {
-    let mut cmd = lab("exec");
-    cmd.args(["node-1", env!("CARGO_BIN_EXE_ghostip"), "--db"])
-        .arg(db)
-        .args([
-            "rollout",
-            "deploy/web",
-            "-n",
-            "demo",
-            "--restart",
-            "--timeout",
-            "150s",
-            "-o",
-            "json",
-        ]);
-    let (code, out, err) = run(&mut cmd);
-    assert!(
-        code == 0 || code == 1,
-        "rollout failed with {code}:\n{out}\n{err}"
-    );
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{out}\n{err}"))
-}
-
 fn unix(t: &Value) -> f64 {
     let ts: jiff::Timestamp = t.as_str().unwrap().parse().unwrap();
     ts.as_millisecond() as f64 / 1000.0
@@ -409,7 +384,7 @@ fn rollout_with(corefile: &str, hook: Hook, dir: &Path, setup: &DrainSetup) -> O
     let restarted = Instant::now();
     let db = dir.join(format!("ledger-{corefile}-{hook:?}.db"));
     let (report, rollout_s) = std::thread::scope(|s| {
-        let measured = s.spawn(|| rollout(&db));
+        let measured = s.spawn(|| rollout_web(&db, None).1);
         // Until the last old pod is gone, its preStop hook done (drain-wait is bounded by
         // the grace period): how long the rollout took for the Deployment.
         let mut gone = None;

@@ -191,6 +191,36 @@ pub fn replace_client_pod(dir: &Path, name: &str, manifest: &str) {
     ]);
 }
 
+/// Runs `ghostip rollout deploy/web -n demo --restart -o json` (and `--html` when given) on
+/// node-1: its exit code (0 or 1, else the test fails), report and standard error.
+pub fn rollout_web(db: &Path, html: Option<&Path>) -> (i32, serde_json::Value, String) {
+    let mut cmd = lab("exec");
+    cmd.args(["node-1", env!("CARGO_BIN_EXE_ghostip"), "--db"])
+        .arg(db);
+    cmd.args([
+        "rollout",
+        "deploy/web",
+        "-n",
+        "demo",
+        "--restart",
+        "--timeout",
+        "150s",
+        "-o",
+        "json",
+    ]);
+    if let Some(h) = html {
+        cmd.arg("--html").arg(h);
+    }
+    let (code, out, err) = run(&mut cmd);
+    assert!(
+        code == 0 || code == 1,
+        "rollout failed with {code}:\n{out}\n{err}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{out}\n{err}"));
+    (code, v, err)
+}
+
 /// Where `lab/build` put cacheclient (found in the hub's PATH).
 pub fn cacheclient() -> PathBuf {
     let (code, out, err) = run(lab("exec").args(["hub", "sh", "-c", "command -v cacheclient"]));
