@@ -4,7 +4,7 @@
 
 use predicates::prelude::*;
 
-use crate::common::{assert_exit_2, audit_case, dead_kubeconfig, ghostip_wide};
+use crate::common::{assert_exit_2, audit_case, dead_kubeconfig, ghostip_wide, json};
 
 #[test]
 fn exit_codes_follow_the_worst_finding() {
@@ -33,17 +33,20 @@ fn exit_codes_follow_the_worst_finding() {
         ));
 }
 
+/// `ghostip audit -o FORMAT -f CASE…` over files of tests/data/audit: its output as JSON,
+/// once the exit code is `code`.
+fn audit_output(format: &str, cases: &[&str], code: i32) -> serde_json::Value {
+    let mut cmd = ghostip_wide();
+    cmd.args(["audit", "-o", format]);
+    for case in cases {
+        cmd.arg("-f").arg(audit_case(case));
+    }
+    json(&cmd.assert().code(code).get_output().stdout)
+}
+
 #[test]
 fn json_output_has_findings_budgets_and_layers() {
-    let out = ghostip_wide()
-        .args(["audit", "-o", "json", "-f"])
-        .arg(audit_case("GIP-DNS-001-pos.yaml"))
-        .assert()
-        .code(1)
-        .get_output()
-        .stdout
-        .clone();
-    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let v = audit_output("json", &["GIP-DNS-001-pos.yaml"], 1);
     let f = v["findings"]
         .as_array()
         .unwrap()
@@ -66,17 +69,11 @@ fn json_output_has_findings_budgets_and_layers() {
 
 #[test]
 fn sarif_output_is_sarif_2_1_0() {
-    let out = ghostip_wide()
-        .args(["audit", "-o", "sarif", "-f"])
-        .arg(audit_case("GIP-TERM-001-pos.yaml"))
-        .arg("-f")
-        .arg(audit_case("GIP-CLIENT-002-pos.yaml"))
-        .assert()
-        .code(1)
-        .get_output()
-        .stdout
-        .clone();
-    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let v = audit_output(
+        "sarif",
+        &["GIP-TERM-001-pos.yaml", "GIP-CLIENT-002-pos.yaml"],
+        1,
+    );
     assert_eq!(v["version"], "2.1.0");
     assert_eq!(
         v["$schema"],
