@@ -89,32 +89,34 @@ fn change(t: Time) -> ChangeTime {
     }
 }
 
+/// The pod's new state, applied at `at`.
+fn apply(pod: &PodRecord, at: Time) -> LedgerOp {
+    LedgerOp::ApplyPod {
+        pod: pod.clone(),
+        at,
+    }
+}
+
+/// `ip`'s endpoint in service `k` as of `at` (`None`: it left).
+fn member(k: usize, ip: IpAddr, endpoint: Option<EndpointRecord>, at: Time) -> LedgerOp {
+    LedgerOp::MembershipChange {
+        service: service(k),
+        ip,
+        endpoint,
+        at: change(at),
+    }
+}
+
 /// Pod (round, k) appears, joins its service, turns ready: 4 changes.
 fn join(round: u64, k: usize, ops: &mut Vec<LedgerOp>) {
     let t = |s: u64| at(round, k as u64 * 8 + s);
     let mut new = pod(round, k);
-    ops.push(LedgerOp::ApplyPod {
-        pod: new.clone(),
-        at: t(0),
-    });
+    ops.push(apply(&new, t(0)));
     let ip = new.ips[0];
-    ops.push(LedgerOp::MembershipChange {
-        service: service(k),
-        ip,
-        endpoint: Some(endpoint(&new, false, false)),
-        at: change(t(1)),
-    });
+    ops.push(member(k, ip, Some(endpoint(&new, false, false)), t(1)));
     new.ready_since = Some(t(2));
-    ops.push(LedgerOp::ApplyPod {
-        pod: new.clone(),
-        at: t(2),
-    });
-    ops.push(LedgerOp::MembershipChange {
-        service: service(k),
-        ip,
-        endpoint: Some(endpoint(&new, true, false)),
-        at: change(t(3)),
-    });
+    ops.push(apply(&new, t(2)));
+    ops.push(member(k, ip, Some(endpoint(&new, true, false)), t(3)));
 }
 
 /// Pod (round - 1, k) terminates, leaves its service and disappears: 4 changes.
@@ -124,22 +126,9 @@ fn leave(round: u64, k: usize, ops: &mut Vec<LedgerOp>) {
     old.ready_since = old.created;
     old.deletion = Some(t(4));
     let ip = old.ips[0];
-    ops.push(LedgerOp::ApplyPod {
-        pod: old.clone(),
-        at: t(4),
-    });
-    ops.push(LedgerOp::MembershipChange {
-        service: service(k),
-        ip,
-        endpoint: Some(endpoint(&old, false, true)),
-        at: change(t(5)),
-    });
-    ops.push(LedgerOp::MembershipChange {
-        service: service(k),
-        ip,
-        endpoint: None,
-        at: change(t(6)),
-    });
+    ops.push(apply(&old, t(4)));
+    ops.push(member(k, ip, Some(endpoint(&old, false, true)), t(5)));
+    ops.push(member(k, ip, None, t(6)));
     ops.push(LedgerOp::PodGone {
         pod: old.pod,
         at: t(7),
