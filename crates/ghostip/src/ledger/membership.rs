@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 
 use ghostip_core::truth::EndpointRecord;
-use ghostip_core::{ChangeTime, PodRef, ServiceKey, Time};
+use ghostip_core::{ChangeTime, PodRef, ServiceKey};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use ghostip_analysis::ownership::{Membership, MembershipState};
@@ -177,22 +177,6 @@ pub(crate) fn sync(
         }
     }
     Ok(())
-}
-
-/// Ends a membership relist: memberships not re-applied during it end at `at`, approximately.
-pub(crate) fn finish_relist(
-    conn: &Connection,
-    relists: &mut Relists,
-    at: Time,
-) -> Result<usize, Inner> {
-    Ok(relist::finish(
-        conn,
-        relists,
-        RelistKind::Memberships,
-        to_ns(at)?,
-        "UPDATE memberships SET end_t0_ns = ?1, end_received_ns = ?1, approximate = 1 \
-         WHERE end_received_ns IS NULL AND id NOT IN (SELECT id FROM temp.membership_relist_seen)",
-    )?)
 }
 
 /// Every membership of `ip` in any Service, oldest first.
