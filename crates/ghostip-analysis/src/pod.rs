@@ -26,7 +26,8 @@ pub struct Malformed {
     pub reason: String,
 }
 
-fn malformed(kind: &'static str, meta: &ObjectMeta, reason: impl Into<String>) -> Malformed {
+/// A [`Malformed`] naming the object of `meta` (empty namespace or name when missing).
+pub fn malformed(kind: &'static str, meta: &ObjectMeta, reason: impl Into<String>) -> Malformed {
     Malformed {
         kind,
         namespace: meta.namespace.clone().unwrap_or_default(),

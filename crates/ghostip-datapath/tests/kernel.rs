@@ -23,22 +23,7 @@ use ghostip_datapath::conntrack_audit::{
 };
 use ghostip_datapath::{conntrack, iptables, nft};
 use ghostip_testkit::dumps::{GenModel, GenSpec, OTHER_NODE, THIS_NODE};
-
-/// Fails the test unless real kernel state was asked for (GHOSTIP_NETNS_TESTS=1) as root.
-fn require_netns() {
-    if std::env::var_os("GHOSTIP_NETNS_TESTS").is_none() {
-        ghostip_testkit::env::missing(
-            "GHOSTIP_NETNS_TESTS is not set: these tests change real kernel state in network \
-             namespaces and need root and GHOSTIP_NETNS_TESTS=1 (scripts/test runs them)",
-        );
-    }
-    let uid = Command::new("id").arg("-u").output().unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&uid.stdout).trim(),
-        "0",
-        "GHOSTIP_NETNS_TESTS=1 needs root (network namespaces, iptables, nft, conntrack)"
-    );
-}
+use ghostip_testkit::env::require_netns;
 
 /// A network namespace deleted on drop.
 struct Netns(String);
@@ -164,7 +149,7 @@ fn assert_stale_and_missing(d: &NodeDiff, model: &GenModel, removed: Target, add
 #[test]
 #[ignore = "needs network namespaces (root, GHOSTIP_NETNS_TESTS=1)"]
 fn iptables_rules_in_a_real_kernel_diff_against_the_truth() {
-    require_netns();
+    require_netns("network namespaces, iptables, nft, conntrack");
     let model = GenModel::generate(&spec());
     let ns = Netns::new();
     ns.exec(
@@ -198,7 +183,7 @@ fn iptables_rules_in_a_real_kernel_diff_against_the_truth() {
 #[test]
 #[ignore = "needs network namespaces (root, GHOSTIP_NETNS_TESTS=1)"]
 fn nftables_rules_in_a_real_kernel_diff_against_the_truth() {
-    require_netns();
+    require_netns("network namespaces, iptables, nft, conntrack");
     for inline in [false, true] {
         let mut s = spec();
         s.nft_inline_dnat = inline;
@@ -234,7 +219,7 @@ fn pod(ns: &str, name: &str) -> PodRef {
 #[test]
 #[ignore = "needs network namespaces (root, GHOSTIP_NETNS_TESTS=1)"]
 fn real_conntrack_entries_of_real_flows_are_attributed() {
-    require_netns();
+    require_netns("network namespaces, iptables, nft, conntrack");
     let dir = std::env::temp_dir().join(format!("ghostip-ct-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("ct.txt");

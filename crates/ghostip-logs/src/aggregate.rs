@@ -427,20 +427,7 @@ mod tests {
     }
 
     fn f(kind: Kind, target: &str, t: &str) -> ConnFailure {
-        ConnFailure {
-            line_no: 1,
-            end_line_no: 1,
-            timestamp: t.parse().ok(),
-            approximate_time: false,
-            target: target.parse().ok(),
-            host: None,
-            dns_name: None,
-            dns_server: None,
-            kind,
-            format: Format::Java,
-            response_flags: None,
-            raw: String::new(),
-        }
+        ConnFailure::at(kind, Format::Java, target.parse().ok(), t.parse().ok())
     }
 
     #[test]

@@ -249,20 +249,7 @@ mod tests {
     use crate::model::Format;
 
     fn failure(kind: Kind) -> ConnFailure {
-        ConnFailure {
-            line_no: 1,
-            end_line_no: 1,
-            timestamp: None,
-            approximate_time: false,
-            target: "10.244.3.71:8080".parse().ok(),
-            host: None,
-            dns_name: None,
-            dns_server: None,
-            kind,
-            format: Format::Java,
-            response_flags: None,
-            raw: String::new(),
-        }
+        ConnFailure::at(kind, Format::Java, "10.244.3.71:8080".parse().ok(), None)
     }
 
     fn pod(uid: &str, ready: bool, terminating: bool, gone: bool) -> OwnerFacts {

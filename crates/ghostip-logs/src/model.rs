@@ -184,6 +184,33 @@ pub struct ConnFailure {
     pub raw: String,
 }
 
+impl ConnFailure {
+    /// A `kind` failure of a `format` log on line 1 to `target`, at `timestamp`, with nothing
+    /// else known (no host, DNS name or server, flags or text): what tests and generated inputs
+    /// build on.
+    pub fn at(
+        kind: Kind,
+        format: Format,
+        target: Option<SocketAddr>,
+        timestamp: Option<Timestamp>,
+    ) -> ConnFailure {
+        ConnFailure {
+            line_no: 1,
+            end_line_no: 1,
+            timestamp,
+            approximate_time: false,
+            target,
+            host: None,
+            dns_name: None,
+            dns_server: None,
+            kind,
+            format,
+            response_flags: None,
+            raw: String::new(),
+        }
+    }
+}
+
 /// Caller-supplied defaults for timestamps that lack a year or a zone. The scanner has no clock:
 /// the CLI passes `--year` / `--tz` (or the current year and the local zone) here.
 #[derive(Debug, Clone, Default)]

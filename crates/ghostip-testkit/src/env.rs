@@ -51,3 +51,23 @@ pub fn fixtures(sub: &str) -> PathBuf {
     }
     dir
 }
+
+/// Fails the running test unless real kernel state was asked for (`GHOSTIP_NETNS_TESTS=1`)
+/// and the test runs as root; `what` names what root is needed for (e.g. "network
+/// namespaces, nft, conntrack").
+///
+/// # Panics
+/// When `GHOSTIP_NETNS_TESTS` is not set, `id -u` cannot run, or the user is not root.
+pub fn require_netns(what: &str) {
+    if std::env::var_os("GHOSTIP_NETNS_TESTS").is_none() {
+        missing(
+            "GHOSTIP_NETNS_TESTS is not set: these tests change real kernel state in network \
+             namespaces and need root and GHOSTIP_NETNS_TESTS=1 (scripts/test runs them)",
+        );
+    }
+    let uid = match std::process::Command::new("id").arg("-u").output() {
+        Ok(out) => String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        Err(e) => missing(&format!("`id -u` cannot run: {e}")),
+    };
+    assert_eq!(uid, "0", "GHOSTIP_NETNS_TESTS=1 needs root ({what})");
+}

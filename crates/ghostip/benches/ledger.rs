@@ -11,7 +11,6 @@
 // A benchmark: it times what it measures with the system's monotonic clock.
 #![allow(clippy::disallowed_methods)]
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
@@ -21,6 +20,8 @@ use criterion::{Criterion, Throughput, criterion_group};
 use ghostip::ledger::{Ledger, LedgerOp, LedgerWriter, SCHEMA_VERSION, WriterOptions};
 use ghostip_core::truth::{EndpointRecord, PodRecord};
 use ghostip_core::{ChangeTime, PodRef, ServiceKey, Time};
+use ghostip_testkit::records::pod_record;
+use ghostip_testkit::rng::Rng;
 use rusqlite::{Connection, params};
 
 /// Changes per measured iteration.
@@ -32,21 +33,6 @@ const IP_POOL: u32 = 60_000;
 /// Transaction size of the batched ingest (the writer's default batch).
 const BATCH: usize = 4096;
 const LOOKUPS: usize = 10_000;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn base() -> Time {
     Time::from_second(1_750_000_000).unwrap()
@@ -63,23 +49,18 @@ fn ip(round: u64, k: usize) -> IpAddr {
 
 fn pod(round: u64, k: usize) -> PodRecord {
     let name = format!("web-{}-{round}-{k}", k % SERVICES);
+    let pod = PodRef {
+        namespace: format!("ns-{}", k % 20),
+        uid: format!("{:08x}-7d1e-4c2a-9b3f-{round:06x}{k:06x}", k % SERVICES),
+        name,
+    };
     PodRecord {
-        pod: PodRef {
-            namespace: format!("ns-{}", k % 20),
-            uid: format!("{:08x}-7d1e-4c2a-9b3f-{round:06x}{k:06x}", k % SERVICES),
-            name,
-        },
-        ips: vec![ip(round, k)],
         node: Some(format!("node-{}", k % 50)),
         owner_kind: Some("ReplicaSet".into()),
         owner_name: Some(format!("web-{}-7c9f8d", k % SERVICES)),
         created: Some(at(round, k as u64)),
-        ready_since: None,
-        deletion: None,
         grace_period_seconds: Some(30),
-        prestop_seconds: None,
-        host_network: false,
-        labels: BTreeMap::new(),
+        ..pod_record(pod, vec![ip(round, k)])
     }
 }
 
@@ -108,32 +89,34 @@ fn change(t: Time) -> ChangeTime {
     }
 }
 
+/// The pod's new state, applied at `at`.
+fn apply(pod: &PodRecord, at: Time) -> LedgerOp {
+    LedgerOp::ApplyPod {
+        pod: pod.clone(),
+        at,
+    }
+}
+
+/// `ip`'s endpoint in service `k` as of `at` (`None`: it left).
+fn member(k: usize, ip: IpAddr, endpoint: Option<EndpointRecord>, at: Time) -> LedgerOp {
+    LedgerOp::MembershipChange {
+        service: service(k),
+        ip,
+        endpoint,
+        at: change(at),
+    }
+}
+
 /// Pod (round, k) appears, joins its service, turns ready: 4 changes.
 fn join(round: u64, k: usize, ops: &mut Vec<LedgerOp>) {
     let t = |s: u64| at(round, k as u64 * 8 + s);
     let mut new = pod(round, k);
-    ops.push(LedgerOp::ApplyPod {
-        pod: new.clone(),
-        at: t(0),
-    });
+    ops.push(apply(&new, t(0)));
     let ip = new.ips[0];
-    ops.push(LedgerOp::MembershipChange {
-        service: service(k),
-        ip,
-        endpoint: Some(endpoint(&new, false, false)),
-        at: change(t(1)),
-    });
+    ops.push(member(k, ip, Some(endpoint(&new, false, false)), t(1)));
     new.ready_since = Some(t(2));
-    ops.push(LedgerOp::ApplyPod {
-        pod: new.clone(),
-        at: t(2),
-    });
-    ops.push(LedgerOp::MembershipChange {
-        service: service(k),
-        ip,
-        endpoint: Some(endpoint(&new, true, false)),
-        at: change(t(3)),
-    });
+    ops.push(apply(&new, t(2)));
+    ops.push(member(k, ip, Some(endpoint(&new, true, false)), t(3)));
 }
 
 /// Pod (round - 1, k) terminates, leaves its service and disappears: 4 changes.
@@ -143,22 +126,9 @@ fn leave(round: u64, k: usize, ops: &mut Vec<LedgerOp>) {
     old.ready_since = old.created;
     old.deletion = Some(t(4));
     let ip = old.ips[0];
-    ops.push(LedgerOp::ApplyPod {
-        pod: old.clone(),
-        at: t(4),
-    });
-    ops.push(LedgerOp::MembershipChange {
-        service: service(k),
-        ip,
-        endpoint: Some(endpoint(&old, false, true)),
-        at: change(t(5)),
-    });
-    ops.push(LedgerOp::MembershipChange {
-        service: service(k),
-        ip,
-        endpoint: None,
-        at: change(t(6)),
-    });
+    ops.push(apply(&old, t(4)));
+    ops.push(member(k, ip, Some(endpoint(&old, false, true)), t(5)));
+    ops.push(member(k, ip, None, t(6)));
     ops.push(LedgerOp::PodGone {
         pod: old.pod,
         at: t(7),

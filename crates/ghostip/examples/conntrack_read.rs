@@ -21,7 +21,6 @@
 //! the last (the reads' peak above the session), from `/proc/self/status`.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::process::{Command, Stdio};
@@ -39,6 +38,7 @@ use ghostip_session::pacing::CpuTimes;
 use ghostip_session::{
     Received, ResourceKind, Session, SessionConfig, SyncState, TruthEvent, TruthObject,
 };
+use ghostip_testkit::records::{headless_service, pod_record};
 use rustix::thread::LinkNameSpaceType;
 
 const NODE: &str = "bench-node";
@@ -238,40 +238,25 @@ fn session() -> Session {
         for i in 1..=SERVICES {
             let object = match k {
                 ResourceKind::Services => TruthObject::Service(ServiceRecord {
-                    key: ServiceKey::new("bench", format!("svc-{i}")),
-                    cluster_ips: Vec::new(),
-                    headless: true,
-                    service_type: "ClusterIP".into(),
-                    publish_not_ready: false,
-                    internal_traffic_policy: Default::default(),
-                    external_traffic_policy: Default::default(),
                     ports: vec![ServicePort {
                         name: None,
                         port: 5353,
                         protocol: Protocol::Udp,
                         node_port: None,
                     }],
-                    has_selector: true,
-                    labels: BTreeMap::new(),
+                    ..headless_service(ServiceKey::new("bench", format!("svc-{i}")))
                 }),
                 ResourceKind::EndpointSlices => TruthObject::Slice(slice(i, true)),
                 ResourceKind::Pods if i <= CLIENTS => TruthObject::Pod(PodRecord {
-                    pod: PodRef {
-                        namespace: "bench".into(),
-                        name: format!("client-{i}"),
-                        uid: String::new(),
-                    },
-                    ips: vec![IpAddr::V4(client(i))],
                     node: Some(NODE.into()),
-                    owner_kind: None,
-                    owner_name: None,
-                    created: None,
-                    ready_since: None,
-                    deletion: None,
-                    grace_period_seconds: None,
-                    prestop_seconds: None,
-                    host_network: false,
-                    labels: BTreeMap::new(),
+                    ..pod_record(
+                        PodRef {
+                            namespace: "bench".into(),
+                            name: format!("client-{i}"),
+                            uid: String::new(),
+                        },
+                        vec![IpAddr::V4(client(i))],
+                    )
                 }),
                 _ => continue,
             };

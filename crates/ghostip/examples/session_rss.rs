@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use ghostip::kube::{Received, ResourceKind, SyncState, TruthEvent, TruthObject};
 use ghostip_core::truth::{
-    AddressType, EndpointPort, EndpointRecord, PodRecord, ServiceRecord, SliceRecord, TrafficPolicy,
+    AddressType, EndpointPort, EndpointRecord, PodRecord, ServiceRecord, SliceRecord,
 };
 use ghostip_core::{
     HeldTarget, Observation, ObservationResult, PodRef, Protocol, ServiceKey, Target, Time,
@@ -21,6 +21,7 @@ use ghostip_core::{
 use ghostip_session::layers::dns::DNS_POD;
 use ghostip_session::layers::dns::{DnsConfig, DnsModel};
 use ghostip_session::{Session, SessionConfig};
+use ghostip_testkit::records::headless_service;
 
 fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -63,16 +64,8 @@ fn main() {
         let key = ServiceKey::new(format!("ns-{}", i % 100), format!("svc-{i}"));
         s.on_truth(&rx(TruthEvent::InitApply(TruthObject::Service(
             ServiceRecord {
-                key: key.clone(),
-                cluster_ips: vec![],
-                headless: true,
-                service_type: "ClusterIP".into(),
-                publish_not_ready: false,
-                internal_traffic_policy: TrafficPolicy::Cluster,
-                external_traffic_policy: TrafficPolicy::Cluster,
-                ports: vec![],
-                has_selector: true,
                 labels: BTreeMap::from([("app".to_string(), format!("svc-{i}"))]),
+                ..headless_service(key.clone())
             },
         ))));
         let mut endpoints = Vec::new();

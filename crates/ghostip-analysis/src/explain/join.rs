@@ -385,20 +385,7 @@ mod tests {
     }
 
     fn failure(kind: Kind, target: &str, t: &str) -> ConnFailure {
-        ConnFailure {
-            line_no: 1,
-            end_line_no: 1,
-            timestamp: Some(ts(t)),
-            approximate_time: false,
-            target: target.parse().ok(),
-            host: None,
-            dns_name: None,
-            dns_server: None,
-            kind,
-            format: Format::GoNet,
-            response_flags: None,
-            raw: String::new(),
-        }
+        ConnFailure::at(kind, Format::GoNet, target.parse().ok(), Some(ts(t)))
     }
 
     fn joiner() -> Joiner<Fake> {

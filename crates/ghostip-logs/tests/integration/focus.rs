@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use ghostip_logs::{
     ConnFailure, ScanOptions, ScanStats, Scanner, Target, open_reader, segment_cuts,
 };
-use ghostip_testkit::logs::{GenConfig, LogGenerator};
+use ghostip_testkit::logs::LogGenerator;
 use proptest::prelude::*;
 
 /// With `--year`: a focused scan infers the year of yearless timestamps (klog, syslog) from the
@@ -83,17 +83,8 @@ fn assert_focused_like_full(data: &[u8], full: &[ConnFailure], target: Target, s
 /// A generated log (realistic mix, 3 % error lines) with multi-line Java, Node.js and grpc-go
 /// events, yearless lines and unknown shapes mixed in.
 fn generated(bytes: usize, seed: u64) -> Vec<u8> {
-    let mut g = LogGenerator::new(GenConfig {
-        seed,
-        error_ratio: 0.03,
-        ..GenConfig::default()
-    });
-    let mut data = Vec::new();
-    let mut i = 0;
-    while data.len() < bytes {
-        g.fill(&mut data, 30_000);
-        data.extend_from_slice(
-            format!(
+    LogGenerator::interleaved(seed, 0.03, bytes, 30_000, |i| {
+        format!(
                 "2024-05-01 15:42:{:02}.123 ERROR [main] c.e.Client - call failed\n\
                  java.net.SocketException: Connection reset\n\
                  \tat java.base/sun.nio.ch.NioSocketImpl.implRead(NioSocketImpl.java:323)\n\
@@ -107,11 +98,8 @@ fn generated(bytes: usize, seed: u64) -> Vec<u8> {
                 i % 60,
                 i % 7,
             )
-            .as_bytes(),
-        );
-        i += 1;
-    }
-    data
+            .into_bytes()
+    })
 }
 
 #[test]

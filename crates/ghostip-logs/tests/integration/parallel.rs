@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use ghostip_logs::{ConnFailure, ScanOptions, ScanStats, Scanner, look_back_start, segment_cuts};
-use ghostip_testkit::logs::{GenConfig, LogGenerator};
+use ghostip_testkit::logs::LogGenerator;
 use proptest::prelude::*;
 
 fn opts() -> ScanOptions {
@@ -127,19 +127,7 @@ fn tricky(i: usize) -> Vec<u8> {
 }
 
 fn generated(bytes: usize, seed: u64, every: usize) -> Vec<u8> {
-    let mut g = LogGenerator::new(GenConfig {
-        seed,
-        error_ratio: 0.03,
-        ..GenConfig::default()
-    });
-    let mut data = Vec::new();
-    let mut i = 0;
-    while data.len() < bytes {
-        g.fill(&mut data, every);
-        data.extend_from_slice(&tricky(i));
-        i += 1;
-    }
-    data
+    LogGenerator::interleaved(seed, 0.03, bytes, every, tricky)
 }
 
 fn assert_same(data: &[u8], segment: u64) {

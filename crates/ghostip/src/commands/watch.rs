@@ -134,33 +134,20 @@ pub(super) fn update_ready(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-    use std::collections::BTreeMap;
-
     use ghostip_core::truth::PodRecord;
     use ghostip_core::{PodRef, Time};
+    use ghostip_testkit::records::pod_record;
 
     use super::*;
     use crate::ledger::{Ledger, LedgerOp};
 
     fn pod(i: u32) -> PodRecord {
-        PodRecord {
-            pod: PodRef {
-                namespace: "demo".into(),
-                name: format!("web-{i}-{}", "x".repeat(200)),
-                uid: format!("uid-{i}"),
-            },
-            ips: vec![std::net::IpAddr::V4((0x0a00_0000 + i).into())],
-            node: None,
-            owner_kind: None,
-            owner_name: None,
-            created: None,
-            ready_since: None,
-            deletion: None,
-            grace_period_seconds: None,
-            prestop_seconds: None,
-            host_network: false,
-            labels: BTreeMap::new(),
-        }
+        let pod = PodRef {
+            namespace: "demo".into(),
+            name: format!("web-{i}-{}", "x".repeat(200)),
+            uid: format!("uid-{i}"),
+        };
+        pod_record(pod, vec![std::net::IpAddr::V4((0x0a00_0000 + i).into())])
     }
 
     /// `/readyz` follows the ledger: ready while writes succeed, not ready from the first

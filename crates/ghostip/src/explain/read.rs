@@ -204,7 +204,7 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     use ghostip_logs::{ScanOptions, ScanStats};
-    use ghostip_testkit::logs::{GenConfig, LogGenerator};
+    use ghostip_testkit::logs::LogGenerator;
 
     use super::*;
 
@@ -217,17 +217,8 @@ mod tests {
 
     /// A generated log of about `bytes` bytes, with multi-line Java events spanning cuts.
     fn generated(bytes: usize, seed: u64) -> Vec<u8> {
-        let mut g = LogGenerator::new(GenConfig {
-            seed,
-            error_ratio: 0.05,
-            ..GenConfig::default()
-        });
-        let mut data = Vec::new();
-        let mut i = 0;
-        while data.len() < bytes {
-            g.fill(&mut data, 3_000);
-            data.extend_from_slice(
-                format!(
+        LogGenerator::interleaved(seed, 0.05, bytes, 3_000, |i| {
+            format!(
                     "2024-05-01 15:42:{:02}.123 ERROR [main] c.e.Client - call failed\n\
                      java.net.SocketException: Connection reset\n\
                      \tat a.b.C.call(C.java:{i})\n\
@@ -237,12 +228,9 @@ mod tests {
                     i % 250,
                     i % 60,
                     i % 200
-                )
-                .as_bytes(),
-            );
-            i += 1;
-        }
-        data
+            )
+            .into_bytes()
+        })
     }
 
     fn one_pass(data: &[u8]) -> (Vec<ConnFailure>, ScanStats) {

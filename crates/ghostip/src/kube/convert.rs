@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use ghostip_analysis::pod::{Malformed, object_key, unparseable_pod_ips};
+use ghostip_analysis::pod::{Malformed, malformed, object_key, unparseable_pod_ips};
 use ghostip_core::model::{PodRef, Protocol, ServiceKey, Time};
 use ghostip_core::truth::{
     AddressType, EndpointPort, EndpointRecord, PodRecord, ServicePort, ServiceRecord, SliceRecord,
@@ -17,22 +17,12 @@ use ghostip_core::truth::{
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tracing::{debug, warn};
 
 /// Label naming a slice's Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// Annotation with the time of the change that triggered the slice update (RFC 3339).
 pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-trigger-time";
-
-fn malformed(kind: &'static str, meta: &ObjectMeta, reason: impl Into<String>) -> Malformed {
-    Malformed {
-        kind,
-        namespace: meta.namespace.clone().unwrap_or_default(),
-        name: meta.name.clone().unwrap_or_default(),
-        reason: reason.into(),
-    }
-}
 
 /// Converts an EndpointSlice.
 ///

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 
 use ghostip_core::truth::EndpointRecord;
-use ghostip_core::{ChangeTime, PodRef, ServiceKey, Time};
+use ghostip_core::{ChangeTime, PodRef, ServiceKey};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use ghostip_analysis::ownership::{Membership, MembershipState};
@@ -179,22 +179,6 @@ pub(crate) fn sync(
     Ok(())
 }
 
-/// Ends a membership relist: memberships not re-applied during it end at `at`, approximately.
-pub(crate) fn finish_relist(
-    conn: &Connection,
-    relists: &mut Relists,
-    at: Time,
-) -> Result<usize, Inner> {
-    Ok(relist::finish(
-        conn,
-        relists,
-        RelistKind::Memberships,
-        to_ns(at)?,
-        "UPDATE memberships SET end_t0_ns = ?1, end_received_ns = ?1, approximate = 1 \
-         WHERE end_received_ns IS NULL AND id NOT IN (SELECT id FROM temp.membership_relist_seen)",
-    )?)
-}
-
 /// Every membership of `ip` in any Service, oldest first.
 pub(crate) fn of_ip(conn: &Connection, ip: IpAddr) -> Result<Vec<Membership>, Inner> {
     type Row = (
@@ -205,33 +189,34 @@ pub(crate) fn of_ip(conn: &Connection, ip: IpAddr) -> Result<Vec<Membership>, In
         Option<String>,
         Option<String>,
         Option<String>,
+        i64,
+        i64,
+        Option<i64>,
+        Option<i64>,
+        bool,
     );
-    type Times = (i64, i64, Option<i64>, Option<i64>, bool);
-    let rows: Vec<(Row, Times)> = conn
+    let rows: Vec<Row> = conn
         .prepare_cached(
             "SELECT id, svc_namespace, svc_name, pod_namespace, pod_name, pod_uid, node, \
              start_t0_ns, start_received_ns, end_t0_ns, end_received_ns, approximate \
              FROM memberships WHERE ip = ?1 ORDER BY start_t0_ns, id",
         )?
-        .query_map([canonical_ip(ip)], |r| {
-            Ok((
-                (
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                ),
-                (r.get(7)?, r.get(8)?, r.get(9)?, r.get(10)?, r.get(11)?),
-            ))
-        })?
+        .query_map([canonical_ip(ip)], |r| Row::try_from(r))?
         .collect::<rusqlite::Result<_>>()?;
     let mut out = Vec::with_capacity(rows.len());
     for (
-        (id, svc_ns, svc_name, pod_ns, pod_name, pod_uid, node),
-        (st0, srecv, et0, erecv, approximate),
+        id,
+        svc_ns,
+        svc_name,
+        pod_ns,
+        pod_name,
+        pod_uid,
+        node,
+        st0,
+        srecv,
+        et0,
+        erecv,
+        approximate,
     ) in rows
     {
         let states: Vec<(i64, i64, bool, bool, bool)> = conn

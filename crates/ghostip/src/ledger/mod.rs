@@ -395,7 +395,7 @@ impl Ledger {
     /// Ends a pod relist: open intervals whose pod was not applied during it end at
     /// `at`, flagged approximate. Returns how many. Without a running relist, does nothing.
     pub fn finish_pod_relist(&mut self, at: Time) -> Result<usize, LedgerError> {
-        self.write(|c, r| ownership::finish_relist(c, r, at))
+        self.write(|c, r| relist::finish(c, r, RelistKind::Pods, at))
     }
 
     /// Records an endpoint's state in a Service (`Some`), or that it left (`None`).
@@ -428,7 +428,7 @@ impl Ledger {
 
     /// Ends a membership relist: memberships not touched during it end at `at`, approximately.
     pub fn finish_membership_relist(&mut self, at: Time) -> Result<usize, LedgerError> {
-        self.write(|c, r| membership::finish_relist(c, r, at))
+        self.write(|c, r| relist::finish(c, r, RelistKind::Memberships, at))
     }
 
     /// Stores an observation of `path`, merged into the previous run when its result
@@ -545,7 +545,7 @@ fn apply_op(c: &Connection, r: &mut Relists, op: &LedgerOp) -> Result<(), Inner>
         LedgerOp::ApplyPod { pod, at } => ownership::apply_pod(c, r, pod, *at),
         LedgerOp::PodGone { pod, at } => ownership::pod_gone(c, r, pod, *at),
         LedgerOp::BeginPodRelist => Ok(relist::begin(c, r, RelistKind::Pods)?),
-        LedgerOp::FinishPodRelist { at } => ownership::finish_relist(c, r, *at).map(drop),
+        LedgerOp::FinishPodRelist { at } => relist::finish(c, r, RelistKind::Pods, *at).map(drop),
         LedgerOp::MembershipChange {
             service,
             ip,
@@ -558,7 +558,9 @@ fn apply_op(c: &Connection, r: &mut Relists, op: &LedgerOp) -> Result<(), Inner>
             at,
         } => membership::sync(c, r, service, endpoints, *at),
         LedgerOp::BeginMembershipRelist => Ok(relist::begin(c, r, RelistKind::Memberships)?),
-        LedgerOp::FinishMembershipRelist { at } => membership::finish_relist(c, r, *at).map(drop),
+        LedgerOp::FinishMembershipRelist { at } => {
+            relist::finish(c, r, RelistKind::Memberships, *at).map(drop)
+        }
         LedgerOp::Observation { path, observation } => {
             observation::record(c, path, observation).map(drop)
         }

@@ -180,19 +180,7 @@ pub(crate) fn runs(
              WHERE path_id = ?1 AND svc_namespace = ?2 AND svc_name = ?3 ORDER BY id",
         )?
         .query_map(params![path_id, service.namespace, service.name], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-                r.get(8)?,
-                r.get(9)?,
-                r.get(10)?,
-            ))
+            Raw::try_from(r)
         })?
         .collect::<rusqlite::Result<_>>()?;
     rows.into_iter()

@@ -293,23 +293,6 @@ pub(crate) fn pod_gone(
     Ok(())
 }
 
-/// Ends a pod relist: open intervals not re-applied during it are closed at `at`, approximately.
-pub(crate) fn finish_relist(
-    conn: &Connection,
-    relists: &mut Relists,
-    at: Time,
-) -> Result<usize, Inner> {
-    Ok(relist::finish(
-        conn,
-        relists,
-        RelistKind::Pods,
-        to_ns(at)?,
-        "UPDATE ip_intervals SET closed_ns = max(?1, start_ns), end_reason = 'relist', \
-         gone_ns = coalesce(gone_ns, ?1), approximate = 1 \
-         WHERE closed_ns IS NULL AND id NOT IN (SELECT id FROM temp.pod_relist_seen)",
-    )?)
-}
-
 /// Who owned `ip` at `at`, with the owners just before and after.
 pub(crate) fn whois(conn: &Connection, addr: IpAddr, at: Time) -> Result<Whois, Inner> {
     let ip = canonical_ip(addr);

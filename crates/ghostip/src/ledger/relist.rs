@@ -1,6 +1,10 @@
 //! Relist bookkeeping in connection-scoped temporary tables (see `schema::TEMP_TABLES`).
 
+use ghostip_core::Time;
 use rusqlite::{Connection, params};
+
+use super::error::Inner;
+use super::time::to_ns;
 
 /// What is being relisted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,6 +20,22 @@ impl RelistKind {
         match self {
             RelistKind::Pods => "pods",
             RelistKind::Memberships => "memberships",
+        }
+    }
+
+    /// The UPDATE that ends, at `?1` (ns) and flagged approximate, the open rows the relist
+    /// did not see: pods' IP intervals close (their pod gone too), memberships end.
+    fn close_unseen(self) -> &'static str {
+        match self {
+            RelistKind::Pods => {
+                "UPDATE ip_intervals SET closed_ns = max(?1, start_ns), end_reason = 'relist', \
+                 gone_ns = coalesce(gone_ns, ?1), approximate = 1 \
+                 WHERE closed_ns IS NULL AND id NOT IN (SELECT id FROM temp.pod_relist_seen)"
+            }
+            RelistKind::Memberships => {
+                "UPDATE memberships SET end_t0_ns = ?1, end_received_ns = ?1, approximate = 1 \
+                 WHERE end_received_ns IS NULL AND id NOT IN (SELECT id FROM temp.membership_relist_seen)"
+            }
         }
     }
 
@@ -90,20 +110,21 @@ pub(crate) fn mark(conn: &Connection, kind: RelistKind, id: i64) -> rusqlite::Re
     Ok(())
 }
 
-/// Finishes a running relist of `kind`: `close`, an UPDATE given the end time in ns as
-/// `?1`, ends the open rows it did not see; how many it ended. Without a running relist of
-/// `kind`, nothing.
+/// Finishes a running relist of `kind`: the open rows it did not see end at `at`,
+/// approximately (see [`RelistKind::close_unseen`]); how many it ended. Without a running
+/// relist of `kind`, nothing.
 pub(crate) fn finish(
     conn: &Connection,
     relists: &mut Relists,
     kind: RelistKind,
-    at_ns: i64,
-    close: &str,
-) -> rusqlite::Result<usize> {
+    at: Time,
+) -> Result<usize, Inner> {
     if !relists.active(kind) {
         return Ok(0);
     }
-    let closed = conn.prepare_cached(close)?.execute([at_ns])?;
+    let closed = conn
+        .prepare_cached(kind.close_unseen())?
+        .execute([to_ns(at)?])?;
     end(conn, relists, kind)?;
     Ok(closed)
 }

@@ -17,7 +17,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::lab_support;
-use lab_support::agent::{Agent, AgentOptions, WITHOUT_NET_ADMIN};
+use lab_support::agent::Agent;
 use lab_support::{lab, require_lab, run};
 
 use ghostip::ledger::Ledger;
@@ -292,16 +292,8 @@ fn agent_reports_the_stale_node_datapath_and_clears_after_kube_proxy_restarts() 
 fn agent_without_net_admin_names_the_capability_and_keeps_probing_dns() {
     require_lab();
     let dir = tempfile::tempdir().unwrap();
-    let mut a = Agent::start_with(
-        dir.path(),
-        "node-1",
-        AgentOptions {
-            port: 9755,
-            wrapper: WITHOUT_NET_ADMIN,
-            extra: &["--datapath", "iptables"],
-            ..AgentOptions::default()
-        },
-    );
+    let mut a =
+        Agent::start_without_net_admin(dir.path(), "node-1", 9755, &["--datapath", "iptables"]);
     let err = a.wait_for("reader error", Duration::from_secs(60), |v| {
         v["event"] == "reader-error"
     });

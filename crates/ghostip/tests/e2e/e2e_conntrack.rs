@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::lab_support;
 use crate::netns_support;
-use lab_support::agent::{Agent, AgentOptions, WITHOUT_NET_ADMIN};
+use lab_support::agent::{Agent, AgentOptions};
 use lab_support::{lab, require_lab, run};
 
 use ghostip::ledger::Ledger;
@@ -345,15 +345,7 @@ fn agent_reports_a_pooled_connection_to_a_deleted_pod_until_it_closes() {
 fn agent_without_net_admin_says_conntrack_is_unreadable_once() {
     require_lab();
     let dir = tempfile::tempdir().unwrap();
-    let mut a = Agent::start_with(
-        dir.path(),
-        "node-1",
-        AgentOptions {
-            port: 9766,
-            wrapper: WITHOUT_NET_ADMIN,
-            ..AgentOptions::default()
-        },
-    );
+    let mut a = Agent::start_without_net_admin(dir.path(), "node-1", 9766, &[]);
     let err = a.wait_for("conntrack error", Duration::from_secs(60), |v| {
         v["event"] == "conntrack-error"
     });

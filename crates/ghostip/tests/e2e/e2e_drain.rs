@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use crate::lab_support;
 use lab_support::{
-    KillOnDrop, cacheclient, kubectl, kubectl_stdin, lab, repo, require_lab, run, stop, web_pods,
+    KillOnDrop, cacheclient, kubectl, kubectl_stdin, lab, replace_client_pod, repo, require_lab,
+    rollout_web, run, stop, web_pods, web_pods_jsonpath, web_rollout_status,
 };
 
 use serde_json::Value;
@@ -220,27 +221,11 @@ fn deploy_web(hook: Hook, setup: &DrainSetup) {
           ]}}]}}}}}}}}"#
     );
     kubectl_stdin(&["apply", "-f", "-"], &manifest);
-    kubectl(&[
-        "-n",
-        "demo",
-        "rollout",
-        "status",
-        "deploy/web",
-        "--timeout=300s",
-    ]);
+    web_rollout_status("300s");
     // The pods the change replaced finish terminating before the measured rollout starts.
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(120) {
-        let out = kubectl(&[
-            "-n",
-            "demo",
-            "get",
-            "pods",
-            "-l",
-            "app=web",
-            "-o",
-            "jsonpath={range .items[*]}{.metadata.deletionTimestamp}{\"|\"}{end}",
-        ]);
+        let out = web_pods_jsonpath("{range .items[*]}{.metadata.deletionTimestamp}{\"|\"}{end}");
         if out.split('|').all(str::is_empty) {
             break;
         }
@@ -283,31 +268,6 @@ fn start_client(log: &Path, seconds: u32) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
-}
-
-/// `ghostip rollout deploy/web -n demo --restart -o json` on node-1 (it returns once the
-/// rollout completed and its windows closed).
-fn rollout(db: &Path) -> Value {
-    let mut cmd = lab("exec");
-    cmd.args(["node-1", env!("CARGO_BIN_EXE_ghostip"), "--db"])
-        .arg(db)
-        .args([
-            "rollout",
-            "deploy/web",
-            "-n",
-            "demo",
-            "--restart",
-            "--timeout",
-            "150s",
-            "-o",
-            "json",
-        ]);
-    let (code, out, err) = run(&mut cmd);
-    assert!(
-        code == 0 || code == 1,
-        "rollout failed with {code}:\n{out}\n{err}"
-    );
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{out}\n{err}"))
 }
 
 fn unix(t: &Value) -> f64 {
@@ -405,18 +365,7 @@ fn rollout_with(corefile: &str, hook: Hook, dir: &Path, setup: &DrainSetup) -> O
         "--field-selector",
         "reason=DrainWait",
     ]);
-    let _ = run(lab("kubectl").args(["-n", "demo", "delete", "pod", "drainclient", "--wait=true"]));
-    let manifest = dir.join("client.json");
-    std::fs::write(&manifest, CLIENT_POD).unwrap();
-    kubectl(&["apply", "-f", manifest.to_str().unwrap()]);
-    kubectl(&[
-        "-n",
-        "demo",
-        "wait",
-        "--for=condition=Ready",
-        "pod/drainclient",
-        "--timeout=60s",
-    ]);
+    replace_client_pod(dir, "drainclient", CLIENT_POD);
     let old = web_pods();
     assert_eq!(old.len(), 3, "three web pods before the rollout: {old:?}");
     let log = dir.join(format!("client-{corefile}-{hook:?}.log"));
@@ -435,7 +384,7 @@ fn rollout_with(corefile: &str, hook: Hook, dir: &Path, setup: &DrainSetup) -> O
     let restarted = Instant::now();
     let db = dir.join(format!("ledger-{corefile}-{hook:?}.db"));
     let (report, rollout_s) = std::thread::scope(|s| {
-        let measured = s.spawn(|| rollout(&db));
+        let measured = s.spawn(|| rollout_web(&db, None).1);
         // Until the last old pod is gone, its preStop hook done (drain-wait is bounded by
         // the grace period): how long the rollout took for the Deployment.
         let mut gone = None;

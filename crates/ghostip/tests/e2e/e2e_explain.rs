@@ -17,7 +17,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::lab_support;
-use lab_support::{cacheclient, kubectl, lab, require_lab, run, start_watch, stop, web_pods};
+use lab_support::{
+    cacheclient, kubectl, lab, replace_client_pod, require_lab, run, start_watch, stop, web_pods,
+    web_rollout_status,
+};
 
 use serde_json::Value;
 
@@ -44,18 +47,7 @@ fn explain_classifies_a_real_clients_errors_during_a_rollout_against_the_ledger(
     let pods_watch = dir.path().join("pods-watch.json");
 
     // The client pod (podsync runs `serve` in it; the client runs beside it in its netns).
-    let _ = run(lab("kubectl").args(["-n", "demo", "delete", "pod", "cacheclient", "--wait=true"]));
-    let manifest = dir.path().join("client.json");
-    std::fs::write(&manifest, CLIENT_POD).unwrap();
-    kubectl(&["apply", "-f", manifest.to_str().unwrap()]);
-    kubectl(&[
-        "-n",
-        "demo",
-        "wait",
-        "--for=condition=Ready",
-        "pod/cacheclient",
-        "--timeout=60s",
-    ]);
+    replace_client_pod(dir.path(), "cacheclient", CLIENT_POD);
     let old = web_pods();
     assert_eq!(old.len(), 3, "three web pods before the rollout: {old:?}");
 
@@ -111,14 +103,7 @@ fn explain_classifies_a_real_clients_errors_during_a_rollout_against_the_ledger(
         .unwrap();
     std::thread::sleep(Duration::from_secs(3));
     kubectl(&["-n", "demo", "rollout", "restart", "deploy/web"]);
-    kubectl(&[
-        "-n",
-        "demo",
-        "rollout",
-        "status",
-        "deploy/web",
-        "--timeout=120s",
-    ]);
+    web_rollout_status("120s");
     // The client stops by itself after 75 s (its -duration); wait at most 90 s.
     let waited = Instant::now();
     while client.try_wait().unwrap().is_none() && waited.elapsed() < Duration::from_secs(90) {

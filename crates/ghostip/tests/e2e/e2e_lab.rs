@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::lab_support;
-use lab_support::{lab, node1_metrics, require_lab, run};
+use lab_support::{lab, node1_metrics, require_lab, rollout_web, run};
 
 use serde_json::Value;
 
@@ -31,35 +31,6 @@ fn setup(corefile: &str) {
     let (code, out, err) =
         run(lab("scenarios/coredns-cache").args(["--corefile", corefile, "--setup-only"]));
     assert_eq!(code, 0, "scenario setup failed:\n{out}\n{err}");
-}
-
-/// Runs `ghostip rollout deploy/web -n demo --restart -o json` on node-1.
-fn rollout(db: &Path, html: Option<&Path>) -> (i32, Value, String) {
-    let mut cmd = lab("exec");
-    cmd.args(["node-1", env!("CARGO_BIN_EXE_ghostip"), "--db"])
-        .arg(db);
-    cmd.args([
-        "rollout",
-        "deploy/web",
-        "-n",
-        "demo",
-        "--restart",
-        "--timeout",
-        "150s",
-        "-o",
-        "json",
-    ]);
-    if let Some(h) = html {
-        cmd.arg("--html").arg(h);
-    }
-    let (code, out, err) = run(&mut cmd);
-    assert!(
-        code == 0 || code == 1,
-        "rollout failed with {code}:\n{out}\n{err}"
-    );
-    let v: Value =
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{out}\n{err}"));
-    (code, v, err)
 }
 
 /// The HTML timeline rendered by a real browser (headless Chromium, in a network namespace
@@ -253,7 +224,7 @@ fn classic_kubeadm_corefile_keeps_removed_ips_for_the_ttl() {
         .expect("a CoreDNS pod IP");
     let digs = dig_loop(first_pod.clone(), 75);
     let started = Instant::now();
-    let (code, report, err) = rollout(&db, Some(&html));
+    let (code, report, err) = rollout_web(&db, Some(&html));
     let samples = digs.join().unwrap();
     eprintln!("rollout took {:?}; stderr:\n{err}", started.elapsed());
     print_rows(&report);
@@ -397,7 +368,7 @@ fn classic_kubeadm_corefile_keeps_removed_ips_for_the_ttl() {
 fn rollout_with_windows_at_most(corefile: &str, max: f64) -> Value {
     setup(corefile);
     let dir = tempfile::tempdir().unwrap();
-    let (_, report, _) = rollout(&dir.path().join("l.db"), None);
+    let (_, report, _) = rollout_web(&dir.path().join("l.db"), None);
     print_rows(&report);
     // A target that left and came back before a path dropped it (a new pod's address
     // flapping in the slice during the rollout) is left unjudged by design: nothing to bound.

@@ -2,40 +2,24 @@
 //! named by file and line while the others are still audited, SARIF refused elsewhere.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::path::PathBuf;
-
 use predicates::prelude::*;
 
-fn ghostip() -> assert_cmd::Command {
-    let mut c = assert_cmd::Command::cargo_bin("ghostip").unwrap();
-    // Wide enough that no line wraps: the tests below read whole sentences.
-    c.env_remove("KUBECONFIG")
-        .env_remove("GHOSTIP_DB")
-        .env("HOME", "/nonexistent-home")
-        .env("COLUMNS", "1000");
-    c
-}
-
-fn case(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/audit")
-        .join(name)
-}
+use crate::common::{assert_exit_2, audit_case, dead_kubeconfig, ghostip_wide, json};
 
 #[test]
 fn exit_codes_follow_the_worst_finding() {
     // Notes only (the Corefile summary, no readiness probe): clean.
-    ghostip()
+    ghostip_wide()
         .args(["audit", "-f"])
-        .arg(case("GIP-DNS-001-neg.yaml"))
+        .arg(audit_case("GIP-DNS-001-neg.yaml"))
         .assert()
         .code(0)
         .stdout(predicate::str::contains("GIP-DNS-003"))
         .stdout(predicate::str::contains("0 errors, 0 warnings"));
     // A warning.
-    ghostip()
+    ghostip_wide()
         .args(["audit", "-f"])
-        .arg(case("GIP-DNS-001-pos.yaml"))
+        .arg(audit_case("GIP-DNS-001-pos.yaml"))
         .assert()
         .code(1)
         .stdout(predicate::str::contains(
@@ -49,17 +33,20 @@ fn exit_codes_follow_the_worst_finding() {
         ));
 }
 
+/// `ghostip audit -o FORMAT -f CASE…` over files of tests/data/audit: its output as JSON,
+/// once the exit code is `code`.
+fn audit_output(format: &str, cases: &[&str], code: i32) -> serde_json::Value {
+    let mut cmd = ghostip_wide();
+    cmd.args(["audit", "-o", format]);
+    for case in cases {
+        cmd.arg("-f").arg(audit_case(case));
+    }
+    json(&cmd.assert().code(code).get_output().stdout)
+}
+
 #[test]
 fn json_output_has_findings_budgets_and_layers() {
-    let out = ghostip()
-        .args(["audit", "-o", "json", "-f"])
-        .arg(case("GIP-DNS-001-pos.yaml"))
-        .assert()
-        .code(1)
-        .get_output()
-        .stdout
-        .clone();
-    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let v = audit_output("json", &["GIP-DNS-001-pos.yaml"], 1);
     let f = v["findings"]
         .as_array()
         .unwrap()
@@ -82,17 +69,11 @@ fn json_output_has_findings_budgets_and_layers() {
 
 #[test]
 fn sarif_output_is_sarif_2_1_0() {
-    let out = ghostip()
-        .args(["audit", "-o", "sarif", "-f"])
-        .arg(case("GIP-TERM-001-pos.yaml"))
-        .arg("-f")
-        .arg(case("GIP-CLIENT-002-pos.yaml"))
-        .assert()
-        .code(1)
-        .get_output()
-        .stdout
-        .clone();
-    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let v = audit_output(
+        "sarif",
+        &["GIP-TERM-001-pos.yaml", "GIP-CLIENT-002-pos.yaml"],
+        1,
+    );
     assert_eq!(v["version"], "2.1.0");
     assert_eq!(
         v["$schema"],
@@ -132,14 +113,18 @@ fn sarif_output_is_sarif_2_1_0() {
 #[test]
 fn a_bad_yaml_file_is_named_with_its_line_and_the_rest_is_audited() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(case("GIP-TERM-001-pos.yaml"), dir.path().join("good.yaml")).unwrap();
+    std::fs::copy(
+        audit_case("GIP-TERM-001-pos.yaml"),
+        dir.path().join("good.yaml"),
+    )
+    .unwrap();
     std::fs::write(
         dir.path().join("bad.yaml"),
         "apiVersion: v1\nkind: Service\nmetadata:\n  name: x\n  labels: [a\n",
     )
     .unwrap();
     std::fs::write(dir.path().join("notes.txt"), "not a manifest").unwrap();
-    let assert = ghostip()
+    let assert = ghostip_wide()
         .args(["audit", "-f"])
         .arg(dir.path())
         .assert()
@@ -154,7 +139,7 @@ fn a_bad_yaml_file_is_named_with_its_line_and_the_rest_is_audited() {
     let out = String::from_utf8_lossy(&assert.get_output().stdout).into_owned();
     assert!(out.contains("from 2 files; 1 input not read"), "{out}");
     // JSON lists the problem too, and SARIF reports it as a failed execution.
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["audit", "-o", "sarif", "-f"])
         .arg(dir.path())
         .assert()
@@ -176,46 +161,35 @@ fn a_bad_yaml_file_is_named_with_its_line_and_the_rest_is_audited() {
 
 #[test]
 fn a_missing_file_is_an_error() {
-    ghostip()
-        .args(["audit", "-f", "/nonexistent/manifests.yaml"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
-            "/nonexistent/manifests.yaml: cannot read",
-        ));
+    assert_exit_2(
+        ghostip_wide().args(["audit", "-f", "/nonexistent/manifests.yaml"]),
+        "/nonexistent/manifests.yaml: cannot read",
+    );
 }
 
 #[test]
 fn audit_needs_files_or_cluster() {
-    ghostip()
-        .arg("audit")
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("--filename"));
+    assert_exit_2(ghostip_wide().arg("audit"), "--filename");
 }
 
 #[test]
 fn other_commands_refuse_sarif() {
-    ghostip()
-        .args(["whois", "10.0.0.1", "-o", "sarif"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
-            "[possible values: table, wide, json]",
-        ));
-    ghostip()
-        .args(["-o", "sarif", "whois", "10.0.0.1"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("only audit writes sarif"));
+    assert_exit_2(
+        ghostip_wide().args(["whois", "10.0.0.1", "-o", "sarif"]),
+        "[possible values: table, wide, json]",
+    );
+    assert_exit_2(
+        ghostip_wide().args(["-o", "sarif", "whois", "10.0.0.1"]),
+        "only audit writes sarif",
+    );
 }
 
 #[test]
 fn namespace_flag_scopes_manifests() {
     // demo/web is out of scope in another namespace: only the Corefile summary remains.
-    ghostip()
+    ghostip_wide()
         .args(["audit", "-n", "other", "-f"])
-        .arg(case("GIP-DNS-001-pos.yaml"))
+        .arg(audit_case("GIP-DNS-001-pos.yaml"))
         .assert()
         .code(0)
         .stdout(predicate::str::contains("dials to dead IPs").not());
@@ -223,8 +197,8 @@ fn namespace_flag_scopes_manifests() {
 
 #[test]
 fn standard_input_is_read_with_dash() {
-    let text = std::fs::read_to_string(case("GIP-TERM-001-pos.yaml")).unwrap();
-    ghostip()
+    let text = std::fs::read_to_string(audit_case("GIP-TERM-001-pos.yaml")).unwrap();
+    ghostip_wide()
         .args(["audit", "-f", "-"])
         .write_stdin(text)
         .assert()
@@ -237,20 +211,8 @@ fn standard_input_is_read_with_dash() {
 #[test]
 fn cluster_mode_names_an_unreachable_api_server() {
     let dir = tempfile::tempdir().unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'https://127.0.0.1:{port}', insecure-skip-tls-verify: true}}\n\
-             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: dead\n  context: {{cluster: c, user: u}}\ncurrent-context: dead\n"
-        ),
-    )
-    .unwrap();
-    ghostip()
+    let kubeconfig = dead_kubeconfig(dir.path());
+    ghostip_wide()
         .args([
             "audit",
             "--cluster",
@@ -271,7 +233,7 @@ fn cluster_mode_names_an_unreachable_api_server() {
 fn a_directory_without_files_to_audit_is_an_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let shown = dir.path().display().to_string();
-    ghostip()
+    ghostip_wide()
         .args(["audit", "-f"])
         .arg(dir.path())
         .assert()
@@ -284,19 +246,15 @@ fn a_directory_without_files_to_audit_is_an_error_naming_it() {
     std::fs::write(dir.path().join("notes.txt"), "not a manifest").unwrap();
     std::fs::create_dir(dir.path().join("apps")).unwrap();
     std::fs::copy(
-        case("GIP-TERM-001-pos.yaml"),
+        audit_case("GIP-TERM-001-pos.yaml"),
         dir.path().join("apps/worker.yaml"),
     )
     .unwrap();
-    ghostip()
-        .args(["audit", "-f"])
-        .arg(dir.path())
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
-            "(subdirectories are read with -R)",
-        ));
-    ghostip()
+    assert_exit_2(
+        ghostip_wide().args(["audit", "-f"]).arg(dir.path()),
+        "(subdirectories are read with -R)",
+    );
+    ghostip_wide()
         .args(["audit", "-R", "-f"])
         .arg(dir.path())
         .assert()
@@ -304,9 +262,9 @@ fn a_directory_without_files_to_audit_is_an_error_naming_it() {
         .stdout(predicate::str::contains("GIP-TERM-001"));
     // Beside a file that is audited, the empty directory is still an unread input.
     let empty = tempfile::tempdir().unwrap();
-    ghostip()
+    ghostip_wide()
         .args(["audit", "-f"])
-        .arg(case("GIP-TERM-001-pos.yaml"))
+        .arg(audit_case("GIP-TERM-001-pos.yaml"))
         .arg("-f")
         .arg(empty.path())
         .assert()
@@ -325,10 +283,10 @@ use crate::width_support;
 fn the_listing_fits_the_terminal_and_wide_keeps_whole_lines() {
     use width_support::{assert_fits, assert_wider};
     let run = |columns: &str, output: &str| {
-        ghostip()
+        ghostip_wide()
             .env("COLUMNS", columns)
             .args(["audit", "-o", output, "-f"])
-            .arg(case("GIP-DNS-001-pos.yaml"))
+            .arg(audit_case("GIP-DNS-001-pos.yaml"))
             .assert()
             .code(1)
             .get_output()
@@ -346,14 +304,14 @@ fn the_listing_fits_the_terminal_and_wide_keeps_whole_lines() {
 fn control_characters_from_manifests_and_file_names_are_escaped() {
     // A manifest is data from outside: a name holding `ESC [2J` would clear the reader's
     // screen if printed as it is.
-    let text = std::fs::read_to_string(case("GIP-TERM-001-pos.yaml"))
+    let text = std::fs::read_to_string(audit_case("GIP-TERM-001-pos.yaml"))
         .unwrap()
         .replacen("name: worker", "name: \"work\\e[2Jer\"", 1);
     assert!(
         text.contains("\\e[2J"),
         "the case names its Deployment worker"
     );
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["audit", "-f", "-"])
         .write_stdin(text)
         .assert()
@@ -366,7 +324,7 @@ fn control_characters_from_manifests_and_file_names_are_escaped() {
     assert!(out.contains("demo/work\\x1b[2Jer"), "{out}");
 
     // An error quoting a file name: the same on stderr.
-    let err = ghostip()
+    let err = ghostip_wide()
         .args(["audit", "-f", "/nonexistent/gone\x1b]0;pwned\x07.yaml"])
         .assert()
         .code(2)

@@ -3,38 +3,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use assert_cmd::cargo::CommandCargoExt;
 use predicates::prelude::*;
 
-fn ghostip() -> assert_cmd::Command {
-    let mut c = assert_cmd::Command::cargo_bin("ghostip").unwrap();
-    c.env_remove("KUBECONFIG")
-        .env_remove("GHOSTIP_DB")
-        .env("HOME", "/nonexistent-home");
-    c
-}
-
-/// A kubeconfig pointing at a port where nothing listens.
-fn dead_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let path = dir.join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'https://127.0.0.1:{port}', insecure-skip-tls-verify: true}}\n\
-             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: dead\n  context: {{cluster: c, user: u}}\ncurrent-context: dead\n"
-        ),
-    )
-    .unwrap();
-    path
-}
+use crate::common::{assert_exit_2, closed_port, dead_kubeconfig, ghostip};
 
 #[test]
 fn help_and_version() {
@@ -100,26 +76,23 @@ fn unreachable_api_server_is_exit_2_with_server_and_kubeconfig() {
 fn bad_workload_is_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let kc = dead_kubeconfig(dir.path());
-    ghostip()
-        .arg("--kubeconfig")
-        .arg(&kc)
-        .args(["rollout", "web"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("KIND/NAME"));
+    assert_exit_2(
+        ghostip()
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(["rollout", "web"]),
+        "KIND/NAME",
+    );
 }
 
 #[test]
 fn whois_never_creates_a_database() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("missing.db");
-    ghostip()
-        .arg("--db")
-        .arg(&db)
-        .args(["whois", "10.244.1.7"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("missing.db"));
+    assert_exit_2(
+        ghostip().arg("--db").arg(&db).args(["whois", "10.244.1.7"]),
+        "missing.db",
+    );
     assert!(!db.exists(), "whois created {}", db.display());
 }
 
@@ -154,13 +127,13 @@ fn whois_on_an_empty_ledger_is_clean_json() {
 fn whois_bad_time_and_corrupt_db_are_errors_naming_them() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("l.db");
-    ghostip()
-        .arg("--db")
-        .arg(&db)
-        .args(["whois", "10.0.0.1", "--at", "yesterday-ish"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("yesterday-ish"));
+    assert_exit_2(
+        ghostip()
+            .arg("--db")
+            .arg(&db)
+            .args(["whois", "10.0.0.1", "--at", "yesterday-ish"]),
+        "yesterday-ish",
+    );
     let bad = dir.path().join("corrupt.db");
     std::fs::write(
         &bad,
@@ -197,11 +170,7 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
 fn watch_exports_the_truth_gap_and_stops_on_sigterm_within_5s() {
     let dir = tempfile::tempdir().unwrap();
     let kc = dead_kubeconfig(dir.path());
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = closed_port();
     let addr = format!("127.0.0.1:{port}");
     let mut child = Command::cargo_bin("ghostip")
         .unwrap()

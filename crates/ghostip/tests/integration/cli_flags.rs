@@ -5,12 +5,11 @@
 
 use predicates::prelude::*;
 
+use crate::common::assert_exit_2;
+
 fn ghostip() -> assert_cmd::Command {
-    let mut c = assert_cmd::Command::cargo_bin("ghostip").unwrap();
-    c.env_remove("KUBECONFIG")
-        .env_remove("GHOSTIP_DB")
-        .env("HOME", "/nonexistent-home")
-        .timeout(std::time::Duration::from_secs(30));
+    let mut c = crate::common::ghostip();
+    c.timeout(std::time::Duration::from_secs(30));
     c
 }
 
@@ -53,49 +52,35 @@ fn sarif_on_a_command_that_does_not_write_it_is_exit_2_naming_what_it_takes() {
         .stderr(predicate::str::diff(
             "ghostip: -o sarif: `ghostip check` takes table, wide or json (only audit writes sarif)\n",
         ));
-    ghostip()
-        .args(["-o", "sarif", "whois", "10.0.0.1"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
-            "`ghostip whois` takes table, wide or json",
-        ));
-    ghostip()
-        .args(["-o", "json", "watch"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("`ghostip watch` takes only table"));
+    assert_exit_2(
+        ghostip().args(["-o", "sarif", "whois", "10.0.0.1"]),
+        "`ghostip whois` takes table, wide or json",
+    );
+    assert_exit_2(
+        ghostip().args(["-o", "json", "watch"]),
+        "`ghostip watch` takes only table",
+    );
 }
 
 #[test]
 fn an_unknown_format_is_exit_2_naming_the_formats() {
-    ghostip()
-        .args(["check", "-o", "yaml"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
-            "[possible values: table, wide, json]",
-        ));
-    ghostip()
-        .args(["audit", "-o", "yaml", "-f", "-"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
-            "[possible values: table, wide, json, sarif]",
-        ));
-    ghostip()
-        .args(["-o", "yaml", "check"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
-            "possible values: table, wide, json, sarif",
-        ));
+    assert_exit_2(
+        ghostip().args(["check", "-o", "yaml"]),
+        "[possible values: table, wide, json]",
+    );
+    assert_exit_2(
+        ghostip().args(["audit", "-o", "yaml", "-f", "-"]),
+        "[possible values: table, wide, json, sarif]",
+    );
+    assert_exit_2(
+        ghostip().args(["-o", "yaml", "check"]),
+        "possible values: table, wide, json, sarif",
+    );
     // The agent's table is its log: it takes no `wide`.
-    ghostip()
-        .args(["agent", "--node-name", "n", "-o", "wide"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("[possible values: table, json]"));
+    assert_exit_2(
+        ghostip().args(["agent", "--node-name", "n", "-o", "wide"]),
+        "[possible values: table, json]",
+    );
 }
 
 #[test]
@@ -164,11 +149,7 @@ fn probing_flags_are_bounded() {
             "expected 100ms to 1h",
         ),
     ] {
-        ghostip()
-            .args(args)
-            .assert()
-            .code(2)
-            .stderr(predicate::str::contains(range));
+        assert_exit_2(ghostip().args(args), range);
     }
 }
 
@@ -180,9 +161,8 @@ fn listen_addresses_take_both_families_and_refuse_an_unbracketed_ipv6() {
         .code(2)
         .stderr(predicate::str::contains("needs brackets"))
         .stderr(predicate::str::contains("[fd00::1]:9754"));
-    ghostip()
-        .args(["agent", "--node-name", "n", "--listen", "10.0.0.1"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("has no port"));
+    assert_exit_2(
+        ghostip().args(["agent", "--node-name", "n", "--listen", "10.0.0.1"]),
+        "has no port",
+    );
 }

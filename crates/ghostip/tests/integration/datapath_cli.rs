@@ -3,32 +3,18 @@
 //! tests/data), truth files in `kubectl get -o json|yaml` shape, exit codes, bad input.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use ghostip::ledger::Ledger;
 use ghostip_core::truth::{PodRecord, ServiceRecord, SliceRecord, TrafficPolicy};
 use ghostip_core::{PodRef, Time};
 use ghostip_datapath::Format;
 use ghostip_testkit::dumps::{GenModel, GenSpec};
+use ghostip_testkit::records::pod_record;
 use predicates::prelude::*;
 use serde_json::{Value, json};
 
-fn ghostip() -> assert_cmd::Command {
-    let mut c = assert_cmd::Command::cargo_bin("ghostip").unwrap();
-    // Wide enough that no line wraps: the tests below read whole lines.
-    c.env_remove("KUBECONFIG")
-        .env_remove("GHOSTIP_DB")
-        .env("HOME", "/nonexistent-home")
-        .env("COLUMNS", "1000");
-    c
-}
-
-fn datapath_data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../ghostip-datapath/tests/data")
-        .join(name)
-}
+use crate::common::{assert_exit_2, datapath_data, ghostip_wide, spawn_piped};
 
 /// A Service as `kubectl get -o json` prints it.
 fn service_json(s: &ServiceRecord) -> Value {
@@ -115,14 +101,14 @@ fn spec_12_40() -> GenSpec {
 fn format_aliases_from_the_format_table_are_accepted() {
     let dump = datapath_data("iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt");
     for name in ["iptables", "iptables-save", "ip6tables-save"] {
-        ghostip()
+        ghostip_wide()
             .args(["datapath", "show", "--format", name, "--from-file"])
             .arg(&dump)
             .assert()
             .success()
             .stdout(predicate::str::contains("10.96.0.1:80/TCP ClusterIP"));
     }
-    ghostip()
+    ghostip_wide()
         .args(["datapath", "show", "--format", "nft", "--from-file"])
         .arg(datapath_data("nft-j_gen-12svc-40ep_nft-1.0.6.json"))
         .assert()
@@ -132,7 +118,7 @@ fn format_aliases_from_the_format_table_are_accepted() {
 #[test]
 fn show_prints_the_table_of_a_real_capture_and_json_with_format() {
     let dump = datapath_data("iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt");
-    ghostip()
+    ghostip_wide()
         .args(["datapath", "show", "--from-file"])
         .arg(&dump)
         .assert()
@@ -141,7 +127,7 @@ fn show_prints_the_table_of_a_real_capture_and_json_with_format() {
             "10.96.0.1:80/TCP ClusterIP ns-0/svc-0:http",
         ))
         .stdout(predicate::str::contains("skipped: "));
-    let out = ghostip()
+    let out = ghostip_wide()
         .args([
             "datapath",
             "show",
@@ -169,7 +155,7 @@ fn show_prints_the_table_of_a_real_capture_and_json_with_format() {
 #[test]
 fn show_reads_standard_input_and_conntrack() {
     let dump = std::fs::read(datapath_data("conntrack-L_netns-pods_conntrack-1.4.7.txt")).unwrap();
-    ghostip()
+    ghostip_wide()
         .args(["datapath", "show", "--from-file", "-"])
         .write_stdin(dump)
         .assert()
@@ -196,7 +182,7 @@ fn several_snapshots_in_one_dump_are_reported_and_the_last_is_judged() {
     let warning = format!(
         "warning: the input holds 2 snapshots of this datapath (its header or a listed item repeats): only the last, from line {table_line}, was read"
     );
-    ghostip()
+    ghostip_wide()
         .args(["datapath", "show", "--from-file"])
         .arg(&dump)
         .assert()
@@ -204,7 +190,7 @@ fn several_snapshots_in_one_dump_are_reported_and_the_last_is_judged() {
         .stdout(predicate::str::contains(warning.as_str()));
     let truth = dir.path().join("truth.json");
     std::fs::write(&truth, truth_list(&model, |_| {}).to_string()).unwrap();
-    let out = ghostip()
+    let out = ghostip_wide()
         .args([
             "datapath",
             "diff",
@@ -227,7 +213,7 @@ fn several_snapshots_in_one_dump_are_reported_and_the_last_is_judged() {
         v["warnings"][0],
         json!(warning.trim_start_matches("warning: "))
     );
-    ghostip()
+    ghostip_wide()
         .args(["datapath", "diff", "--node", "node-1", "--from-file"])
         .arg(&dump)
         .arg("--truth")
@@ -253,28 +239,21 @@ fn peak_rss_kib(pid: u32) -> u64 {
 #[test]
 fn a_huge_line_on_standard_input_is_skipped_without_holding_it() {
     use std::io::Write;
-    use std::process::{Command, Stdio};
     let dump = std::fs::read(datapath_data(
         "iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt",
     ))
     .unwrap();
     let cut = dump.iter().position(|b| *b == b'\n').unwrap() + 1;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ghostip"))
-        .args([
-            "datapath",
-            "show",
-            "-o",
-            "json",
-            "--format",
-            "iptables",
-            "--from-file",
-            "-",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(&[
+        "datapath",
+        "show",
+        "-o",
+        "json",
+        "--format",
+        "iptables",
+        "--from-file",
+        "-",
+    ]);
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(&dump[..cut]).unwrap();
     let chunk = vec![b'x'; 1 << 20];
@@ -307,7 +286,7 @@ fn a_huge_line_on_standard_input_is_skipped_without_holding_it() {
     assert_eq!(sample["location"], json!({"line": 2}));
     assert!(sample["excerpt"].as_str().unwrap().starts_with("xxxx"));
     let plain: Value = serde_json::from_slice(
-        &ghostip()
+        &ghostip_wide()
             .args(["datapath", "show", "-o", "json", "--from-file"])
             .arg(datapath_data(
                 "iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt",
@@ -328,7 +307,7 @@ fn diff_of_a_real_capture_against_its_truth_is_clean_then_stale_after_a_removal(
     let dump = datapath_data("iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt");
     let truth = dir.path().join("truth.json");
     std::fs::write(&truth, truth_list(&model, |_| {}).to_string()).unwrap();
-    ghostip()
+    ghostip_wide()
         .args(["datapath", "diff", "--node", "node-1", "--from-file"])
         .arg(&dump)
         .arg("--truth")
@@ -342,7 +321,7 @@ fn diff_of_a_real_capture_against_its_truth_is_clean_then_stale_after_a_removal(
     // The first endpoint of svc-0 is gone from the truth; the node still routes to it.
     let gone = model.services[0].endpoints[0];
     std::fs::write(&truth, truth_without_first_endpoint(&model)).unwrap();
-    ghostip()
+    ghostip_wide()
         .args([
             "datapath",
             "diff",
@@ -358,7 +337,7 @@ fn diff_of_a_real_capture_against_its_truth_is_clean_then_stale_after_a_removal(
         .stdout(predicate::str::contains(format!("{gone}")))
         .stdout(predicate::str::contains("ns-0/svc-0:http"))
         .stdout(predicate::str::contains("47s"));
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["datapath", "diff", "-o", "json", "--from-file"])
         .arg(&dump)
         .arg("--truth")
@@ -397,7 +376,7 @@ fn diff_reads_yaml_truth_and_nft_json() {
     );
     let truth = dir.path().join("truth.yaml");
     std::fs::write(&truth, yaml).unwrap();
-    ghostip()
+    ghostip_wide()
         .args(["datapath", "diff", "--from-file"])
         .arg(datapath_data("nft-j_gen-12svc-40ep_nft-1.0.6.json"))
         .arg("--truth")
@@ -418,18 +397,11 @@ fn pref(ns: &str, name: &str) -> PodRef {
 
 fn pod(p: PodRef, ip: &str, created: Time) -> PodRecord {
     PodRecord {
-        pod: p,
-        ips: vec![ip.parse().unwrap()],
         node: Some("node-1".into()),
         owner_kind: Some("ReplicaSet".into()),
-        owner_name: None,
         created: Some(created),
-        ready_since: None,
-        deletion: None,
         grace_period_seconds: Some(30),
-        prestop_seconds: None,
-        host_network: false,
-        labels: BTreeMap::new(),
+        ..pod_record(p, vec![ip.parse().unwrap()])
     }
 }
 
@@ -471,7 +443,7 @@ fn diff_of_real_conntrack_attributes_flows_through_the_ledger() {
     let truth_path = dir.path().join("truth.json");
     std::fs::write(&truth_path, truth.to_string()).unwrap();
     let dump = datapath_data("conntrack-L_netns-pods_conntrack-1.4.7.txt");
-    ghostip()
+    ghostip_wide()
         .arg("--db")
         .arg(&db)
         .args(["datapath", "diff", "--at", "2027-01-15T08:00:47Z", "--from-file"])
@@ -489,7 +461,7 @@ fn diff_of_real_conntrack_attributes_flows_through_the_ledger() {
     // Without the ledger the truth still shows the flows through a ClusterIP to an IP no
     // longer among the Service's endpoints, without the pod that had it; the flow sent
     // straight to 10.244.3.71:7000 needs the ledger.
-    ghostip()
+    ghostip_wide()
         .args(["datapath", "diff", "--from-file"])
         .arg(&dump)
         .arg("--truth")
@@ -516,7 +488,7 @@ fn excluded_sources_are_not_judged() {
     std::fs::write(&truth_path, truth.to_string()).unwrap();
     let dump = datapath_data("conntrack-L_netns-pods_conntrack-1.4.7.txt");
     let diff = |extra: &[&str]| {
-        ghostip()
+        ghostip_wide()
             .args(["datapath", "diff", "-o", "json", "--from-file"])
             .arg(&dump)
             .arg("--truth")
@@ -555,7 +527,7 @@ fn a_dump_that_shares_nothing_with_the_truth_is_a_finding() {
     )
     .unwrap();
     let dump = datapath_data("ipvsadm-Ln_weight0.txt");
-    ghostip()
+    ghostip_wide()
         .args(["datapath", "diff", "--from-file"])
         .arg(&dump)
         .arg("--truth")
@@ -566,7 +538,7 @@ fn a_dump_that_shares_nothing_with_the_truth_is_a_finding() {
         .stdout(predicate::str::contains(
             "nothing compared: none of the dump's 7 frontends belongs to one of the truth's 1 Services",
         ));
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["datapath", "diff", "-o", "json", "--from-file"])
         .arg(&dump)
         .arg("--truth")
@@ -586,7 +558,7 @@ fn bad_input_is_exit_2_naming_the_file_and_place() {
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk.txt");
     std::fs::write(&junk, "hello\nworld\n").unwrap();
-    ghostip()
+    ghostip_wide()
         .args(["datapath", "show", "--from-file"])
         .arg(&junk)
         .assert()
@@ -594,7 +566,7 @@ fn bad_input_is_exit_2_naming_the_file_and_place() {
         .stderr(predicate::str::starts_with("ghostip: reading "))
         .stderr(predicate::str::contains("junk.txt"))
         .stderr(predicate::str::contains("--format"));
-    ghostip()
+    ghostip_wide()
         .args(["datapath", "show", "--format", "nft-json", "--from-file"])
         .arg(&junk)
         .assert()
@@ -603,28 +575,27 @@ fn bad_input_is_exit_2_naming_the_file_and_place() {
         .stderr(predicate::str::contains("line 1"));
     let truth = dir.path().join("truth.json");
     std::fs::write(&truth, "{\"kind\": \"List\", \"items\": [\n  {\"kind\": \"Service\", \"metadata\": {\"name\": \"x\"}}\n]}").unwrap();
-    ghostip()
-        .args(["datapath", "diff", "--from-file"])
-        .arg(datapath_data("ipvsadm-Ln_weight0.txt"))
-        .arg("--truth")
-        .arg(&truth)
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("truth.json: items[0]: "));
+    assert_exit_2(
+        ghostip_wide()
+            .args(["datapath", "diff", "--from-file"])
+            .arg(datapath_data("ipvsadm-Ln_weight0.txt"))
+            .arg("--truth")
+            .arg(&truth),
+        "truth.json: items[0]: ",
+    );
     std::fs::write(&truth, "{\"kind\": \"List\",\n \"items\": [").unwrap();
-    ghostip()
-        .args(["datapath", "diff", "--from-file"])
-        .arg(datapath_data("ipvsadm-Ln_weight0.txt"))
-        .arg("--truth")
-        .arg(&truth)
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("truth.json: line 2"));
-    ghostip()
-        .args(["datapath", "show", "--from-file", "/nonexistent/dump"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("opening /nonexistent/dump"));
+    assert_exit_2(
+        ghostip_wide()
+            .args(["datapath", "diff", "--from-file"])
+            .arg(datapath_data("ipvsadm-Ln_weight0.txt"))
+            .arg("--truth")
+            .arg(&truth),
+        "truth.json: line 2",
+    );
+    assert_exit_2(
+        ghostip_wide().args(["datapath", "show", "--from-file", "/nonexistent/dump"]),
+        "opening /nonexistent/dump",
+    );
 }
 
 use crate::width_support;
@@ -637,7 +608,7 @@ fn tables_fit_the_terminal_and_wide_keeps_the_full_values() {
     let conntrack = datapath_data("conntrack-L_netns-pods_conntrack-1.4.7.txt");
     let iptables = datapath_data("iptables-save_gen-12svc-40ep_iptables-1.8.9-nft.txt");
     let run = |columns: &str, args: &[&str], dump: &Path, extra: &[&Path]| {
-        let mut c = ghostip();
+        let mut c = ghostip_wide();
         c.env("COLUMNS", columns).args(args).arg(dump);
         for e in extra {
             c.arg("--truth").arg(e);

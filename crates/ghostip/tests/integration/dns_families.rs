@@ -9,7 +9,6 @@
 
 use crate::dns_support;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -26,6 +25,7 @@ use ghostip_session::layers::dns::{DnsConfig, DnsModel};
 use ghostip_session::{
     Received, ResourceKind, Session, SessionConfig, SyncState, TruthEvent, TruthObject,
 };
+use ghostip_testkit::records::headless_service;
 
 const NAME: &str = "web.prod.svc.cluster.local.";
 const SRV_NAME: &str = "_http._tcp.web.prod.svc.cluster.local.";
@@ -36,21 +36,13 @@ fn key() -> ServiceKey {
 
 fn service() -> ServiceRecord {
     ServiceRecord {
-        key: key(),
-        cluster_ips: Vec::new(),
-        headless: true,
-        service_type: "ClusterIP".into(),
-        publish_not_ready: false,
-        internal_traffic_policy: Default::default(),
-        external_traffic_policy: Default::default(),
         ports: vec![ServicePort {
             name: Some("http".into()),
             port: 80,
             protocol: Protocol::Tcp,
             node_port: None,
         }],
-        has_selector: true,
-        labels: BTreeMap::new(),
+        ..headless_service(key())
     }
 }
 

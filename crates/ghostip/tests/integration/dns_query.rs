@@ -27,6 +27,15 @@ async fn pod(addr: &str) -> (TestServer<FakeDns>, FakeDns) {
     (server, fake)
 }
 
+/// A target held for `ttl` seconds and not used yet.
+fn held_for(target: Target, ttl: u32) -> HeldTarget {
+    HeldTarget {
+        target,
+        ttl: Some(ttl),
+        last_used: None,
+    }
+}
+
 #[tokio::test]
 async fn a_answer_carries_ips_ttls_and_rcode() {
     let (server, fake) = pod("127.0.10.1").await;
@@ -45,16 +54,8 @@ async fn a_answer_carries_ips_ttls_and_rcode() {
     assert_eq!(
         held,
         vec![
-            HeldTarget {
-                target: Target::ip(ip("10.244.1.7")),
-                ttl: Some(30),
-                last_used: None,
-            },
-            HeldTarget {
-                target: Target::ip(ip("10.244.2.9")),
-                ttl: Some(30),
-                last_used: None,
-            },
+            held_for(Target::ip(ip("10.244.1.7")), 30),
+            held_for(Target::ip(ip("10.244.2.9")), 30),
         ]
     );
     assert!(answer.latency < Duration::from_secs(1));
@@ -74,14 +75,7 @@ async fn aaaa_answer_holds_ipv6_only() {
         .await
         .unwrap();
 
-    assert_eq!(
-        answer.held(),
-        vec![HeldTarget {
-            target: Target::ip(ip("fd00::7")),
-            ttl: Some(5),
-            last_used: None,
-        }]
-    );
+    assert_eq!(answer.held(), vec![held_for(Target::ip(ip("fd00::7")), 5)]);
 }
 
 #[tokio::test]
@@ -114,16 +108,8 @@ async fn srv_answer_resolves_targets_from_additionals() {
     assert_eq!(
         held,
         vec![
-            HeldTarget {
-                target: Target::socket(ip("10.244.1.7"), 9090),
-                ttl: Some(30),
-                last_used: None,
-            },
-            HeldTarget {
-                target: Target::socket(ip("10.244.2.9"), 9090),
-                ttl: Some(30),
-                last_used: None,
-            },
+            held_for(Target::socket(ip("10.244.1.7"), 9090), 30),
+            held_for(Target::socket(ip("10.244.2.9"), 9090), 30),
         ]
     );
 }

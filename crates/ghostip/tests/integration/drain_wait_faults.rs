@@ -3,17 +3,12 @@
 //! within its bound, and say what it could not check.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 use assert_cmd::Command;
 use serde_json::Value;
 
-/// A loopback port nothing listens on (bound, then released).
-fn closed_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
+use crate::common::closed_port;
 
 fn ghostip() -> Command {
     let mut cmd = Command::cargo_bin("ghostip").unwrap();

@@ -8,12 +8,14 @@ use std::io::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
 use ghostip::ledger::Ledger;
 use ghostip_core::truth::{EndpointRecord, PodRecord};
 use ghostip_core::{ChangeTime, PodRef, ServiceKey, Time};
 use ghostip_datapath::layers::{CONNTRACK, CONNTRACK_TABLE};
+use ghostip_testkit::records::pod_record;
 use serde_json::Value;
+
+use crate::common::{ghostip_wide, json};
 
 fn t(s: f64) -> Time {
     Time::from_millisecond(1_700_000_000_000 + (s * 1000.0) as i64).unwrap()
@@ -38,18 +40,13 @@ fn pref(name: &str) -> PodRef {
 
 fn pod(name: &str, rs: &str, addr: &str, created: f64) -> PodRecord {
     PodRecord {
-        pod: pref(name),
-        ips: vec![ip(addr)],
         node: Some("node-1".into()),
         owner_kind: Some("ReplicaSet".into()),
         owner_name: Some(rs.into()),
         created: Some(t(created)),
         ready_since: Some(t(created + 2.0)),
-        deletion: None,
         grace_period_seconds: Some(30),
-        prestop_seconds: None,
-        host_network: false,
-        labels: BTreeMap::new(),
+        ..pod_record(pref(name), vec![ip(addr)])
     }
 }
 
@@ -175,21 +172,6 @@ fn client_log() -> String {
     s
 }
 
-fn ghostip() -> Command {
-    let mut c = Command::cargo_bin("ghostip").unwrap();
-    // Wide enough that no line wraps: the tests below read whole lines.
-    c.env_remove("GHOSTIP_DB")
-        .env("HOME", "/nonexistent-home")
-        .env("COLUMNS", "1000");
-    c
-}
-
-fn json(out: &[u8]) -> Value {
-    serde_json::from_slice(out).unwrap_or_else(|e| {
-        panic!("bad JSON ({e}): {}", String::from_utf8_lossy(out));
-    })
-}
-
 /// (peer, class) → errors.
 fn classes(x: &Value) -> BTreeMap<(String, String), u64> {
     let mut m = BTreeMap::new();
@@ -222,7 +204,7 @@ fn joins_with_a_real_ledger_read_only() {
     // The writer that made it left its lock file (`ghostip.db.lock`) beside it.
     let files_before = names(dir.path());
 
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db"])
         .arg(&db)
         .arg(&log)
@@ -273,7 +255,7 @@ fn joins_with_a_real_ledger_read_only() {
     );
 
     // The table, as a snapshot (the temporary path redacted).
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db"])
         .arg(&db)
         .arg(&log)
@@ -291,7 +273,7 @@ fn joins_with_a_real_ledger_read_only() {
 fn a_missing_ledger_is_reported_and_never_created() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("none.db");
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db"])
         .arg(&db)
         .arg("-")
@@ -309,13 +291,13 @@ fn a_missing_ledger_is_reported_and_never_created() {
 
 #[test]
 fn nothing_found_exits_0_and_bad_input_exits_2_naming_the_file() {
-    ghostip()
+    ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db", "-"])
         .write_stdin("2024-05-01T10:00:00Z all good\n")
         .assert()
         .code(0)
         .stdout(predicates::str::contains("No connection failures"));
-    ghostip()
+    ghostip_wide()
         .args([
             "explain",
             "--db",
@@ -334,7 +316,7 @@ fn nothing_found_exits_0_and_bad_input_exits_2_naming_the_file() {
         "{\"kind\":\"List\",\"items\":[]}\n{\"kind\": \"Service\"}\n",
     )
     .unwrap();
-    ghostip()
+    ghostip_wide()
         .args(["explain", "--truth-history"])
         .arg(&bad)
         .arg("-")
@@ -345,7 +327,7 @@ fn nothing_found_exits_0_and_bad_input_exits_2_naming_the_file() {
             "{}:2: expected a Pod",
             bad.display()
         )));
-    ghostip()
+    ghostip_wide()
         .args(["explain", "--tz", "Mars/Olympus", "-"])
         .write_stdin("")
         .assert()
@@ -369,7 +351,7 @@ fn garbled_gzip_and_yearless_input() {
     enc.write_all(&raw).unwrap();
     enc.finish().unwrap();
 
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db", "-o", "json"])
         .arg(&gz)
         .assert()
@@ -387,7 +369,7 @@ fn garbled_gzip_and_yearless_input() {
     assert!(err.contains("have no year"), "{err}");
     assert_eq!(x["report"]["groups"][0]["approximate_time"], true);
 
-    let out = ghostip()
+    let out = ghostip_wide()
         .args([
             "explain",
             "--db",
@@ -421,7 +403,7 @@ fn lab_fixture(name: &str) -> PathBuf {
 /// The lab client's real log against the pod watch stream captured in the same run.
 #[test]
 fn lab_client_log_with_the_captured_truth_history() {
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--truth-history"])
         .arg(lab_fixture("pods-watch.json"))
         .arg(lab_fixture("client.log"))
@@ -436,7 +418,7 @@ fn lab_client_log_with_the_captured_truth_history() {
     insta::assert_json_snapshot!("lab_client_truth_history", x);
 
     // Without any history: the same failures, classified by kind only.
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db"])
         .arg(lab_fixture("client.log"))
         .assert()
@@ -476,7 +458,7 @@ fn shared_corpus_through_the_cli() {
         .unwrap();
         want += failures.len() as u64;
     }
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db", "-o", "json"])
         .args(&files)
         .assert()
@@ -501,7 +483,7 @@ fn shared_corpus_through_the_cli() {
 fn shared_corpus_fits_80_columns_as_tables() {
     let files = shared_client_errors();
     for f in &files {
-        let out = ghostip()
+        let out = ghostip_wide()
             .env("COLUMNS", "80")
             .args(["explain", "--db", "/nonexistent/x.db"])
             .arg(f)
@@ -564,7 +546,7 @@ fn threads_gzip_and_stdin_give_the_one_thread_json() {
     enc.finish().unwrap();
 
     let run = |threads: &str, file: &Path, stdin: bool| {
-        let mut c = ghostip();
+        let mut c = ghostip_wide();
         c.args(["explain", "--db", "/nonexistent/x.db", "--threads", threads]);
         c.args(["-o", "json"]);
         if stdin {
@@ -616,7 +598,7 @@ fn a_mapped_file_gives_the_json_of_the_read_path() {
     let (plain, data) = settled_log(dir.path());
 
     let run = |threads: &str, mmap: &str| {
-        let mut c = ghostip();
+        let mut c = ghostip_wide();
         c.args(["explain", "--db", "/nonexistent/x.db", "--threads", threads]);
         c.args(["--mmap", mmap, "-o", "json"]).arg(&plain);
         let out = c.assert().code(1).get_output().clone();
@@ -648,7 +630,7 @@ fn target_keeps_the_full_reports_groups_for_that_address_in_every_path() {
     let dir = tempfile::tempdir().unwrap();
     let (plain, _) = settled_log(dir.path());
     let run = |extra: &[&str]| {
-        let mut c = ghostip();
+        let mut c = ghostip_wide();
         c.args([
             "explain",
             "--db",
@@ -688,7 +670,7 @@ fn target_keeps_the_full_reports_groups_for_that_address_in_every_path() {
     // A port narrows it; the table says what was kept.
     let x = run(&["--target", "10.244.3.71:8080"]);
     assert_eq!(x["report"]["total"], 1, "{}", x["report"]);
-    let out = ghostip()
+    let out = ghostip_wide()
         .args([
             "explain",
             "--db",
@@ -706,7 +688,7 @@ fn target_keeps_the_full_reports_groups_for_that_address_in_every_path() {
         text.starts_with("No connection failures aimed at 10.244.3.71:9 in "),
         "{text}"
     );
-    ghostip()
+    ghostip_wide()
         .args(["explain", "--target", "10.244.3"])
         .arg(&plain)
         .assert()
@@ -810,7 +792,7 @@ fn a_truncated_gzip_reports_what_was_read_then_the_error() {
     let whole = dir.path().join("app.log");
     std::fs::write(&whole, client_log()).unwrap();
 
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db", "-o", "json"])
         .arg(&broken)
         .arg(&whole)
@@ -837,7 +819,7 @@ fn a_truncated_gzip_reports_what_was_read_then_the_error() {
         "{err}"
     );
     // The table too: the report, then what is missing.
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db"])
         .arg(&broken)
         .assert()
@@ -866,7 +848,7 @@ fn loopback_and_link_local_targets_are_not_staleness() {
     .join("\n");
     for db in [None, Some("ledger")] {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = ghostip();
+        let mut c = ghostip_wide();
         c.args(["explain", "-o", "json", "--db"]);
         match db {
             // With a ledger: never looked up.
@@ -888,7 +870,7 @@ fn loopback_and_link_local_targets_are_not_staleness() {
             assert_eq!(x["history"]["distinct_ips"], 0);
         }
     }
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db", "-"])
         .write_stdin(log)
         .assert()
@@ -910,7 +892,7 @@ fn dns_lookup_failures_name_the_host_and_the_dns_server() {
         "2024-05-01T15:42:12Z lookup foo.bar.svc.cluster.local on 169.254.20.10:53: server misbehaving",
     ]
     .join("\n");
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db", "-o", "json", "-"])
         .write_stdin(log.clone())
         .assert()
@@ -931,7 +913,7 @@ fn dns_lookup_failures_name_the_host_and_the_dns_server() {
         .find(|g| g["dns_name"] == "foo.bar.svc.cluster.local")
         .unwrap();
     assert_eq!(foo["dns_servers"], serde_json::json!(["169.254.20.10:53"]));
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db", "-"])
         .write_stdin(log)
         .assert()
@@ -970,7 +952,7 @@ fn an_undated_failure_is_not_placed_in_a_rollout_window() {
         lt(105.2)
     ));
     log.push_str("dial tcp 10.244.1.10:8080: connect: connection refused\n");
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "-o", "json", "--db"])
         .arg(&db)
         .arg("-")
@@ -1022,7 +1004,7 @@ fn resets_without_a_peer_address_go_to_the_rollout_under_way() {
     std::fs::write(&other, reset(104.0)).unwrap();
 
     let run = |table: bool| {
-        let mut c = ghostip();
+        let mut c = ghostip_wide();
         c.args(["explain", "--db"])
             .arg(&db)
             .arg(&client)
@@ -1099,7 +1081,7 @@ fn control_sequences_from_a_log_never_reach_the_terminal() {
         );
         s
     };
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db"])
         .arg(&file)
         .assert()
@@ -1115,7 +1097,7 @@ fn control_sequences_from_a_log_never_reach_the_terminal() {
     // The unknown shape's example, in a warning.
     assert!(err.contains("odd\\x1b[31m\\u{9b}2J shape"), "{err}");
     // The JSON keeps the text as it was (serde escapes the C0 controls).
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db", "-o", "json"])
         .arg(&file)
         .assert()
@@ -1136,7 +1118,7 @@ fn control_sequences_from_a_log_never_reach_the_terminal() {
     );
     // File names in errors.
     let missing = dir.path().join("gone\u{1b}[2J.log");
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db"])
         .arg(&missing)
         .assert()
@@ -1158,7 +1140,7 @@ fn tables_fit_the_terminal_and_wide_keeps_the_full_values() {
     let db = dir.path().join("ghostip.db");
     write_ledger(&db);
     let explain = |columns: &str, output: &str| {
-        ghostip()
+        ghostip_wide()
             .env("COLUMNS", columns)
             .args(["explain", "-o", output, "--truth-history"])
             .arg(lab_fixture("pods-watch.json"))
@@ -1198,7 +1180,7 @@ fn tables_fit_the_terminal_and_wide_keeps_the_full_values() {
     assert!(out.contains("TARGET"), "{out}");
 
     let whois = |columns: &str, output: &str| {
-        ghostip()
+        ghostip_wide()
             .env("COLUMNS", columns)
             .arg("--db")
             .arg(&db)
@@ -1261,7 +1243,7 @@ fn failures_are_joined_with_the_flows_an_agent_saw_outlive_the_endpoint() {
         .unwrap();
     let log = dir.path().join("client.log");
     std::fs::write(&log, client_log()).unwrap();
-    let out = ghostip()
+    let out = ghostip_wide()
         .arg("--db")
         .arg(&db)
         .args(["explain", "-o", "json"])
@@ -1297,7 +1279,7 @@ fn failures_are_joined_with_the_flows_an_agent_saw_outlive_the_endpoint() {
     );
     // web-b's IP: no flows were seen, nothing is claimed.
     assert!(target("10.244.1.11").get("agent_flows").is_none());
-    let table = ghostip()
+    let table = ghostip_wide()
         .env("COLUMNS", "1000")
         .arg("--db")
         .arg(&db)
@@ -1340,7 +1322,7 @@ fn a_finding_of_an_unknown_layer_does_not_stop_explain_or_whois() {
     assert_eq!(changed, 1);
     let log = dir.path().join("client.log");
     std::fs::write(&log, client_log()).unwrap();
-    let out = ghostip()
+    let out = ghostip_wide()
         .arg("--db")
         .arg(&db)
         .args(["explain", "-o", "json"])
@@ -1361,7 +1343,7 @@ fn a_finding_of_an_unknown_layer_does_not_stop_explain_or_whois() {
     // The same classes as with a ledger that never had the row.
     let plain = dir.path().join("plain.db");
     write_ledger(&plain);
-    let out = ghostip()
+    let out = ghostip_wide()
         .arg("--db")
         .arg(&plain)
         .args(["explain", "-o", "json"])
@@ -1372,7 +1354,7 @@ fn a_finding_of_an_unknown_layer_does_not_stop_explain_or_whois() {
         .stdout
         .clone();
     assert_eq!(classes(&x), classes(&json(&out)));
-    let whois = ghostip()
+    let whois = ghostip_wide()
         .arg("--db")
         .arg(&db)
         .args(["whois", "10.244.1.10", "-o", "json"])

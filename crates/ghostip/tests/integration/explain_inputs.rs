@@ -8,22 +8,7 @@ use std::io::{Read as _, Write as _};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use assert_cmd::Command;
-use serde_json::Value;
-
-fn ghostip() -> Command {
-    let mut c = Command::cargo_bin("ghostip").unwrap();
-    c.env_remove("GHOSTIP_DB")
-        .env("HOME", "/nonexistent-home")
-        .env("COLUMNS", "1000");
-    c
-}
-
-fn json(out: &[u8]) -> Value {
-    serde_json::from_slice(out).unwrap_or_else(|e| {
-        panic!("bad JSON ({e}): {}", String::from_utf8_lossy(out));
-    })
-}
+use crate::common::{ghostip_wide, json};
 
 /// `n` refused connections, one a line.
 fn refused(n: usize) -> String {
@@ -47,7 +32,7 @@ fn gzip(data: &[u8]) -> Vec<u8> {
 
 /// The report's total and exit code of `explain -o json FILE`.
 fn total(path: &Path) -> (u64, Option<i32>, String) {
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db", "-o", "json"])
         .arg(path)
         .output()
@@ -218,7 +203,7 @@ fn a_log_truncated_under_the_reader_is_a_short_read_and_a_warning() {
 
 #[test]
 fn since_after_until_is_an_error_naming_both() {
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db"])
         .args([
             "--since",
@@ -238,7 +223,7 @@ fn since_after_until_is_an_error_naming_both() {
         "{err}"
     );
     // Relative times too; equal bounds are an empty window, not an error.
-    ghostip()
+    ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db"])
         .args(["--since", "-5m", "--until", "-2h", "-"])
         .write_stdin("")
@@ -247,7 +232,7 @@ fn since_after_until_is_an_error_naming_both() {
         .stderr(predicates::str::contains(
             "--since -5m is later than --until -2h",
         ));
-    ghostip()
+    ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db"])
         .args([
             "--since",
@@ -269,7 +254,7 @@ fn localhost_targets_are_local_never_stale() {
         "2024-05-01T15:42:12Z urllib3.exceptions.MaxRetryError: HTTPConnectionPool(host='localhost.localdomain', port=80): Max retries exceeded with url: / (Caused by NewConnectionError('<urllib3.connection.HTTPConnection object at 0x7f>: Failed to establish a new connection: [Errno 111] Connection refused',))",
     ]
     .join("\n");
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["explain", "--db", "/nonexistent/x.db", "-o", "json", "-"])
         .write_stdin(log)
         .assert()
@@ -287,7 +272,7 @@ fn localhost_targets_are_local_never_stale() {
 
 #[test]
 fn the_missing_ledger_warning_escapes_the_path() {
-    let out = ghostip()
+    let out = ghostip_wide()
         .args([
             "explain",
             "--db",
@@ -319,7 +304,7 @@ fn a_truth_history_past_the_bound_is_refused() {
     let f = std::fs::File::create(&sparse).unwrap();
     f.set_len(2 * 1024 * 1024 + 1).unwrap();
     for history in [Path::new("/dev/zero"), sparse.as_path()] {
-        let out = ghostip()
+        let out = ghostip_wide()
             .arg("explain")
             .arg("--truth-history")
             .arg(history)

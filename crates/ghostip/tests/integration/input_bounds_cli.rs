@@ -5,28 +5,10 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-fn ghostip() -> assert_cmd::Command {
-    let mut c = assert_cmd::Command::cargo_bin("ghostip").unwrap();
-    c.env_remove("KUBECONFIG")
-        .env_remove("GHOSTIP_DB")
-        .env("HOME", "/nonexistent-home")
-        .env("COLUMNS", "1000");
-    c
-}
-
-fn audit_case(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/audit")
-        .join(name)
-}
-
-fn stderr_of(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use crate::common::{audit_case, ghostip_wide, spawn_piped, stderr_of};
 
 /// A file one byte past the default bound (512 MiB), sparse: refused from its size, before a
 /// byte is read.
@@ -51,14 +33,7 @@ fn truth_file(dir: &Path) -> PathBuf {
 /// `ghostip ARGS` on standard input; returns the output and how many bytes went in before
 /// the command stopped reading.
 fn feed_endless(args: &[&str], byte: u8) -> (std::process::Output, u64) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ghostip"))
-        .args(args)
-        .env("COLUMNS", "1000")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(args);
     let mut stdin = child.stdin.take().unwrap();
     let chunk = vec![byte; 64 * 1024];
     let mut written = 0u64;
@@ -106,7 +81,7 @@ fn a_dump_past_the_bound_is_refused_and_read_no_further() {
     // The default bound, from a file's size.
     let dir = tempfile::tempdir().unwrap();
     let big = sparse_past_default(dir.path(), "big.json");
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["datapath", "show", "--format", "nft-json", "--from-file"])
         .arg(&big)
         .output()
@@ -120,7 +95,7 @@ fn a_dump_past_the_bound_is_refused_and_read_no_further() {
     // Exactly at the bound is read.
     let exact = dir.path().join("exact.txt");
     std::fs::write(&exact, "*nat\nCOMMIT\n").unwrap();
-    ghostip()
+    ghostip_wide()
         .args([
             "datapath",
             "show",
@@ -150,7 +125,7 @@ fn a_truth_past_the_bound_is_refused() {
             "1 MiB",
         ),
     ] {
-        let out = ghostip()
+        let out = ghostip_wide()
             .args(["datapath", "diff", "--from-file"])
             .arg(&dump)
             .arg("--truth")
@@ -181,7 +156,7 @@ fn an_empty_conntrack_dump_is_an_error_not_clean() {
     ] {
         let dump = dir.path().join("ct.txt");
         std::fs::write(&dump, text).unwrap();
-        let out = ghostip()
+        let out = ghostip_wide()
             .args(["datapath", "diff", "--format", "conntrack", "--from-file"])
             .arg(&dump)
             .arg("--truth")
@@ -212,7 +187,7 @@ fn audit_inputs_past_the_bound_are_unread_inputs() {
     assert!(written < 8 * 1024 * 1024, "{written} bytes went in");
     let dir = tempfile::tempdir().unwrap();
     let big = sparse_past_default(dir.path(), "big.yaml");
-    let out = ghostip()
+    let out = ghostip_wide()
         .args(["audit", "-f"])
         .arg(&big)
         .arg("-f")
@@ -244,7 +219,7 @@ fn audit_follows_no_symlink_loop_and_reads_each_file_once() {
     )
     .unwrap();
     let json_of = |dir: &Path| {
-        let out = ghostip()
+        let out = ghostip_wide()
             .args(["audit", "-R", "-o", "json", "-f"])
             .arg(dir)
             .output()
@@ -287,7 +262,7 @@ fn audit_follows_no_symlink_loop_and_reads_each_file_once() {
 #[test]
 fn the_audit_listing_at_narrow_widths_never_cuts_a_word() {
     let run = |columns: &str| {
-        let out = ghostip()
+        let out = ghostip_wide()
             .env("COLUMNS", columns)
             .args(["audit", "-f"])
             .arg(audit_case("GIP-DNS-001-pos.yaml"))

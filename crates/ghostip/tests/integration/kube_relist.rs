@@ -13,7 +13,8 @@ use ghostip::kube::{
     TruthEvent, TruthKey, TruthObject, apply_to_truth, corefile_events_from, events_from,
 };
 use ghostip_core::model::{ServiceKey, Time};
-use ghostip_core::truth::{ServiceRecord, TrafficPolicy, Truth};
+use ghostip_core::truth::{ServiceRecord, Truth};
+use ghostip_testkit::records::headless_service;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::{self, Event};
@@ -66,18 +67,7 @@ fn slice(name: &str, service: &str, ips: &[&str]) -> EndpointSlice {
 }
 
 fn headless(name: &str) -> ServiceRecord {
-    ServiceRecord {
-        key: ServiceKey::new("shop", name),
-        cluster_ips: vec![],
-        headless: true,
-        service_type: "ClusterIP".into(),
-        publish_not_ready: false,
-        internal_traffic_policy: TrafficPolicy::Cluster,
-        external_traffic_policy: TrafficPolicy::Cluster,
-        ports: vec![],
-        has_selector: true,
-        labels: Default::default(),
-    }
+    headless_service(ServiceKey::new("shop", name))
 }
 
 fn ips(v: &[&str]) -> std::collections::BTreeSet<IpAddr> {

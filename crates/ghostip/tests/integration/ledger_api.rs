@@ -2,7 +2,6 @@
 //! observations, findings, truth gaps, retention and the `whois` renderings.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,6 +18,7 @@ use ghostip_core::{
     PodRef, ServiceKey, Target, Time,
 };
 use ghostip_session::layers::dns::{DNS, DNS_POD};
+use ghostip_testkit::records::pod_record;
 
 fn t(s: i64) -> Time {
     Time::from_second(1_700_000_000 + s).unwrap()
@@ -38,18 +38,12 @@ fn pref(name: &str) -> PodRef {
 
 fn pod(name: &str, ips: &[&str], created: i64) -> PodRecord {
     PodRecord {
-        pod: pref(name),
-        ips: ips.iter().map(|s| ip(s)).collect(),
         node: Some("node-1".into()),
         owner_kind: Some("ReplicaSet".into()),
         owner_name: Some("web-7c9".into()),
         created: Some(t(created)),
-        ready_since: None,
-        deletion: None,
         grace_period_seconds: Some(30),
-        prestop_seconds: None,
-        host_network: false,
-        labels: BTreeMap::new(),
+        ..pod_record(pref(name), ips.iter().map(|s| ip(s)).collect())
     }
 }
 

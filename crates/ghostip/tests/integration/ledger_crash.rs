@@ -6,7 +6,6 @@
 //! The child is this test binary re-executed with `GHOSTIP_LEDGER_CRASH_CHILD` set.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::IpAddr;
 use std::path::Path;
@@ -20,49 +19,30 @@ use ghostip_core::{
     Target, Time,
 };
 use ghostip_session::layers::dns::{DNS, DNS_POD};
+use ghostip_testkit::records::pod_record;
+use ghostip_testkit::rng::Rng;
 
 const CHILD_ENV: &str = "GHOSTIP_LEDGER_CRASH_CHILD";
 const ROUNDS: u32 = 16;
 const BUDGET: Duration = Duration::from_secs(90);
-
-/// xorshift64*: enough randomness for kill timing and workloads, reproducible from a seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn ip(i: u64) -> IpAddr {
     IpAddr::V4([10, 1, (i / 250) as u8, (i % 250) as u8].into())
 }
 
 fn pod(i: u64, generation: u64, addr: u64, at: Time) -> PodRecord {
+    let pod = PodRef {
+        namespace: "crash".into(),
+        name: format!("p{i}"),
+        uid: format!("p{i}-{generation}"),
+    };
     PodRecord {
-        pod: PodRef {
-            namespace: "crash".into(),
-            name: format!("p{i}"),
-            uid: format!("p{i}-{generation}"),
-        },
-        ips: vec![ip(addr)],
         node: Some(format!("node-{}", i % 3)),
         owner_kind: Some("ReplicaSet".into()),
         owner_name: Some("crash-1".into()),
         created: Some(at),
-        ready_since: None,
-        deletion: None,
         grace_period_seconds: Some(30),
-        prestop_seconds: None,
-        host_network: false,
-        labels: BTreeMap::new(),
+        ..pod_record(pod, vec![ip(addr)])
     }
 }
 

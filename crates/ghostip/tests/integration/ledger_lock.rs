@@ -2,9 +2,8 @@
 //! with the holder's PID, readers are unaffected, and the lock dies with its process.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::collections::BTreeMap;
 use std::io::Read as _;
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,49 +11,26 @@ use assert_cmd::cargo::CommandCargoExt;
 use ghostip::ledger::Ledger;
 use ghostip_core::truth::PodRecord;
 use ghostip_core::{PodRef, Time};
+use ghostip_testkit::records::pod_record;
+
+use crate::common::{closed_port, dead_kubeconfig};
 
 fn pod(i: u8) -> PodRecord {
+    let pod = PodRef {
+        namespace: "demo".into(),
+        name: format!("web-{i}"),
+        uid: format!("uid-{i}"),
+    };
     PodRecord {
-        pod: PodRef {
-            namespace: "demo".into(),
-            name: format!("web-{i}"),
-            uid: format!("uid-{i}"),
-        },
-        ips: vec![IpAddr::from([10, 244, 0, i])],
         node: Some("node-1".into()),
-        owner_kind: None,
-        owner_name: None,
         created: Some(t(1)),
-        ready_since: None,
-        deletion: None,
         grace_period_seconds: Some(30),
-        prestop_seconds: None,
-        host_network: false,
-        labels: BTreeMap::new(),
+        ..pod_record(pod, vec![IpAddr::from([10, 244, 0, i])])
     }
 }
 
 fn t(s: i64) -> Time {
     Time::from_second(1_700_000_000 + s).unwrap()
-}
-
-/// A kubeconfig pointing at a port where nothing listens.
-fn dead_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let path = dir.join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'https://127.0.0.1:{port}', insecure-skip-tls-verify: true}}\n\
-             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: dead\n  context: {{cluster: c, user: u}}\ncurrent-context: dead\n"
-        ),
-    )
-    .unwrap();
-    path
 }
 
 fn ghostip(kubeconfig: &std::path::Path, db: &std::path::Path) -> assert_cmd::Command {
@@ -204,11 +180,7 @@ fn a_running_watch_holds_the_lock_until_it_is_killed() {
     let dir = tempfile::tempdir().unwrap();
     let kc = dead_kubeconfig(dir.path());
     let db = dir.path().join("ghostip.db");
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = closed_port();
     let addr = format!("127.0.0.1:{port}");
     let mut watch = KillOnDrop(
         Command::cargo_bin("ghostip")

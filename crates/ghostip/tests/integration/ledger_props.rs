@@ -4,7 +4,7 @@
 //! reuse opens a new interval, and `history`/`whois` agree with the model.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -12,6 +12,7 @@ use ghostip::ledger::Ledger;
 use ghostip_analysis::ownership::{EndReason, Ownership};
 use ghostip_core::truth::PodRecord;
 use ghostip_core::{PodRef, Time};
+use ghostip_testkit::records::pod_record;
 use proptest::prelude::*;
 
 const IPS: u8 = 4;
@@ -221,24 +222,14 @@ impl Model {
 
 fn record(pod: &PodRef, ips: &[u8], created: Option<i64>) -> PodRecord {
     PodRecord {
-        pod: pod.clone(),
-        ips: ips.iter().map(|&i| ip(i)).collect(),
         node: Some("n".into()),
-        owner_kind: None,
-        owner_name: None,
         created: created.map(t),
-        ready_since: None,
-        deletion: None,
-        grace_period_seconds: None,
-        prestop_seconds: None,
-        host_network: false,
-        labels: BTreeMap::new(),
+        ..pod_record(pod.clone(), ips.iter().map(|&i| ip(i)).collect())
     }
 }
 
-fn key(
-    o: &Ownership,
-) -> (
+/// What the ledger and the model must agree on about one ownership.
+type Key = (
     String,
     String,
     Time,
@@ -246,7 +237,9 @@ fn key(
     Option<EndReason>,
     bool,
     Option<Time>,
-) {
+);
+
+fn key(o: &Ownership) -> Key {
     (
         o.pod.name.clone(),
         o.pod.uid.clone(),
@@ -258,17 +251,7 @@ fn key(
     )
 }
 
-fn mkey(
-    m: &M,
-) -> (
-    String,
-    String,
-    Time,
-    Option<Time>,
-    Option<EndReason>,
-    bool,
-    Option<Time>,
-) {
+fn mkey(m: &M) -> Key {
     (
         m.pod.name.clone(),
         m.pod.uid.clone(),

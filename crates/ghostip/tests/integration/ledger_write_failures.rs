@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use ghostip::ledger::{Ledger, LedgerHealth, LedgerOp, LedgerWriter, WriterOptions};
 use ghostip_core::truth::PodRecord;
 use ghostip_core::{PodRef, Time};
+use ghostip_testkit::records::pod_record;
 
 fn t(s: i64) -> Time {
     Time::from_second(1_700_000_000 + s).unwrap()
@@ -21,24 +22,19 @@ fn ip(i: u32) -> IpAddr {
 }
 
 fn pod(i: u32) -> PodRecord {
+    let pod = PodRef {
+        namespace: "demo".into(),
+        // Long names: each write takes room, so a capped file fills quickly.
+        name: format!("web-{i}-{}", "x".repeat(200)),
+        uid: format!("uid-{i}"),
+    };
     PodRecord {
-        pod: PodRef {
-            namespace: "demo".into(),
-            // Long names: each write takes room, so a capped file fills quickly.
-            name: format!("web-{i}-{}", "x".repeat(200)),
-            uid: format!("uid-{i}"),
-        },
-        ips: vec![ip(i)],
         node: Some("node-1".into()),
         owner_kind: Some("ReplicaSet".into()),
         owner_name: Some("web-7c9".into()),
         created: Some(t(0)),
-        ready_since: None,
-        deletion: None,
         grace_period_seconds: Some(30),
-        prestop_seconds: None,
-        host_network: false,
-        labels: BTreeMap::new(),
+        ..pod_record(pod, vec![ip(i)])
     }
 }
 

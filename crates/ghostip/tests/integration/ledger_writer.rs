@@ -1,35 +1,26 @@
 //! The batching writer thread: ordering, batching, backpressure, flush, failures and close.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ghostip::ledger::{Ledger, LedgerError, LedgerOp, LedgerWriter, WriterOptions};
 use ghostip_core::truth::PodRecord;
 use ghostip_core::{PodRef, Time};
+use ghostip_testkit::records::pod_record;
 
 fn t(s: i64) -> Time {
     Time::from_second(1_700_000_000 + s).unwrap()
 }
 
 fn pod(i: u32, created: i64) -> PodRecord {
+    let pod = PodRef {
+        namespace: "ns".into(),
+        name: format!("p{i}"),
+        uid: format!("u{i}"),
+    };
     PodRecord {
-        pod: PodRef {
-            namespace: "ns".into(),
-            name: format!("p{i}"),
-            uid: format!("u{i}"),
-        },
-        ips: vec![ip(i)],
-        node: None,
-        owner_kind: None,
-        owner_name: None,
         created: Some(t(created)),
-        ready_since: None,
-        deletion: None,
-        grace_period_seconds: None,
-        prestop_seconds: None,
-        host_network: false,
-        labels: BTreeMap::new(),
+        ..pod_record(pod, vec![ip(i)])
     }
 }
 

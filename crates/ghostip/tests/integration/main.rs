@@ -24,6 +24,7 @@ mod audit_rules;
 mod check_families;
 mod cli;
 mod cli_flags;
+mod common;
 mod datapath_cli;
 mod deploy_manifests;
 mod dns_budget;

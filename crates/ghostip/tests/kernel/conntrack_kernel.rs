@@ -34,25 +34,11 @@ use ghostip_session::layers::conntrack::flows::FlowKey;
 use ghostip_session::{
     Received, ResourceKind, Session, SessionConfig, SyncState, TruthEvent, TruthObject,
 };
+use ghostip_testkit::env::require_netns;
+use ghostip_testkit::records::pod_record;
 use rustix::thread::CapabilitySet;
 
 use crate::netns_support;
-
-/// Fails the test unless real kernel state was asked for (GHOSTIP_NETNS_TESTS=1) as root.
-fn require_netns() {
-    if std::env::var_os("GHOSTIP_NETNS_TESTS").is_none() {
-        ghostip_testkit::env::missing(
-            "GHOSTIP_NETNS_TESTS is not set: these tests change real kernel state in network \
-             namespaces and need root and GHOSTIP_NETNS_TESTS=1 (scripts/test runs them)",
-        );
-    }
-    let uid = Command::new("id").arg("-u").output().unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&uid.stdout).trim(),
-        "0",
-        "GHOSTIP_NETNS_TESTS=1 needs root (network namespaces, nft, conntrack)"
-    );
-}
 
 fn run(cmd: &str, args: &[&str]) -> String {
     let out = Command::new(cmd)
@@ -273,7 +259,7 @@ fn clients() -> Vec<IpAddr> {
 #[test]
 #[ignore = "needs network namespaces (root, GHOSTIP_NETNS_TESTS=1)"]
 fn the_netlink_reader_reads_what_conntrack_lists_and_keeps_the_pods_live_flows() {
-    require_netns();
+    require_netns("network namespaces, nft, conntrack");
     let lab = lab();
     let _flows = flows(&lab);
     let cancel = AtomicBool::new(false);
@@ -390,7 +376,7 @@ fn web_slice(ips: &[(&str, &str)]) -> SliceRecord {
 #[test]
 #[ignore = "needs network namespaces (root, GHOSTIP_NETNS_TESTS=1)"]
 fn real_reads_of_a_connection_pinned_to_a_removed_pod_make_a_stale_flow() {
-    require_netns();
+    require_netns("network namespaces, nft, conntrack");
     let lab = lab();
     let _flows = flows(&lab);
     let kinds = [
@@ -440,23 +426,14 @@ fn real_reads_of_a_connection_pinned_to_a_removed_pod_make_a_stale_flow() {
                 );
             }
             ResourceKind::Pods => {
+                let pod = PodRef {
+                    namespace: "prod".into(),
+                    name: "order-7c9".into(),
+                    uid: String::new(),
+                };
                 let pod = PodRecord {
-                    pod: PodRef {
-                        namespace: "prod".into(),
-                        name: "order-7c9".into(),
-                        uid: String::new(),
-                    },
-                    ips: clients(),
                     node: Some("node-1".into()),
-                    owner_kind: None,
-                    owner_name: None,
-                    created: None,
-                    ready_since: None,
-                    deletion: None,
-                    grace_period_seconds: None,
-                    prestop_seconds: None,
-                    host_network: false,
-                    labels: Default::default(),
+                    ..pod_record(pod, clients())
                 };
                 feed(&mut s, TruthEvent::InitApply(TruthObject::Pod(pod)), t(0));
             }
@@ -514,7 +491,7 @@ fn real_reads_of_a_connection_pinned_to_a_removed_pod_make_a_stale_flow() {
 #[test]
 #[ignore = "needs network namespaces (root, GHOSTIP_NETNS_TESTS=1)"]
 fn without_cap_net_admin_the_error_names_it() {
-    require_netns();
+    require_netns("network namespaces, nft, conntrack");
     let node = Netns::new("node");
     let err = node
         .enter(|| {

@@ -71,6 +71,21 @@ impl Agent {
         Agent::start_with(dir, node, AgentOptions::default())
     }
 
+    /// An agent on `node` listening on `port`, started through [`WITHOUT_NET_ADMIN`] with
+    /// `extra` flags.
+    pub fn start_without_net_admin(dir: &Path, node: &str, port: u16, extra: &[&str]) -> Agent {
+        Agent::start_with(
+            dir,
+            node,
+            AgentOptions {
+                port,
+                wrapper: WITHOUT_NET_ADMIN,
+                extra,
+                ..AgentOptions::default()
+            },
+        )
+    }
+
     /// An agent on `node` started as `opts` say.
     pub fn start_with(dir: &Path, node: &str, opts: AgentOptions<'_>) -> Agent {
         let port = opts.port;

@@ -174,6 +174,53 @@ pub fn kubectl_stdin(args: &[&str], stdin: &str) {
     );
 }
 
+/// Replaces demo's pod `name` with `manifest` (written to `dir/client.json`) and waits up to
+/// 60 s for it to be Ready.
+pub fn replace_client_pod(dir: &Path, name: &str, manifest: &str) {
+    let _ = run(lab("kubectl").args(["-n", "demo", "delete", "pod", name, "--wait=true"]));
+    let path = dir.join("client.json");
+    std::fs::write(&path, manifest).unwrap();
+    kubectl(&["apply", "-f", path.to_str().unwrap()]);
+    kubectl(&[
+        "-n",
+        "demo",
+        "wait",
+        "--for=condition=Ready",
+        &format!("pod/{name}"),
+        "--timeout=60s",
+    ]);
+}
+
+/// Runs `ghostip rollout deploy/web -n demo --restart -o json` (and `--html` when given) on
+/// node-1: its exit code (0 or 1, else the test fails), report and standard error.
+pub fn rollout_web(db: &Path, html: Option<&Path>) -> (i32, serde_json::Value, String) {
+    let mut cmd = lab("exec");
+    cmd.args(["node-1", env!("CARGO_BIN_EXE_ghostip"), "--db"])
+        .arg(db);
+    cmd.args([
+        "rollout",
+        "deploy/web",
+        "-n",
+        "demo",
+        "--restart",
+        "--timeout",
+        "150s",
+        "-o",
+        "json",
+    ]);
+    if let Some(h) = html {
+        cmd.arg("--html").arg(h);
+    }
+    let (code, out, err) = run(&mut cmd);
+    assert!(
+        code == 0 || code == 1,
+        "rollout failed with {code}:\n{out}\n{err}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{out}\n{err}"));
+    (code, v, err)
+}
+
 /// Where `lab/build` put cacheclient (found in the hub's PATH).
 pub fn cacheclient() -> PathBuf {
     let (code, out, err) = run(lab("exec").args(["hub", "sh", "-c", "command -v cacheclient"]));
@@ -184,9 +231,9 @@ pub fn cacheclient() -> PathBuf {
     PathBuf::from(out.trim())
 }
 
-/// demo/web's pods: pod IP → pod name.
-pub fn web_pods() -> std::collections::BTreeMap<String, String> {
-    let out = kubectl(&[
+/// `kubectl get` of demo/web's pods printed with the jsonpath `template`.
+pub fn web_pods_jsonpath(template: &str) -> String {
+    kubectl(&[
         "-n",
         "demo",
         "get",
@@ -194,8 +241,26 @@ pub fn web_pods() -> std::collections::BTreeMap<String, String> {
         "-l",
         "app=web",
         "-o",
-        "jsonpath={range .items[*]}{.status.podIP}{\" \"}{.metadata.name}{\"\\n\"}{end}",
+        &format!("jsonpath={template}"),
+    ])
+}
+
+/// Waits (up to `timeout`, e.g. "120s") for demo/web's rollout to complete.
+pub fn web_rollout_status(timeout: &str) {
+    kubectl(&[
+        "-n",
+        "demo",
+        "rollout",
+        "status",
+        "deploy/web",
+        &format!("--timeout={timeout}"),
     ]);
+}
+
+/// demo/web's pods: pod IP → pod name.
+pub fn web_pods() -> std::collections::BTreeMap<String, String> {
+    let out =
+        web_pods_jsonpath("{range .items[*]}{.status.podIP}{\" \"}{.metadata.name}{\"\\n\"}{end}");
     out.lines()
         .filter_map(|l| {
             let (ip, name) = l.split_once(' ')?;

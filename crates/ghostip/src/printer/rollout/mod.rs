@@ -118,6 +118,44 @@ fn endpoints(windows: &[WindowRow]) -> Vec<EndpointRow<'_>> {
         .collect()
 }
 
+/// One row per endpoint: its IP, pod, share of the paths, window and verdict, and for removed
+/// endpoints (`exposure`) how long clients could still reach it.
+fn endpoint_table(rows: &[EndpointRow<'_>], n_paths: usize, exposure: bool) -> Table {
+    let mut t = Table::new();
+    let mut columns = vec![
+        Column::keep("IP"),
+        Column::name("POD"),
+        Column::name("PATHS"),
+        Column::wrap("WINDOW"),
+    ];
+    if exposure {
+        columns.push(Column::wrap("EXPOSURE"));
+    }
+    columns.push(Column::wrap("VERDICT"));
+    t.set_columns(columns);
+    for e in rows {
+        let mut row = vec![
+            e.ip.clone(),
+            e.pod.unwrap_or("-").to_string(),
+            format!("{}/{n_paths}", e.paths),
+            range(e.window),
+        ];
+        if exposure {
+            row.push(match e.exposure {
+                (Some(lo), Some(hi)) if hi > 0.0 && (hi - lo).abs() >= 0.05 => {
+                    format!("{lo:.1}–{hi:.1}s")
+                }
+                (_, Some(hi)) if hi > 0.0 => format!("{hi:.1}s"),
+                (_, Some(_)) => "0s".into(),
+                _ => "unknown".into(),
+            });
+        }
+        row.push(e.word.to_string());
+        t.add_row(row);
+    }
+    t
+}
+
 fn range(window: (Option<f64>, Option<f64>)) -> String {
     match window {
         (Some(lo), Some(hi)) if (hi - lo).abs() < 0.005 => format!("{hi:.2}s"),
@@ -316,53 +354,12 @@ pub fn render_table(r: &Report, layout: &Layout) -> String {
     let n_paths = r.paths.len();
     let stale = endpoints(&r.stale);
     if !stale.is_empty() {
-        let mut t = Table::new();
-        t.set_columns(vec![
-            Column::keep("IP"),
-            Column::name("POD"),
-            Column::name("PATHS"),
-            Column::wrap("WINDOW"),
-            Column::wrap("EXPOSURE"),
-            Column::wrap("VERDICT"),
-        ]);
-        for e in &stale {
-            t.add_row(vec![
-                e.ip.clone(),
-                e.pod.unwrap_or("-").to_string(),
-                format!("{}/{n_paths}", e.paths),
-                range(e.window),
-                match e.exposure {
-                    (Some(lo), Some(hi)) if hi > 0.0 && (hi - lo).abs() >= 0.05 => {
-                        format!("{lo:.1}–{hi:.1}s")
-                    }
-                    (_, Some(hi)) if hi > 0.0 => format!("{hi:.1}s"),
-                    (_, Some(_)) => "0s".into(),
-                    _ => "unknown".into(),
-                },
-                e.word.to_string(),
-            ]);
-        }
+        let t = endpoint_table(&stale, n_paths, true);
         let _ = write!(out, "\nRemoved endpoints\n{}", t.render(layout));
     }
     let missing = endpoints(&r.missing);
     if !missing.is_empty() {
-        let mut t = Table::new();
-        t.set_columns(vec![
-            Column::keep("IP"),
-            Column::name("POD"),
-            Column::name("PATHS"),
-            Column::wrap("WINDOW"),
-            Column::wrap("VERDICT"),
-        ]);
-        for e in &missing {
-            t.add_row(vec![
-                e.ip.clone(),
-                e.pod.unwrap_or("-").to_string(),
-                format!("{}/{n_paths}", e.paths),
-                range(e.window),
-                e.word.to_string(),
-            ]);
-        }
+        let t = endpoint_table(&missing, n_paths, false);
         let _ = write!(out, "\nAdded endpoints served late\n{}", t.render(layout));
     }
     if !layout.wide {
