@@ -112,6 +112,28 @@ impl ChangeMemory {
     }
 }
 
+/// A context bound to `layer` over the session's parts, borrowed apart from its layers.
+fn layer_cx<'a>(
+    layer: ghostip_core::Layer,
+    truth: &'a Truth,
+    engine: &'a mut Engine,
+    filter: &'a ServiceFilter,
+    synced: bool,
+    memory: &'a mut ChangeMemory,
+    actions: &'a mut Actions,
+) -> LayerCx<'a> {
+    LayerCx {
+        layer,
+        truth,
+        engine,
+        filter,
+        synced,
+        events: &mut actions.events,
+        connect: &mut actions.connect,
+        memory,
+    }
+}
+
 /// The session.
 pub struct Session {
     cfg: SessionConfig,
@@ -205,16 +227,15 @@ impl Session {
             .layers
             .iter_mut()
             .find_map(|l| (&mut **l as &mut dyn std::any::Any).downcast_mut::<T>())?;
-        let mut cx = LayerCx {
-            layer: layer.layer(),
-            truth: &self.truth,
-            engine: &mut self.engine,
-            filter: &self.cfg.filter,
-            synced: self.synced_once,
-            events: &mut actions.events,
-            connect: &mut actions.connect,
-            memory: &mut self.memory,
-        };
+        let mut cx = layer_cx(
+            layer.layer(),
+            &self.truth,
+            &mut self.engine,
+            &self.cfg.filter,
+            self.synced_once,
+            &mut self.memory,
+            &mut actions,
+        );
         let r = f(layer, &mut cx);
         Some((r, actions))
     }
@@ -321,16 +342,15 @@ impl Session {
         mut f: impl FnMut(&mut dyn LayerModel, &mut LayerCx<'_>),
     ) {
         for layer in &mut self.layers {
-            let mut cx = LayerCx {
-                layer: layer.layer(),
-                truth: &self.truth,
-                engine: &mut self.engine,
-                filter: &self.cfg.filter,
-                synced: self.synced_once,
-                events: &mut actions.events,
-                connect: &mut actions.connect,
-                memory: &mut self.memory,
-            };
+            let mut cx = layer_cx(
+                layer.layer(),
+                &self.truth,
+                &mut self.engine,
+                &self.cfg.filter,
+                self.synced_once,
+                &mut self.memory,
+                actions,
+            );
             f(layer.as_mut(), &mut cx);
         }
     }
@@ -555,7 +575,7 @@ mod tests {
     use crate::layers::dns::paths::PathConfig;
     use crate::layers::dns::{DnsConfig, DnsModel};
     use crate::truth_event::{ConfigMapRef, ResourceKind};
-    use ghostip_core::truth::{ServiceRecord, SliceRecord};
+    use ghostip_core::truth::SliceRecord;
     use ghostip_core::{HeldTarget, PathKind, PodRef, Target};
 
     const CLASSIC: &str = "\
@@ -748,18 +768,9 @@ cluster.local:53 {
         let key = ServiceKey::new("prod", "web");
         s.on_truth(&Received {
             at: t,
-            event: TruthEvent::Apply(TruthObject::Service(ServiceRecord {
-                key: key.clone(),
-                cluster_ips: Vec::new(),
-                headless: true,
-                service_type: "ClusterIP".into(),
-                publish_not_ready: false,
-                internal_traffic_policy: Default::default(),
-                external_traffic_policy: Default::default(),
-                ports: Vec::new(),
-                has_selector: true,
-                labels: BTreeMap::new(),
-            })),
+            event: TruthEvent::Apply(TruthObject::Service(
+                ghostip_testkit::records::headless_service(key.clone()),
+            )),
         });
         let slice = |ips: &[&str], at: Time| Received {
             at,

@@ -157,6 +157,27 @@ impl Pipeline {
         }
     }
 
+    /// Starts a pipeline that records to the ledger and exports its metrics (`watch`, the
+    /// agent): `ghostip_truth_synced` reads 0 until the first relist completes.
+    pub fn start_recording(
+        session: Session,
+        truth: BoxStream<'static, Received>,
+        probe: ProbeSettings,
+        ledger: LedgerSender,
+        metrics: &Arc<Metrics>,
+        cancel: CancellationToken,
+    ) -> Self {
+        metrics.truth_synced.set(0);
+        Self::start(
+            session,
+            truth,
+            probe,
+            Some(ledger),
+            Some(Arc::clone(metrics)),
+            cancel,
+        )
+    }
+
     /// Adds a layer's adapter; the pipeline drives it from now on.
     pub fn add_adapter(&mut self, adapter: Box<dyn LayerAdapter>) {
         self.adapters.push(adapter);

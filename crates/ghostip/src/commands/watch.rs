@@ -66,13 +66,12 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
         None,
     );
     let settings = probe_settings(&args.dns, args.sweep)?;
-    metrics.truth_synced.set(0);
-    let mut p = Pipeline::start(
+    let mut p = Pipeline::start_recording(
         session,
         truth.boxed(),
         settings,
-        Some(writer.sender()),
-        Some(Arc::clone(&metrics)),
+        writer.sender(),
+        &metrics,
         cancel.clone(),
     );
 

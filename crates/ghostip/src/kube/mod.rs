@@ -50,6 +50,5 @@ pub use snapshot::{Snapshot, snapshot};
 pub use watch::{
     BackoffPolicy, LivenessProbe, RelistSignal, RelistTrigger, TruthSource, WatchScope,
     api_liveness, corefile_events_from, events_from, relist_signal, relisting_events_from,
-    watch_corefile, watch_endpoint_slices, watch_pods, watch_pods_selected, watch_services,
-    watch_truth,
+    watch_corefile, watch_endpoint_slices, watch_truth,
 };

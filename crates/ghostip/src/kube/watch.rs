@@ -559,40 +559,6 @@ pub fn watch_endpoint_slices(
     watch_kind(api, list_config(), clock, backoff, None)
 }
 
-/// Watches Services in `namespace` (all namespaces when `None`).
-pub fn watch_services(
-    client: kube::Client,
-    namespace: Option<&str>,
-    clock: Arc<dyn Clock>,
-    backoff: BackoffPolicy,
-) -> BoxStream<'static, Received> {
-    let api: Api<Service> = scoped_api(client, namespace);
-    watch_kind(api, list_config(), clock, backoff, None)
-}
-
-/// Watches Pods in `namespace` (all namespaces when `None`).
-pub fn watch_pods(
-    client: kube::Client,
-    namespace: Option<&str>,
-    clock: Arc<dyn Clock>,
-    backoff: BackoffPolicy,
-) -> BoxStream<'static, Received> {
-    watch_pods_selected(client, namespace, None, clock, backoff)
-}
-
-/// Watches Pods in `namespace`, only those on `node` when given (`spec.nodeName` field
-/// selector: the API server filters, so a node agent never receives the whole cluster's pods).
-pub fn watch_pods_selected(
-    client: kube::Client,
-    namespace: Option<&str>,
-    node: Option<&str>,
-    clock: Arc<dyn Clock>,
-    backoff: BackoffPolicy,
-) -> BoxStream<'static, Received> {
-    let api: Api<Pod> = scoped_api(client, namespace);
-    watch_kind(api, pods_config(node), clock, backoff, None)
-}
-
 fn pods_config(node: Option<&str>) -> watcher::Config {
     match node {
         Some(n) => list_config().fields(&format!("spec.nodeName={n}")),

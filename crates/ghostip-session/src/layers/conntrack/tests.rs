@@ -108,18 +108,9 @@ fn slice(
 
 fn pod_record(p: PodRef, ips: &[&str], host_network: bool) -> PodRecord {
     PodRecord {
-        pod: p,
-        ips: ips.iter().map(|a| ip(a)).collect(),
         node: Some(NODE.into()),
-        owner_kind: None,
-        owner_name: None,
-        created: None,
-        ready_since: None,
-        deletion: None,
-        grace_period_seconds: None,
-        prestop_seconds: None,
         host_network,
-        labels: BTreeMap::new(),
+        ..ghostip_testkit::records::pod_record(p, ips.iter().map(|a| ip(a)).collect())
     }
 }
 

@@ -103,13 +103,12 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
     // Sweeps of headless names are the watch's job; the agent probes them on bursts only
     // (the sweep period is long) and checks DNS health on its own schedule.
     let settings = probe_settings(&args.dns, Duration::from_secs(300))?;
-    metrics.truth_synced.set(0);
-    let mut p = Pipeline::start(
+    let mut p = Pipeline::start_recording(
         session,
         truth.boxed(),
         settings,
-        Some(writer.sender()),
-        Some(Arc::clone(&metrics)),
+        writer.sender(),
+        &metrics,
         cancel.clone(),
     );
     let ledger_tx = writer.sender();
