@@ -114,10 +114,19 @@ start_kube_proxy() {
   wait_for "kube-proxy-$node" 60 "kube-proxy on $node synced (/healthz)" kube_proxy_synced "$node"
 }
 
+# shellcheck source=realnodes.sh
+. "$LAB_DIR/realnodes.sh"
+
 # component_names: every daemon lab/up starts, in start order.
 component_names() {
-  echo etcd kube-apiserver kube-controller-manager kube-scheduler kwok podsync
-  local n; for n in $(lab_nodes); do echo "kube-proxy-$n"; done
+  local n
+  if [[ $(node_kind) == real ]]; then
+    echo etcd kube-apiserver kube-controller-manager kube-scheduler
+    for n in $(lab_nodes); do echo "kubelet-$n"; done
+  else
+    echo etcd kube-apiserver kube-controller-manager kube-scheduler kwok podsync
+  fi
+  for n in $(lab_nodes); do echo "kube-proxy-$n"; done
 }
 
 start_component() {
@@ -129,6 +138,7 @@ start_component() {
     kwok) start_kwok ;;
     podsync) start_podsync ;;
     kube-proxy-node-*) start_kube_proxy "${1#kube-proxy-}" ;;
+    kubelet-node-*) start_real_node "${1#kubelet-}" ;;
     *) die "unknown component $1 (known: $(component_names | xargs))" ;;
   esac
 }

@@ -36,6 +36,10 @@ LAB_API=https://$LAB_HUB_IP:6443
 node_ip() { printf '%s.%d' "$LAB_NODE_PREFIX" $((10 + ${1#node-})); }
 node_cidr() { printf '10.244.%d.0/24' "${1#node-}"; }
 node_netns() { printf 'ghostip-%s' "$1"; }
+# A real node's files (containerd root, kubelet root, logs, configs).
+node_dir() { printf '%s/node/%s' "$LAB_STATE" "$1"; }
+# The kind of the lab's nodes: kwok (fake kubelet, podsync) or real.
+node_kind() { cat "$LAB_STATE/node-kind" 2>/dev/null || echo kwok; }
 
 # Node names recorded by lab/up.
 lab_nodes() { cat "$LAB_STATE/nodes" 2>/dev/null || true; }
@@ -53,6 +57,25 @@ need_bins() {
     [[ -x $LAB_BIN/$b ]] || missing+=("$b")
   done
   ((${#missing[@]} == 0)) || die "missing binaries in $LAB_BIN: ${missing[*]}; run lab/build first (cold: ~30-60 min on 2 cores)"
+}
+
+# What a real node needs beyond the kwok lab: the kubelet and CNI plugins
+# (lab/build), the lab's images (lab/build images), containerd and runc
+# (Debian packages, installed when missing).
+need_real_node_bins() {
+  local missing=() b
+  for b in kubelet cni/bridge cni/host-local cni/loopback cni/portmap images/names.env; do
+    [[ -e $LAB_BIN/$b ]] || missing+=("$b")
+  done
+  ((${#missing[@]} == 0)) || die "missing in $LAB_BIN: ${missing[*]}; run lab/build"
+  local want=()
+  command -v containerd >/dev/null || want+=(containerd)
+  command -v runc >/dev/null || want+=(runc)
+  ((${#want[@]} == 0)) && return 0
+  log "installing Debian packages: ${want[*]}"
+  DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y --no-install-recommends "${want[@]}" >/dev/null ||
+    { timeout 300 apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y --no-install-recommends "${want[@]}" >/dev/null; } ||
+    die "apt-get install ${want[*]} failed"
 }
 
 # Install the Debian packages the lab needs, only for missing commands.
@@ -166,7 +189,11 @@ proc_pid() {
   # Guard against PID reuse: the process must run a lab binary (or be the
   # short-lived `ip netns exec` before its exec).
   local exe; exe=$(readlink "/proc/$pid/exe" 2>/dev/null || true)
-  [[ $exe == */ip || $exe == */setsid || $exe == */nsenter ]] || is_lab_exe "$exe" || return 1
+  [[ $exe == */ip || $exe == */setsid || $exe == */nsenter || $exe == */containerd || $exe == */bash ]] ||
+    is_lab_exe "$exe" || return 1
+  # A real node's containerd and its lab/realnode script before it execs the
+  # kubelet: only when the process is in a lab network namespace.
+  if [[ $exe == */containerd || $exe == */bash ]] && ! in_lab_netns "$pid"; then return 1; fi
   echo "$pid"
 }
 
@@ -181,6 +208,15 @@ is_lab_exe() {
 }
 
 proc_running() { proc_pid "$1" >/dev/null; }
+
+# in_lab_netns PID: the process is in one of the lab's network namespaces.
+in_lab_netns() {
+  local ns
+  for ns in /run/netns/ghostip-*; do
+    [[ -e $ns && $(stat -L -c %i "$ns" 2>/dev/null) == "$(stat -L -c %i "/proc/$1/ns/net" 2>/dev/null)" ]] && return 0
+  done
+  return 1
+}
 
 # pid_alive PID: exists and is not a zombie waiting to be reaped.
 pid_alive() {

@@ -1,0 +1,177 @@
+# Real lab nodes (lab/up --node-kind real): how each node's containerd and
+# kubelet are configured and started, and what of the host they need.
+# Sourced by components.sh. docs/LAB.md, "Real nodes".
+# shellcheck shell=bash
+
+# The host values of the kernel tunables a kubelet sets (setupKernelTunables;
+# they are not per network namespace): lab/up records them before the first
+# kubelet starts and lab/down writes them back.
+KUBELET_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
+  kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
+
+save_host_sysctls() {
+  local f=$LAB_STATE/host-sysctls k
+  [[ -e $f ]] && return 0
+  for k in "${KUBELET_SYSCTLS[@]}"; do printf '%s=%s\n' "$k" "$(sysctl -n "$k")"; done >"$f.tmp"
+  mv "$f.tmp" "$f"
+}
+
+# restore_host_sysctls: write back what save_host_sysctls recorded.
+restore_host_sysctls() {
+  local f=$LAB_STATE/host-sysctls kv
+  [[ -f $f ]] || return 0
+  while read -r kv; do
+    [[ -n $kv ]] && sysctl -qw "$kv" >/dev/null 2>&1 || log "could not restore sysctl $kv"
+  done <"$f"
+}
+
+# The host directories a real node bind-mounts over (in its own mount
+# namespace) must exist as mount points; the ones lab/up had to create are
+# recorded and lab/down removes them.
+ensure_host_mountpoint() {
+  [[ -d $1 ]] && return 0
+  mkdir -p "$1"
+  echo "$1" >>"$LAB_STATE/host-dirs"
+}
+
+# cgroup_hierarchies: the mount points of every cgroup hierarchy (v1 and v2).
+cgroup_hierarchies() {
+  awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i+1) == "cgroup" || $(i+1) == "cgroup2") print $5; break } }' \
+    /proc/self/mountinfo
+}
+
+# The kubelet's cgroupRoot (/ghostip-node-N) must exist in every hierarchy;
+# lab/down removes it with everything below.
+ensure_cgroup_root() {
+  local h
+  for h in $(cgroup_hierarchies); do mkdir -p "$h/ghostip-$1"; done
+}
+
+# remove_cgroup_roots: kill what still runs in a node's cgroups, then remove
+# them, deepest first, in every hierarchy.
+remove_cgroup_roots() {
+  local h d pids
+  for h in $(cgroup_hierarchies); do
+    for d in "$h"/ghostip-node-*; do
+      [[ -d $d ]] || continue
+      pids=$(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs || true)
+      [[ -n $pids ]] && kill -KILL $pids 2>/dev/null || true
+    done
+  done
+  sleep 0.2
+  for h in $(cgroup_hierarchies); do
+    for d in "$h"/ghostip-node-*; do
+      [[ -d $d ]] || continue
+      find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
+      [[ -d $d ]] && log "could not remove cgroup $d"
+    done
+  done
+  return 0
+}
+
+# write_real_node node-N: containerd's and the kubelet's configuration and
+# the node's CNI network (bridge + host-local over the node's podCIDR).
+write_real_node() {
+  local node=$1 nd; nd=$(node_dir "$node")
+  mkdir -p "$nd"/{kubelet,log,containerd,cni,cni-ipam,manifests}
+  local pause; pause=$(sed -n 's/^PAUSE_IMAGE=//p' "$LAB_BIN/images/names.env" 2>/dev/null || true)
+  [[ -n $pause ]] || die "no pause image in $LAB_BIN/images (run lab/build images)"
+  cat >"$nd/containerd.toml" <<EOF
+version = 2
+root = "$nd/containerd"
+state = "/run/containerd"
+# The opt plugin would create /opt/containerd on the host; the lab needs none of these.
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = "/run/containerd/containerd.sock"
+[ttrpc]
+  address = "/run/containerd/containerd.sock.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$pause"
+  # The lab's processes lack CAP_SYS_RESOURCE: a negative oom_score_adj fails.
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "/run/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$LAB_BIN/cni"
+    conf_dir = "$nd/cni"
+    max_conf_num = 1
+EOF
+  cat >"$nd/cni/10-lab.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "lab",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+     "ipam": {"type": "host-local", "dataDir": "$nd/cni-ipam",
+              "ranges": [[{"subnet": "$(node_cidr "$node")"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+  # Pods with dnsPolicy Default (CoreDNS) get this resolv.conf: the hub,
+  # where nothing serves DNS (names outside the cluster fail fast; no loop).
+  printf 'nameserver %s\n' "$LAB_HUB_IP" >"$nd/resolv.conf"
+  cat >"$nd/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# Debian 12's containerd 1.6 and this kernel's cgroup v1/v2 hybrid; see docs/LAB.md.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: /ghostip-$node
+failSwapOn: false
+oomScoreAdj: 0
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+staticPodPath: $nd/manifests
+address: $(node_ip "$node")
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $LAB_STATE/pki/ca.crt}
+authorization: {mode: Webhook}
+clusterDomain: $LAB_DOMAIN
+clusterDNS: [$LAB_DNS_IP]
+resolvConf: $nd/resolv.conf
+podLogsDir: /var/log/pods
+# The host's disk is shared with everything else on it and may be fuller
+# than a node's would be: no eviction or image GC for disk in the lab.
+evictionHard: {memory.available: 100Mi, nodefs.available: "0%", imagefs.available: "0%", nodefs.inodesFree: "0%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+nodeStatusReportFrequency: 10s
+nodeStatusUpdateFrequency: 2s
+syncFrequency: 5s
+fileCheckFrequency: 5s
+EOF
+}
+
+real_node_ready() {
+  [[ $(kc get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]
+}
+
+# start_real_node node-N: containerd + kubelet in the node's namespaces
+# (lab/realnode); returns once the kubelet reports the Node Ready.
+start_real_node() {
+  local node=$1 nd; nd=$(node_dir "$node")
+  [[ -f $nd/kubelet.yaml ]] || write_real_node "$node"
+  save_host_sysctls
+  ensure_host_mountpoint /var/lib/kubelet
+  ensure_cgroup_root "$node"
+  PATH=$(lab_path) START_MODE=nsenter start_proc "kubelet-$node" "$(node_netns "$node")" "$LAB_DIR/realnode" "$node"
+  wait_for - 90 "$node Ready (log: $(logfile "kubelet-$node"))" real_node_ready "$node"
+}
