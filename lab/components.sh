@@ -33,6 +33,8 @@ start_apiserver() {
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
     --service-cluster-ip-range="$LAB_SERVICE_CIDR" \
+    --kubelet-client-certificate="$PKI/kubelet-client.crt" --kubelet-client-key="$PKI/kubelet-client.key" \
+    --kubelet-preferred-address-types=InternalIP \
     --allow-privileged=true --profiling=false
   wait_for kube-apiserver 90 "kube-apiserver /readyz" apiserver_ready
 }

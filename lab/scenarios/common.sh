@@ -59,12 +59,30 @@ coredns_settled() {
   want=$(kc -n kube-system get deploy coredns -o jsonpath='{.spec.replicas}')
   [[ $(kc -n kube-system get deploy coredns -o jsonpath='{.status.updatedReplicas}/{.status.readyReplicas}/{.status.replicas}') == "$want/$want/$want" ]] || return 1
   pods=$(kc -n kube-system get pods -l k8s-app=kube-dns --no-headers 2>/dev/null | wc -l)
-  files=$(compgen -G "$LAB_STATE/pods/kube-system_coredns-*.env" | wc -l)
+  if [[ $(node_kind) == real ]]; then
+    files=$pods
+  else
+    files=$(compgen -G "$LAB_STATE/pods/kube-system_coredns-*.env" | wc -l)
+  fi
   ((pods == want && files == want))
 }
 
+# The component that runs the lab's pods: podsync on kwok nodes; on real
+# nodes the kubelets (checked by the API's view, not a process: "-").
+pods_component() { if [[ $(node_kind) == real ]]; then echo -; else echo podsync; fi; }
+
+# pod_gone NAMESPACE NAME: the pod's processes are gone (podsync's state
+# file on kwok nodes; the Pod object, which the kubelet deletes last, on real ones).
+pod_gone() {
+  if [[ $(node_kind) == real ]]; then
+    ! kc -n "$1" get pod "$2" >/dev/null 2>&1
+  else
+    ! compgen -G "$LAB_STATE/pods/$1_$2.env" >/dev/null
+  fi
+}
+
 wait_coredns_settled() {
-  wait_for podsync 120 "CoreDNS settled (all replicas ready, old pods gone)" coredns_settled
+  wait_for "$(pods_component)" 120 "CoreDNS settled (all replicas ready, old pods gone)" coredns_settled
   local name ip
   while read -r name ip; do
     wait_for - 30 "CoreDNS $name answers at $ip" dig_ok "$ip"
@@ -80,8 +98,21 @@ dig_ok() { in_node "$SCEN_OBSERVER" dig +short +time=1 +tries=1 "@$1" "kubernete
 # EndpointSlice lists 3 ready endpoints.
 deploy_web() {
   local min_ready=${1:-0} prestop=${2:-0} lifecycle="" grace=30
+  # kwok nodes: podsync runs every pod of this Deployment as `podsync serve`
+  # (the image is never pulled). Real nodes: the lab's server image, which is
+  # that same server, and Kubernetes' own sleep action (the image has no shell).
+  local image=registry.k8s.io/e2e-test-images/agnhost:2.53 args='["netexec", "--http-port=8080"]' env=""
+  if [[ $(node_kind) == real ]]; then
+    image=$(sed -n 's/^SERVER_IMAGE=//p' "$LAB_BIN/images/names.env")
+    args='["--pod", "$(POD_NAMESPACE)/$(POD_NAME)", "--ip", "$(POD_IP)", "--tcp", "8080", "--keepalive"]'
+    env='env: [{name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}, {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}, {name: POD_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}]'
+  fi
   if ((prestop > 0)); then
-    lifecycle="lifecycle: {preStop: {exec: {command: [\"/bin/sh\", \"-c\", \"sleep $prestop\"]}}}"
+    if [[ $(node_kind) == real ]]; then
+      lifecycle="lifecycle: {preStop: {sleep: {seconds: $prestop}}}"
+    else
+      lifecycle="lifecycle: {preStop: {exec: {command: [\"/bin/sh\", \"-c\", \"sleep $prestop\"]}}}"
+    fi
     ((prestop + 5 > grace)) && grace=$((prestop + 5))
   fi
   kc apply -f - >/dev/null <<EOF
@@ -112,9 +143,10 @@ spec:
       terminationGracePeriodSeconds: $grace
       containers:
       - name: web
-        image: registry.k8s.io/e2e-test-images/agnhost:2.53
-        args: ["netexec", "--http-port=8080"]
+        image: $image
+        args: $args
         ports: [{name: http, containerPort: 8080, protocol: TCP}]
+        $env
         $lifecycle
 EOF
   KC_TIMEOUT=200 kc -n "$SCEN_NS" rollout status deployment/web --timeout=180s >/dev/null
