@@ -175,3 +175,17 @@ start_real_node() {
   PATH=$(lab_path) START_MODE=nsenter start_proc "kubelet-$node" "$(node_netns "$node")" "$LAB_DIR/realnode" "$node"
   wait_for - 90 "$node Ready (log: $(logfile "kubelet-$node"))" real_node_ready "$node"
 }
+
+# node_exec node-N CMD...: CMD in a real node's network and mount namespaces
+# (those of its containerd), where /run/containerd/containerd.sock is.
+node_exec() {
+  local node=$1 pid; shift
+  pid=$(proc_pid "containerd-$node") || die "$node: containerd is not running"
+  nsenter -t "$pid" -n -m -- "$@"
+}
+
+# import_on_node node-N ARCHIVE: the OCI archive into the node's containerd.
+import_on_node() {
+  node_exec "$1" ctr -a /run/containerd/containerd.sock -n k8s.io images import --no-unpack "$2" >/dev/null ||
+    die "$1: ctr images import $2 failed"
+}

@@ -270,13 +270,13 @@ fn start_client(log: &Path, seconds: u32) -> Child {
         .unwrap()
 }
 
-fn unix(t: &Value) -> f64 {
+pub(crate) fn unix(t: &Value) -> f64 {
     let ts: jiff::Timestamp = t.as_str().unwrap().parse().unwrap();
     ts.as_millisecond() as f64 / 1000.0
 }
 
 /// The client's connects: (unix time, address, ok).
-fn client_dials(log: &Path) -> Vec<(f64, String, bool)> {
+pub(crate) fn client_dials(log: &Path) -> Vec<(f64, String, bool)> {
     std::fs::read_to_string(log)
         .unwrap()
         .lines()
@@ -296,7 +296,7 @@ fn client_dials(log: &Path) -> Vec<(f64, String, bool)> {
 }
 
 /// How many of the client's last resolutions in a row answered exactly `ips`.
-fn answers_in_a_row(log: &Path, ips: &BTreeSet<String>) -> usize {
+pub(crate) fn answers_in_a_row(log: &Path, ips: &BTreeSet<String>) -> usize {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     text.lines()
         .filter(|l| l.contains("msg=resolved"))
@@ -315,7 +315,7 @@ fn answers_in_a_row(log: &Path, ips: &BTreeSet<String>) -> usize {
 }
 
 /// The DrainWait Events' JSON lines, by IP.
-fn drain_lines() -> BTreeMap<String, Value> {
+pub(crate) fn drain_lines() -> BTreeMap<String, Value> {
     let out = kubectl(&[
         "-n",
         "demo",
@@ -456,7 +456,7 @@ fn drain_done(old: &BTreeMap<String, String>, hook: Hook) -> bool {
 
 /// When every layer let go of `ip` by the rollout's own measurement: the last DNS path's
 /// convergence, and for a path that does not cache, t0 + the TTL it hands to clients.
-fn measured_let_go(report: &Value, ip: &str) -> Option<f64> {
+pub(crate) fn measured_let_go(report: &Value, ip: &str) -> Option<f64> {
     let paths: BTreeMap<&str, &Value> = report["paths"]
         .as_array()?
         .iter()

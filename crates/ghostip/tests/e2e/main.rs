@@ -24,3 +24,4 @@ mod e2e_drain;
 mod e2e_explain;
 mod e2e_fidelity;
 mod e2e_lab;
+mod e2e_nodes;
