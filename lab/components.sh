@@ -108,6 +108,7 @@ kube_proxy_synced() {
 # timeouts are 0 (leave as is), as hack/local-up-cluster.sh does.
 start_kube_proxy() {
   local node=$1 mode; mode=$(<"$LAB_STATE/proxy-mode")
+  if [[ $(node_kind) == real ]]; then start_kube_proxy_pod "$node"; return; fi
   PATH=$(lab_path) start_proc "kube-proxy-$node" "$(node_netns "$node")" "$LAB_BIN/kube-proxy" \
     --kubeconfig="$LAB_KUBECONFIG" --hostname-override="$node" --proxy-mode="$mode" \
     --cluster-cidr="$LAB_CLUSTER_CIDR" \
@@ -116,8 +117,6 @@ start_kube_proxy() {
   wait_for "kube-proxy-$node" 60 "kube-proxy on $node synced (/healthz)" kube_proxy_synced "$node"
 }
 
-# shellcheck source=realnodes.sh
-. "$LAB_DIR/realnodes.sh"
 
 # component_names: every daemon lab/up starts, in start order.
 component_names() {

@@ -182,6 +182,11 @@ start_proc() {
 
 # proc_pid NAME: the recorded PID if that process still runs a lab binary.
 proc_pid() {
+  # kube-proxy on a real node is a static pod: its process, found in the node's namespace.
+  if [[ $1 == kube-proxy-node-* && $(node_kind) == real ]]; then
+    kube_proxy_container_pid "${1#kube-proxy-}"
+    return
+  fi
   local f pid; f=$(pidfile "$1")
   [[ -f $f ]] || return 1
   pid=$(<"$f")
@@ -228,6 +233,10 @@ pid_alive() {
 # stop_proc NAME [TIMEOUT_S]: SIGTERM, then SIGKILL after TIMEOUT_S.
 stop_proc() {
   local name=$1 t=${2:-10} pid i
+  if [[ $name == kube-proxy-node-* && $(node_kind) == real ]]; then
+    stop_kube_proxy_pod "${name#kube-proxy-}" "$t"
+    return
+  fi
   pid=$(proc_pid "$name") || { rm -f "$(pidfile "$name")"; return 0; }
   kill -TERM "$pid" 2>/dev/null || true
   for i in $(seq 1 $((t * 20))); do
@@ -277,3 +286,7 @@ poll() {
   done
   return 1
 }
+
+# Real nodes (containerd + kubelet): their configuration, start and teardown.
+# shellcheck source=realnodes.sh
+. "$LAB_DIR/realnodes.sh"

@@ -1,6 +1,6 @@
 # Real lab nodes (lab/up --node-kind real): how each node's containerd and
 # kubelet are configured and started, and what of the host they need.
-# Sourced by components.sh. docs/LAB.md, "Real nodes".
+# Sourced by lib.sh. docs/LAB.md, "Real nodes".
 # shellcheck shell=bash
 
 # The host values of the kernel tunables a kubelet sets (setupKernelTunables;
@@ -188,4 +188,76 @@ node_exec() {
 import_on_node() {
   node_exec "$1" ctr -a /run/containerd/containerd.sock -n k8s.io images import --no-unpack "$2" >/dev/null ||
     die "$1: ctr images import $2 failed"
+}
+
+# --- kube-proxy on a real node: a static pod -------------------------------------
+# The kubelet runs it from the node's manifest directory (hostNetwork, the lab's
+# kube-proxy image, the flags of the kwok lab's process). `lab/kube-proxy stop`
+# takes the manifest away: the kubelet stops the container and its rules stay in
+# the node's namespace, as when kube-proxy lost the API server.
+kube_proxy_manifest() { printf '%s/manifests/kube-proxy.yaml' "$(node_dir "$1")"; }
+
+write_kube_proxy_pod() {
+  local node=$1 mode image backend switch=""
+  mode=$(<"$LAB_STATE/proxy-mode")
+  image=$(sed -n 's/^KUBE_PROXY_IMAGE=//p' "$LAB_BIN/images/names.env")
+  [[ -n $image ]] || die "no kube-proxy image in $LAB_BIN/images (run lab/build)"
+  backend=$(cat "$LAB_STATE/iptables-backend" 2>/dev/null || echo host)
+  if [[ $backend == host ]]; then
+    case $(iptables -V 2>/dev/null) in *legacy*) backend=legacy ;; *) backend=nft ;; esac
+  fi
+  # The image's iptables is Debian's (nf_tables by default); the other backend is an
+  # alternative inside the container.
+  [[ $backend == legacy ]] &&
+    switch='update-alternatives --quiet --set iptables /usr/sbin/iptables-legacy; update-alternatives --quiet --set ip6tables /usr/sbin/ip6tables-legacy; '
+  cat >"$(kube_proxy_manifest "$node").tmp" <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: kube-proxy
+  namespace: kube-system
+  labels: {k8s-app: kube-proxy, tier: node}
+spec:
+  hostNetwork: true
+  priorityClassName: system-node-critical
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: kube-proxy
+    image: $image
+    command: ["/bin/sh", "-c", "${switch}exec /usr/local/bin/kube-proxy --kubeconfig=$LAB_KUBECONFIG --hostname-override=$node --proxy-mode=$mode --cluster-cidr=$LAB_CLUSTER_CIDR --conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 --conntrack-tcp-timeout-close-wait=0 --healthz-bind-address=127.0.0.1:10256 --metrics-bind-address=127.0.0.1:10249 --v=2"]
+    securityContext: {privileged: true}
+    volumeMounts:
+    - {name: kubeconfig, mountPath: $LAB_KUBECONFIG, readOnly: true}
+  volumes:
+  - {name: kubeconfig, hostPath: {path: $LAB_KUBECONFIG, type: File}}
+EOF
+  mv "$(kube_proxy_manifest "$node").tmp" "$(kube_proxy_manifest "$node")"
+}
+
+# kube_proxy_container_pid node-N: the PID of the kube-proxy process the kubelet
+# started (in the node's network namespace, its image's binary).
+kube_proxy_container_pid() {
+  local p exe
+  for p in $(ip netns pids "$(node_netns "$1")" 2>/dev/null); do
+    exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
+    [[ $exe == /usr/local/bin/kube-proxy ]] && { echo "$p"; return 0; }
+  done
+  return 1
+}
+
+start_kube_proxy_pod() {
+  local node=$1
+  write_kube_proxy_pod "$node"
+  wait_for - 90 "kube-proxy static pod on $node synced (/healthz)" kube_proxy_synced "$node"
+}
+
+stop_kube_proxy_pod() {
+  local node=$1 t=${2:-10} i
+  rm -f "$(kube_proxy_manifest "$node")"
+  for i in $(seq 1 $((t * 4 + 40))); do
+    kube_proxy_container_pid "$node" >/dev/null || return 0
+    sleep 0.25
+  done
+  log "kube-proxy on $node still runs after its manifest was removed"
+  return 1
 }
