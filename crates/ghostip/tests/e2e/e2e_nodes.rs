@@ -318,19 +318,27 @@ fn ghostip_installed_from_deploy_runs_on_every_node_and_check_names_a_stale_node
     });
     eprintln!("check -A on a healthy lab: {before}");
 
-    // The watch's /metrics through its Service, from node-1.
+    // The watch's /metrics through its Service, from node-1: it listens beyond localhost, so
+    // it asks for a bearer token (the kubeconfig's, reviewed by the API server).
     let svc = kubectl_json(&["-n", "ghostip", "get", "service", "ghostip-watch"]);
     let ip = svc["spec"]["clusterIP"].as_str().unwrap().to_string();
-    let (code, metrics, err) = run(lab("exec").args([
-        "node-1",
-        "curl",
-        "-fsS",
-        "--max-time",
-        "5",
-        &format!("http://{ip}:9753/metrics"),
-    ]));
-    assert_eq!(code, 0, "{err}");
-    assert!(metrics.contains("ghostip_truth_synced"), "{metrics}");
+    let url = format!("http://{ip}:9753/metrics");
+    let curl = |token: Option<&str>| {
+        let mut cmd = lab("exec");
+        cmd.args(["node-1", "curl", "-sS", "--max-time", "5", "-w", "\n%{http_code}"]);
+        if let Some(t) = token {
+            cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+        }
+        run(cmd.arg(&url))
+    };
+    let (_, out, err) = curl(None);
+    assert!(out.ends_with("401"), "no token, no metrics: {out}{err}");
+    let token = std::fs::read_to_string("/var/lib/ghostip-lab/token").unwrap();
+    let mut metrics = String::new();
+    wait_until("the watch's metrics say it synced", Duration::from_secs(60), || {
+        metrics = curl(Some(token.trim())).1;
+        metrics.contains("ghostip_truth_synced 1")
+    });
 
     // whois against the watch's own ledger, through kubectl exec (API server → kubelet).
     let dns_ips = crate::lab_support::coredns_pod_ips();
@@ -342,6 +350,8 @@ fn ghostip_installed_from_deploy_runs_on_every_node_and_check_names_a_stale_node
         "--",
         "/usr/local/bin/ghostip",
         "whois",
+        "-o",
+        "json",
         &dns_ips[0],
     ]));
     assert_eq!(code, 0, "whois through kubectl exec: {out}{err}");
