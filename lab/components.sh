@@ -123,7 +123,7 @@ component_names() {
   local n
   if [[ $(node_kind) == real ]]; then
     echo etcd kube-apiserver kube-controller-manager kube-scheduler
-    for n in $(lab_nodes); do echo "kubelet-$n"; done
+    for n in $(lab_nodes); do echo "containerd-$n kubelet-$n"; done
   else
     echo etcd kube-apiserver kube-controller-manager kube-scheduler kwok podsync
   fi
@@ -140,6 +140,7 @@ start_component() {
     podsync) start_podsync ;;
     kube-proxy-node-*) start_kube_proxy "${1#kube-proxy-}" ;;
     kubelet-node-*) start_real_node "${1#kubelet-}" ;;
+    containerd-node-*) start_containerd "${1#containerd-}" ;;
     *) die "unknown component $1 (known: $(component_names | xargs))" ;;
   esac
 }

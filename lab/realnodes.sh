@@ -40,6 +40,15 @@ cgroup_hierarchies() {
     /proc/self/mountinfo
 }
 
+# start_containerd node-N: containerd again, under the running kubelet (the
+# containers kept running under their shims; the kubelet reconnects).
+start_containerd() {
+  local node=$1
+  proc_running "kubelet-$node" || die "$node: the kubelet is not running: lab/component start kubelet-$node starts the node"
+  START_MODE=nsenter start_proc "containerd-$node" "$(node_netns "$node")" "$LAB_DIR/realnode" "$node" containerd
+  wait_for "containerd-$node" 30 "containerd on $node answers" node_exec "$node" ctr -a /run/containerd/containerd.sock version
+}
+
 # The kubelet's cgroupRoot (/ghostip-node-N) must exist in every hierarchy;
 # lab/down removes it with everything below.
 ensure_cgroup_root() {
@@ -168,6 +177,12 @@ real_node_ready() {
 # (lab/realnode); returns once the kubelet reports the Node Ready.
 start_real_node() {
   local node=$1 nd; nd=$(node_dir "$node")
+  if proc_running "containerd-$node"; then
+    # A kubelet restart: containerd and the containers kept running.
+    START_MODE=nsenter start_proc "kubelet-$node" "$(node_netns "$node")" "$LAB_DIR/realnode" "$node" kubelet
+    wait_for - 90 "$node Ready (log: $(logfile "kubelet-$node"))" real_node_ready "$node"
+    return
+  fi
   [[ -f $nd/kubelet.yaml ]] || write_real_node "$node"
   save_host_sysctls
   ensure_host_mountpoint /var/lib/kubelet

@@ -144,9 +144,11 @@ fn the_real_nodes_keep_a_kubelets_contract() {
     require_real_nodes();
     let dir = tempfile::tempdir().unwrap();
     let _ = run(lab("kubectl").args(["create", "namespace", "contract"]));
-    wait_until("ServiceAccount contract/default", Duration::from_secs(30), || {
-        run(lab("kubectl").args(["-n", "contract", "get", "sa", "default"])).0 == 0
-    });
+    wait_until(
+        "ServiceAccount contract/default",
+        Duration::from_secs(30),
+        || run(lab("kubectl").args(["-n", "contract", "get", "sa", "default"])).0 == 0,
+    );
 
     // 1. preStop runs to its end before SIGTERM: a 3 s sleep action, then the signal.
     apply(&server_pod(
@@ -192,7 +194,10 @@ fn the_real_nodes_keep_a_kubelets_contract() {
     let text = std::fs::read_to_string(&log).unwrap();
     eprintln!("grace: pod gone {took:.2} s after the delete");
     assert!(text.contains("draining"), "SIGTERM first:\n{text}");
-    assert!(!text.contains("drain over"), "killed before its drain ended:\n{text}");
+    assert!(
+        !text.contains("drain over"),
+        "killed before its drain ended:\n{text}"
+    );
     assert!(
         (2.5..=15.0).contains(&took),
         "gone after {took:.2} s with a 3 s grace period"
@@ -235,10 +240,14 @@ fn the_real_nodes_keep_a_kubelets_contract() {
     });
     kubectl(&["-n", "contract", "delete", "pod", "eps", "--wait=false"]);
     let mut seen = None;
-    wait_until("eps endpoint serving+terminating", Duration::from_secs(5), || {
-        seen = endpoint().filter(|e| e["conditions"]["terminating"] == true);
-        seen.is_some()
-    });
+    wait_until(
+        "eps endpoint serving+terminating",
+        Duration::from_secs(5),
+        || {
+            seen = endpoint().filter(|e| e["conditions"]["terminating"] == true);
+            seen.is_some()
+        },
+    );
     let c = &seen.unwrap()["conditions"];
     eprintln!("terminating endpoint: {c}");
     assert_eq!(c["ready"], false, "{c}");
@@ -311,11 +320,15 @@ fn ghostip_installed_from_deploy_runs_on_every_node_and_check_names_a_stale_node
 
     // Healthy: every agent answers, nothing found.
     let mut before = Value::Null;
-    wait_until("check -A exits 0 with every agent", Duration::from_secs(90), || {
-        let (code, out, _) = check(true);
-        before = serde_json::from_str(&out).unwrap_or(Value::Null);
-        code == 0 && before["agents"].as_array().map(Vec::len) == Some(NODES.len())
-    });
+    wait_until(
+        "check -A exits 0 with every agent",
+        Duration::from_secs(90),
+        || {
+            let (code, out, _) = check(true);
+            before = serde_json::from_str(&out).unwrap_or(Value::Null);
+            code == 0 && before["agents"].as_array().map(Vec::len) == Some(NODES.len())
+        },
+    );
     eprintln!("check -A on a healthy lab: {before}");
 
     // The watch's /metrics through its Service, from node-1: it listens beyond localhost, so
@@ -325,7 +338,15 @@ fn ghostip_installed_from_deploy_runs_on_every_node_and_check_names_a_stale_node
     let url = format!("http://{ip}:9753/metrics");
     let curl = |token: Option<&str>| {
         let mut cmd = lab("exec");
-        cmd.args(["node-1", "curl", "-sS", "--max-time", "5", "-w", "\n%{http_code}"]);
+        cmd.args([
+            "node-1",
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            "-w",
+            "\n%{http_code}",
+        ]);
         if let Some(t) = token {
             cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
         }
@@ -335,10 +356,14 @@ fn ghostip_installed_from_deploy_runs_on_every_node_and_check_names_a_stale_node
     assert!(out.ends_with("401"), "no token, no metrics: {out}{err}");
     let token = std::fs::read_to_string("/var/lib/ghostip-lab/token").unwrap();
     let mut metrics = String::new();
-    wait_until("the watch's metrics say it synced", Duration::from_secs(60), || {
-        metrics = curl(Some(token.trim())).1;
-        metrics.contains("ghostip_truth_synced 1")
-    });
+    wait_until(
+        "the watch's metrics say it synced",
+        Duration::from_secs(60),
+        || {
+            metrics = curl(Some(token.trim())).1;
+            metrics.contains("ghostip_truth_synced 1")
+        },
+    );
 
     // whois against the watch's own ledger, through kubectl exec (API server → kubelet).
     let dns_ips = crate::lab_support::coredns_pod_ips();
@@ -358,11 +383,8 @@ fn ghostip_installed_from_deploy_runs_on_every_node_and_check_names_a_stale_node
     assert!(out.contains("coredns"), "{out}");
 
     // The incident: node-2's kube-proxy stopped while a CoreDNS pod is replaced.
-    let (code, out, err) = run(lab("scenarios/stale-node-datapath").args([
-        "--keep-stale",
-        "--queries",
-        "10",
-    ]));
+    let (code, out, err) =
+        run(lab("scenarios/stale-node-datapath").args(["--keep-stale", "--queries", "10"]));
     let result: Value = out
         .lines()
         .find_map(|l| l.strip_prefix("RESULT "))
@@ -616,11 +638,8 @@ fn drain_wait_run_by_a_real_kubelet_lets_no_client_connect_to_a_gone_pod() {
         .tempdir()
         .unwrap();
     // The classic kubeadm Corefile (cache 30): the old IPs stay in answers after they left.
-    let (code, out, err) = run(lab("scenarios/coredns-cache").args([
-        "--corefile",
-        "classic",
-        "--setup-only",
-    ]));
+    let (code, out, err) =
+        run(lab("scenarios/coredns-cache").args(["--corefile", "classic", "--setup-only"]));
     assert_eq!(code, 0, "scenario setup failed:\n{out}\n{err}");
 
     let bare = rollout_with(Hook::None, dir.path());
@@ -644,7 +663,10 @@ fn drain_wait_run_by_a_real_kubelet_lets_no_client_connect_to_a_gone_pod() {
         let finished = unix(&line["finished"]);
         let let_go = measured_let_go(&drained.report, ip)
             .unwrap_or_else(|| panic!("the rollout measured no window for {ip}"));
-        eprintln!("drain {ip}: ended {:+.2} s from the measured let-go", finished - let_go);
+        eprintln!(
+            "drain {ip}: ended {:+.2} s from the measured let-go",
+            finished - let_go
+        );
         over.push(finished - let_go);
         assert!(
             (finished - let_go).abs() <= INTERVAL_S + 1.0,
@@ -668,4 +690,73 @@ fn drain_wait_run_by_a_real_kubelet_lets_no_client_connect_to_a_gone_pod() {
         );
     }
     let _ = run(lab("kubectl").args(["delete", "namespace", "demo", "--wait=false"]));
+}
+
+/// Starts node-2's kubelet and containerd again even when an assertion failed.
+struct HealNode2Runtime;
+
+impl Drop for HealNode2Runtime {
+    fn drop(&mut self) {
+        let _ = run(lab("component").args(["start", "containerd-node-2"]));
+        let _ = run(lab("component").args(["start", "kubelet-node-2"]));
+    }
+}
+
+#[test]
+#[ignore = "needs the real-node lab (lab/up --node-kind real, GHOSTIP_LAB=1, root)"]
+fn a_kubelet_and_containerd_restarted_mid_rollout_leave_no_false_finding() {
+    require_real_nodes();
+    let _heal = HealNode2Runtime;
+    let dir = tempfile::tempdir().unwrap();
+    // cache 5 and a 10 s preStop sleep: a rollout whose every DNS path lets go within what the
+    // Corefile promises, and whose terminating pods serve while the caches still name them.
+    let (code, out, err) = run(lab("scenarios/coredns-cache").args([
+        "--corefile",
+        "cache5",
+        "--prestop",
+        "10",
+        "--setup-only",
+    ]));
+    assert_eq!(code, 0, "scenario setup failed:\n{out}\n{err}");
+    let db = dir.path().join("ledger.db");
+    let (code, report) = std::thread::scope(|s| {
+        let started = Instant::now();
+        let measured = s.spawn(|| rollout_web(&db, None));
+        // Mid-rollout, node-2's kubelet and then its containerd go away and come back.
+        std::thread::sleep(Duration::from_secs(4));
+        for c in ["kubelet-node-2", "containerd-node-2"] {
+            let (code, out, err) = run(lab("component").args(["restart", c]));
+            assert_eq!(code, 0, "restart {c}: {out}{err}");
+            eprintln!(
+                "{c} restarted {:.1} s into the rollout",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        let (code, report, _) = measured.join().unwrap();
+        (code, report)
+    });
+    eprintln!(
+        "rollout across the restarts: exit {code}, {} stale rows",
+        report["stale"].as_array().map_or(0, Vec::len)
+    );
+    assert_eq!(
+        code, 0,
+        "no finding from a rollout that stayed within its promise: {report}"
+    );
+    // The node is whole again: every pod Running, the agents clean.
+    kubectl(&[
+        "-n",
+        "demo",
+        "wait",
+        "--for=condition=Ready",
+        "pods",
+        "-l",
+        "app=web",
+        "--timeout=60s",
+    ]);
+    wait_until(
+        "check -A exits 0 after the restarts",
+        Duration::from_secs(90),
+        || check(true).0 == 0,
+    );
 }
