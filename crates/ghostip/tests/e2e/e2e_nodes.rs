@@ -419,6 +419,78 @@ fn ghostip_installed_from_deploy_runs_on_every_node_and_check_names_a_stale_node
             .lines()
             .any(|l| l.contains("node-2") && l.contains(&target))
     );
+
+    // The agent on node-2 killed as the OOM killer would: the kubelet restarts its container,
+    // which reopens the ledger in its emptyDir (the history from before is there) and finds
+    // the open finding again.
+    let agent_pod = kubectl(&[
+        "-n",
+        "ghostip-agent",
+        "get",
+        "pods",
+        "--field-selector",
+        "spec.nodeName=node-2",
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ]);
+    let whois = || {
+        let (code, out, err) = run(lab("kubectl").args([
+            "-n",
+            "ghostip-agent",
+            "exec",
+            &agent_pod,
+            "--",
+            "/usr/local/bin/ghostip",
+            "--db",
+            "/var/lib/ghostip/ghostip.db",
+            "whois",
+            "-o",
+            "json",
+            dead,
+        ]));
+        assert_eq!(code, 0, "whois in the agent's pod: {out}{err}");
+        out
+    };
+    let history = whois();
+    assert!(history.contains("coredns"), "{history}");
+    let (_, pids, _) = run(Command::new("ip").args(["netns", "pids", "ghostip-node-2"]));
+    let agent_pid = pids
+        .split_whitespace()
+        .find(|p| {
+            std::fs::read_link(format!("/proc/{p}/exe"))
+                .is_ok_and(|e| e.ends_with("usr/local/bin/ghostip"))
+        })
+        .expect("the agent's process in node-2's namespace")
+        .to_string();
+    run(Command::new("kill").args(["-KILL", &agent_pid]));
+    wait_until(
+        "the agent container restarted and ready",
+        Duration::from_secs(90),
+        || {
+            let v = kubectl_json(&["-n", "ghostip-agent", "get", "pod", &agent_pod]);
+            let c = &v["status"]["containerStatuses"][0];
+            c["restartCount"].as_u64().is_some_and(|n| n >= 1) && c["ready"] == true
+        },
+    );
+    let after = whois();
+    assert!(
+        after.contains("coredns"),
+        "the ledger from before the restart: {after}"
+    );
+    wait_until(
+        "check -A names node-2 again after the agent restarted",
+        Duration::from_secs(60),
+        || {
+            let (code, out, _) = check(true);
+            code == 1
+                && serde_json::from_str::<Value>(&out).is_ok_and(|r| {
+                    r["node_findings"].as_array().is_some_and(|f| {
+                        f.iter()
+                            .any(|f| f["node"] == "node-2" && f["target"] == target.as_str())
+                    })
+                })
+        },
+    );
 }
 
 /// How the web pods end in the drain comparison.
