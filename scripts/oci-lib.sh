@@ -54,6 +54,9 @@ oci_tar_dir() {
     -C "$1" -cf "$2" .
 }
 
+# oci_repository REPO_DIR: the workspace's `repository` URL (Cargo.toml).
+oci_repository() { sed -n 's/^repository = "\(.*\)"$/\1/p' "$1/Cargo.toml" | head -n1; }
+
 # oci_init LAYOUT: an empty image (no layers) tagged `build` in a new layout.
 oci_init() {
   rm -rf "$1"
@@ -94,4 +97,64 @@ oci_archive() {
   tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$OCI_EPOCH" \
     -C "$l" -cf "$out.tmp" oci-layout index.json blobs
   mv "$out.tmp" "$out"
+}
+
+# oci_debian_sources: the bookworm apt sources of this machine, one-line
+# format, for mmdebstrap (only the mirror this machine's apt uses is reachable).
+# Reads /etc/apt/sources.list and /etc/apt/sources.list.d/*.{list,sources}.
+oci_debian_sources() {
+  local f
+  {
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+      [[ -f $f ]] && grep -E '^[[:space:]]*deb[[:space:]]' "$f" | sed -E 's/\[[^]]*\][[:space:]]*//'
+    done
+    for f in /etc/apt/sources.list.d/*.sources; do
+      [[ -f $f ]] || continue
+      # deb822 stanzas: one line per (URI, suite).
+      awk '
+        function flush(  i, j, nu, ns, u, s) {
+          if (types ~ /(^| )deb( |$)/ && enabled != "no") {
+            nu = split(uris, u, " "); ns = split(suites, s, " ")
+            for (i = 1; i <= nu; i++) for (j = 1; j <= ns; j++) print "deb " u[i] " " s[j] " " comps
+          }
+          types = uris = suites = comps = enabled = ""
+        }
+        /^[[:space:]]*#/ { next }
+        /^[[:space:]]*$/ { flush(); next }
+        { k = tolower($1); sub(/:$/, "", k); $1 = ""; sub(/^ /, "")
+          if (k == "types") types = $0; else if (k == "uris") uris = $0
+          else if (k == "suites") suites = $0; else if (k == "components") comps = $0
+          else if (k == "enabled") enabled = tolower($0) }
+        END { flush() }' "$f"
+    done
+  } | awk '$3 ~ /^bookworm/' | LC_ALL=C sort -u
+}
+
+# oci_debian_rootfs CACHE_DIR PKG...: a Debian bookworm rootfs tarball
+# (mmdebstrap --variant=essential plus PKG..., no docs, man pages or locales,
+# no /dev entries), cached in CACHE_DIR keyed by the package list and the apt
+# sources. Prints its path.
+oci_debian_rootfs() {
+  local cache=$1; shift
+  local pkgs; pkgs=$(printf '%s\n' "$@" | LC_ALL=C sort -u | paste -sd, -)
+  local sources; sources=$(oci_debian_sources)
+  [[ -n $sources ]] || oci_die "no bookworm source in /etc/apt/sources.list*: mmdebstrap needs one"
+  local key; key=$(printf '%s\n' essential no-recommends merged-usr-hook "$pkgs" "$sources" | sha256sum | cut -c1-16)
+  local out=$cache/rootfs-bookworm-$key.tar
+  if [[ ! -e $out ]]; then
+    oci_need mmdebstrap
+    mkdir -p "$cache"
+    oci_log "building the Debian bookworm rootfs ($pkgs) into $out"
+    local src=() l
+    while IFS= read -r l; do src+=("$l"); done <<<"$sources"
+    SOURCE_DATE_EPOCH=$OCI_EPOCH timeout 900 mmdebstrap --quiet --format=tar --variant=essential --include="$pkgs" \
+      --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr --skip=output/dev --aptopt='APT::Install-Recommends "false"' \
+      --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+      --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+      --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+      bookworm "$out.tmp" "${src[@]}" >&2 ||
+      { rm -f "$out.tmp"; oci_die "mmdebstrap failed (mirror from /etc/apt/sources.list*: ${src[0]})"; }
+    mv "$out.tmp" "$out"
+  fi
+  printf '%s\n' "$out"
 }
