@@ -15,7 +15,8 @@ oci_die() { printf '%s: error: %s\n' "${OCI_PROG:-oci}" "$*" >&2; exit 2; }
 # apt-get (root, no sudo), or name what is missing.
 oci_need() {
   local -A pkgof=([umoci]=umoci [skopeo]=skopeo [jq]=jq [mmdebstrap]=mmdebstrap [gcc]=gcc
-    [containerd]=containerd [ctr]=containerd [runc]=runc [sha256sum]=coreutils [tar]=tar [gzip]=gzip)
+    [containerd]=containerd [ctr]=containerd [runc]=runc [sha256sum]=coreutils [tar]=tar [gzip]=gzip
+    [musl-gcc]=musl-tools [strip]=binutils [git]=git)
   local c want=()
   for c in "$@"; do
     command -v "$c" >/dev/null && continue
