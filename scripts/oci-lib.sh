@@ -16,7 +16,7 @@ oci_die() { printf '%s: error: %s\n' "${OCI_PROG:-oci}" "$*" >&2; exit 2; }
 oci_need() {
   local -A pkgof=([umoci]=umoci [skopeo]=skopeo [jq]=jq [mmdebstrap]=mmdebstrap [gcc]=gcc
     [containerd]=containerd [ctr]=containerd [runc]=runc [sha256sum]=coreutils [tar]=tar [gzip]=gzip
-    [musl-gcc]=musl-tools [strip]=binutils [git]=git)
+    [musl-gcc]=musl-tools [strip]=binutils [git]=git [busybox]=busybox-static)
   local c want=()
   for c in "$@"; do
     command -v "$c" >/dev/null && continue
