@@ -96,7 +96,11 @@ pub struct Pipeline {
     /// probing its own services until it ends.
     pub auto_stop_bursts: bool,
     adapters: Vec<Box<dyn LayerAdapter>>,
+    burst_filter: Option<BurstFilter>,
 }
+
+/// Whether this process probes a Service's bursts (the agent's burst sample).
+pub type BurstFilter = Box<dyn Fn(&ghostip_core::ServiceKey) -> bool + Send>;
 
 impl Pipeline {
     /// Starts the prober and wires everything.
@@ -154,6 +158,7 @@ impl Pipeline {
             events_seen: 0,
             auto_stop_bursts: true,
             adapters: Vec::new(),
+            burst_filter: None,
         }
     }
 
@@ -218,6 +223,11 @@ impl Pipeline {
         self.budget.clone()
     }
 
+    /// From now on only the bursts of Services `filter` accepts go to the prober.
+    pub fn set_burst_filter(&mut self, filter: BurstFilter) {
+        self.burst_filter = Some(filter);
+    }
+
     /// Sends a command to the prober (e.g. an extra burst).
     pub async fn probe(&self, cmd: ProbeCommand) {
         let _ = self.probe_tx.send(cmd).await;
@@ -280,6 +290,11 @@ impl Pipeline {
             .map(DnsModel::take_commands)
             .unwrap_or_default();
         for cmd in commands {
+            if let (ProbeCommand::Burst { service, .. }, Some(accept)) = (&cmd, &self.burst_filter)
+                && !accept(service)
+            {
+                continue;
+            }
             let _ = self.probe_tx.send(cmd).await;
         }
     }
