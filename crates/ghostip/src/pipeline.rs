@@ -97,6 +97,9 @@ pub struct Pipeline {
     pub auto_stop_bursts: bool,
     adapters: Vec<Box<dyn LayerAdapter>>,
     burst_filter: Option<BurstFilter>,
+    /// Whether the DNS model's sweep reaches the prober (an agent under a cluster budget
+    /// leaves the sweep to `watch`).
+    pub sweep: bool,
 }
 
 /// Whether this process probes a Service's bursts (the agent's burst sample).
@@ -159,6 +162,7 @@ impl Pipeline {
             auto_stop_bursts: true,
             adapters: Vec::new(),
             burst_filter: None,
+            sweep: true,
         }
     }
 
@@ -290,10 +294,10 @@ impl Pipeline {
             .map(DnsModel::take_commands)
             .unwrap_or_default();
         for cmd in commands {
-            if let (ProbeCommand::Burst { service, .. }, Some(accept)) = (&cmd, &self.burst_filter)
-                && !accept(service)
-            {
-                continue;
+            match (&cmd, &self.burst_filter) {
+                (ProbeCommand::Burst { service, .. }, Some(accept)) if !accept(service) => continue,
+                (ProbeCommand::SetSweep(_), _) if !self.sweep => continue,
+                _ => {}
             }
             let _ = self.probe_tx.send(cmd).await;
         }

@@ -31,6 +31,9 @@ pub struct LoadModel {
     pub rollout_for: Duration,
     /// `watch --sweep`: every rolled-out Service's names on every path once per period.
     pub sweep_period: Duration,
+    /// The agent's own sweep over its node's paths (300 s), without a cluster budget only
+    /// (with one, the sweep is `watch`'s).
+    pub agent_sweep_period: Duration,
     /// The agents' flags (`cluster` is set per row).
     pub agent: AgentFlags,
     /// `watch --qps`.
@@ -56,6 +59,7 @@ impl Default for LoadModel {
             burst_for: Duration::from_secs(30),
             rollout_for: Duration::from_secs(60),
             sweep_period: Duration::from_secs(30),
+            agent_sweep_period: Duration::from_secs(300),
             agent: AgentFlags {
                 cluster: None,
                 qps: 100,
@@ -170,23 +174,29 @@ impl LoadSim {
             / self.model.burst_interval.as_secs_f64()
     }
 
+    /// Queries per second of a sweep over every rolled-out Service's names and paths.
+    fn sweep_demand(&self, period: Duration) -> f64 {
+        let paths = f64::from(self.model.coredns_pods + 1);
+        self.changes.len() as f64 * f64::from(self.model.names_per_service) * paths
+            / period.as_secs_f64()
+    }
+
     /// One agent's queries in the second starting at `t`, `services` of its Services
-    /// bursting.
+    /// bursting: its health rounds, then bursts and its sweep within what is left.
     fn agent_qps(&self, services: usize) -> f64 {
         let demand = self.burst_demand(services);
         let r = &self.rates;
         if r.sampled_bursts {
             r.health_qps + demand.min(r.burst_qps)
         } else {
-            (r.health_qps + demand).min(r.share)
+            let sweep = self.sweep_demand(self.model.agent_sweep_period);
+            (r.health_qps + demand + sweep).min(r.share)
         }
     }
 
     /// `watch`'s queries in the second starting at `t`, `services` Services bursting.
     fn watch_qps(&self, services: usize) -> f64 {
-        let paths = f64::from(self.model.coredns_pods + 1);
-        let sweep = self.changes.len() as f64 * f64::from(self.model.names_per_service) * paths
-            / self.model.sweep_period.as_secs_f64();
+        let sweep = self.sweep_demand(self.model.sweep_period);
         let rate = match self.budget {
             Some(b) => b.watch_share(self.model.watch_qps),
             None => f64::from(self.model.watch_qps),
@@ -299,17 +309,18 @@ mod tests {
     fn a_small_case_exactly() {
         let rows = simulate(LoadModel::default(), &[3], 20, DEFAULT_CLUSTER_QPS);
         // 3 nodes, 2 Services of 10 pods changing at 0 s and 30 s: every node is in every
-        // sample (3 <= 3). Without the budget: health 3 paths / 2 s = 1.5/s per agent; a
-        // burst is 2 names x 3 paths / 0.25 s = 24/s per Service and process; watch's
-        // sweep 2 x 2 x 3 / 30 s = 0.4/s. Rest: 3 x 1.5 + 0.4 = 4.9; peak (one Service
-        // bursting): 3 x 25.5 + 24.4 = 100.9. With it: health 1/s per agent (the
-        // ClusterIP and one pod IP per 2 s round): rest 3.4, peak 3 x 25 + 24.4 = 99.4.
+        // sample (3 <= 3). Without the budget: health 3 paths / 2 s = 1.5/s per agent, its
+        // sweep 2 Services x 2 names x 3 paths / 300 s = 0.04/s; a burst is 2 names x 3
+        // paths / 0.25 s = 24/s per Service and process; watch's sweep 12 / 30 s = 0.4/s.
+        // Rest: 3 x 1.54 + 0.4 = 5.02; peak (one Service bursting): 3 x 25.54 + 24.4 =
+        // 101.02. With it: health 1/s per agent (the ClusterIP and one pod IP per 2 s
+        // round), no agent sweep: rest 3 x 1 + 0.4 = 3.4, peak 3 x 25 + 24.4 = 99.4.
         let t = table(&rows);
         assert_eq!(
             t,
             "| nodes | pods | --cluster-qps | DNS q/s at rest | per agent at rest | DNS q/s peak | within budget | watch streams | watch events/s | time to flag |\n\
              |---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n\
-             | 3 | 20 | off | 4.9 | 1.50 | 100.9 | n/a | 20 | 11 | 9.0 s |\n\
+             | 3 | 20 | off | 5.0 | 1.54 | 101.0 | n/a | 20 | 11 | 9.0 s |\n\
              | 3 | 20 | 3366 | 3.4 | 1.00 | 99.4 | yes | 23 | 11 | 9.0 s |\n",
             "{t}"
         );
@@ -323,12 +334,11 @@ mod tests {
         let model = LoadModel::default();
         let off = LoadSim::new(model, 5000, 1000, None).run();
         let on = LoadSim::new(model, 5000, 1000, Some(ClusterBudget::default())).run();
-        // Today: 7 500/s at rest and every agent at its 100/s in the rollout.
-        assert!(
-            (off.rest_qps - (7500.0 + 20.0)).abs() < 1e-6,
-            "{}",
-            off.rest_qps
-        );
+        // Without: 5000 x (1.5 health + 2.0 sweep of 100 Services) + watch's 20 sweep at
+        // rest, and every agent at its 100/s in the rollout.
+        assert!((off.rest_qps - 17_520.0).abs() < 1e-6, "{}", off.rest_qps);
+        // With: 5000 x 0.6 health + 20.
+        assert!((on.rest_qps - 3020.0).abs() < 1e-6, "{}", on.rest_qps);
         assert!((off.peak_qps - 500_100.0).abs() < 1e-6, "{}", off.peak_qps);
         assert!(on.within_budget(), "{on:?}");
         assert!(on.peak_qps <= f64::from(DEFAULT_CLUSTER_QPS));

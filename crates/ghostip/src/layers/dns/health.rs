@@ -180,6 +180,9 @@ impl Share {
             .map(|_| Budget::per_second_f64(rates.health_qps));
         let prober_budget = p.budget();
         if flags.cluster.is_some() {
+            // The slow sweep of every headless name is watch's; this agent's prober only
+            // bursts, for the Services whose sample holds this node.
+            p.sweep = false;
             prober_budget.set_rate(rates.burst_qps);
             let node = node.to_string();
             let nodes = Arc::clone(&sample_nodes);
