@@ -538,7 +538,7 @@ pub struct AgentArgs {
     pub datapath_lag: Duration,
     /// Interval of the DNS health probe of the kube-dns ClusterIP through this node's
     /// datapath (100ms to 1h). Each round also asks one CoreDNS pod IP in turn when the
-    /// share of --cluster-qps pays for it (every round up to 3000 nodes at the default), and
+    /// share of --cluster-qps pays for it (every round up to 3029 nodes at the default), and
     /// always after a failing ClusterIP probe. At 2s a node whose datapath still sends half
     /// the ClusterIP's queries to a dead CoreDNS pod is flagged within 9s (2 failing probes
     /// of 4, plus the 1s query timeout): the 10s target.

@@ -362,4 +362,19 @@ mod tests {
             assert!(row.time_to_flag <= TIME_TO_FLAG_TARGET, "{row:?}");
         }
     }
+
+    #[test]
+    fn the_documented_table_is_the_simulation() {
+        // docs/AGENT.md, "Cluster-wide DNS budget": the output of
+        // `ghostip simulate-load --nodes 100,1000,5000 --pods 1000`.
+        let doc = include_str!("../../../../../docs/AGENT.md");
+        let t = table(&simulate(
+            LoadModel::default(),
+            &[100, 1000, 5000],
+            1000,
+            DEFAULT_CLUSTER_QPS,
+        ));
+        assert!(doc.contains(&t), "docs/AGENT.md's table is not:\n{t}");
+        assert!(doc.contains("ghostip simulate-load --nodes 100,1000,5000 --pods 1000\n"));
+    }
 }
