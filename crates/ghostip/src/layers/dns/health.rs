@@ -41,6 +41,34 @@ pub(crate) struct DnsHealthStatus {
     pub health: Option<HealthVerdict>,
     /// Each path's last probes.
     pub paths: Vec<PathHealth>,
+    /// This agent's share of `--cluster-qps` and the rates it gives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetStatus>,
+}
+
+/// The `budget` part of the DNS section of `/status`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct BudgetStatus {
+    /// `--cluster-qps`; `null` when off.
+    pub cluster_qps: Option<u32>,
+    /// The node count sharing it (the agents' DaemonSet); `null` until read.
+    pub nodes: Option<u32>,
+    /// Queries per second this agent may send.
+    pub share_qps: f64,
+    /// Of which the health rounds.
+    pub health_qps: f64,
+    /// What is left for bursts.
+    pub burst_qps: f64,
+    /// The ClusterIP probe's interval, seconds.
+    pub cluster_ip_interval_s: f64,
+    /// A CoreDNS pod IP every this many rounds; `null`: only after a failing ClusterIP probe.
+    pub pod_every: Option<u32>,
+    /// Whether only a sample of nodes probes each Service's bursts.
+    pub sampled_bursts: bool,
+    /// How long a stale node takes to be flagged, seconds.
+    pub time_to_flag_s: f64,
+    /// The share does not pay for one ClusterIP probe per interval.
+    pub over_budget: bool,
 }
 
 impl LayerSnapshot for DnsHealthStatus {
@@ -234,6 +262,24 @@ impl Share {
         }
         self.rates.send_replace(r);
     }
+
+    /// The share as `/status` shows it.
+    fn status(&self) -> Option<BudgetStatus> {
+        let (nodes, _) = self.last?;
+        let r = *self.rates.borrow();
+        Some(BudgetStatus {
+            cluster_qps: self.flags.cluster.map(|c| c.cluster_qps),
+            nodes,
+            share_qps: r.share,
+            health_qps: r.health_qps,
+            burst_qps: r.burst_qps,
+            cluster_ip_interval_s: r.cluster_ip_interval.as_secs_f64(),
+            pod_every: r.pod_every,
+            sampled_bursts: r.sampled_bursts,
+            time_to_flag_s: r.time_to_flag.as_secs_f64(),
+            over_budget: r.over_budget,
+        })
+    }
 }
 
 impl LayerAdapter for DnsHealthCheck {
@@ -312,6 +358,12 @@ impl DnsHealthCheck {
             .count();
         self.share
             .update(u32::try_from(pods).unwrap_or(u32::MAX).max(1), &self.node);
+        let budget = self.share.status();
+        if self.status.budget != budget {
+            let mut status = (*self.status).clone();
+            status.budget = budget;
+            self.status = Arc::new(status);
+        }
     }
 
     /// Follows the DNS layer's paths (CoreDNS pods come and go).
@@ -409,6 +461,7 @@ impl DnsHealthCheck {
         self.status = Arc::new(DnsHealthStatus {
             health: Some(verdict),
             paths,
+            budget: self.share.status(),
         });
     }
 }
@@ -533,5 +586,50 @@ mod tests {
         assert_eq!(r.pod_every, Some(1));
         assert!((r.burst_qps - 0.4).abs() < 1e-9);
         assert_eq!(r.time_to_flag, Duration::from_secs(17));
+    }
+
+    #[tokio::test]
+    async fn the_share_follows_the_node_count_into_the_budgets_and_the_status() {
+        let cli = Cli::try_parse_from(["ghostip", "agent", "--node-name", "node-1"]).unwrap();
+        let Command::Agent(args) = cli.command else {
+            unreachable!()
+        };
+        let (count_tx, count_rx) = watch::channel(None);
+        let (rates, _) = watch::channel(AgentRates::unknown_count(&agent_flags(&args), 2));
+        let mut share = Share {
+            flags: agent_flags(&args),
+            node_count: count_rx,
+            sample_nodes: Arc::new(AtomicU32::new(0)),
+            rates,
+            health_budget: Some(Budget::per_second_f64(0.5)),
+            prober_budget: Budget::per_second_f64(0.0),
+            last: None,
+        };
+        assert_eq!(share.status(), None);
+        share.update(2, "node-1");
+        let s = share.status().unwrap();
+        assert_eq!((s.nodes, s.health_qps, s.burst_qps), (None, 0.5, 0.0));
+        assert_eq!(share.sample_nodes.load(Ordering::Relaxed), 0);
+        // The DaemonSet says 5000 nodes.
+        count_tx.send_replace(Some(5000));
+        share.update(2, "node-1");
+        let s = share.status().unwrap();
+        assert_eq!((s.cluster_qps, s.nodes), (Some(3366), Some(5000)));
+        assert!((s.share_qps - 0.60588).abs() < 1e-9);
+        assert_eq!(
+            (s.pod_every, s.sampled_bursts, s.over_budget),
+            (Some(5), true, false)
+        );
+        assert_eq!(s.time_to_flag_s, 9.0);
+        assert_eq!(share.sample_nodes.load(Ordering::Relaxed), 5000);
+        assert_eq!(
+            share.health_budget.as_ref().unwrap().period(),
+            Duration::from_nanos(1_666_666_667)
+        );
+        // 0.00588/s left for bursts: one cell every 170 s.
+        assert_eq!(share.prober_budget.period().as_secs(), 170);
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["nodes"], 5000);
+        assert_eq!(json["pod_every"], 5);
     }
 }
