@@ -14,11 +14,13 @@
 //! - [`layers`]: the built-in DNS, datapath and conntrack models;
 //! - [`pacing`]: when a node-local read may run: the CPU-seconds budget of reads and the
 //!   audit period it implies, re-reads after a change (every reader's, not one layer's);
-//! - [`report`]: the report model the printers print.
+//! - [`report`]: the report model the printers print;
+//! - [`components`]: the components' own word (kube-proxy's metrics, `component-stalled`).
 //!
 //! [`Observation`]: ghostip_core::Observation
 #![forbid(unsafe_code)]
 
+pub mod components;
 pub mod drain;
 pub mod filter;
 pub mod layer;

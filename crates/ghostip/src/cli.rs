@@ -11,6 +11,7 @@ use clap::builder::PossibleValue;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use ghostip_datapath::Format;
 use ghostip_logs::Target;
+use ghostip_session::layers::dns::budget::DEFAULT_CLUSTER_QPS;
 
 use crate::layers::datapath::readers::Datapath;
 
@@ -210,6 +211,8 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// A pod's preStop hook: block until every layer let go of the pod's IP (bounded), then exit 0.
     DrainWait(DrainWaitArgs),
+    /// Simulate the DNS queries and API watch traffic of watch and the agents during a rollout, with and without --cluster-qps.
+    SimulateLoad(SimulateLoadArgs),
 }
 
 impl Command {
@@ -226,6 +229,7 @@ impl Command {
             Command::Explain(_) => "explain",
             Command::Completions(_) => "completions",
             Command::DrainWait(_) => "drain-wait",
+            Command::SimulateLoad(_) => "simulate-load",
         }
     }
 
@@ -338,6 +342,13 @@ pub struct WatchArgs {
     /// Period of the slow sweep over every headless Service name (1s to 24h).
     #[arg(long, default_value = "30s", value_parser = parse_sweep, value_name = "DURATION")]
     pub sweep: Duration,
+    /// DNS query budget of every ghostip process in the cluster together (watch and all the
+    /// agents), queries per second; 0 turns it off. watch takes 10 % of it, at most its
+    /// --qps. Default 3366: 5 % of what the two CoreDNS replicas kubeadm deploys serve (33 669
+    /// internal queries per second each, CPU-bound on 2 vCPUs). Give every process the same
+    /// value.
+    #[arg(long, default_value_t = DEFAULT_CLUSTER_QPS, value_name = "QPS", value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_CLUSTER_QPS)))]
+    pub cluster_qps: u32,
     /// How long the ledger keeps closed history.
     #[arg(long, default_value = "7d", value_parser = parse_duration, value_name = "DURATION")]
     pub retention: Duration,
@@ -525,9 +536,40 @@ pub struct AgentArgs {
     /// (kube-proxy's minSyncPeriod plus one sync).
     #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
     pub datapath_lag: Duration,
-    /// Interval of the DNS health probes (one query per DNS path of this node; 100ms to 1h).
+    /// Interval of the DNS health probe of the kube-dns ClusterIP through this node's
+    /// datapath (100ms to 1h). Each round also asks one CoreDNS pod IP in turn when the
+    /// share of --cluster-qps pays for it (every round up to 3029 nodes at the default), and
+    /// always after a failing ClusterIP probe. At 2s a node whose datapath still sends half
+    /// the ClusterIP's queries to a dead CoreDNS pod is flagged within 9s (2 failing probes
+    /// of 4, plus the 1s query timeout): the 10s target.
     #[arg(long, default_value = "2s", value_parser = parse_dns_health_interval, value_name = "DURATION")]
     pub dns_health_interval: Duration,
+    /// DNS query budget of every ghostip process in the cluster together (watch and all the
+    /// agents), queries per second; 0 turns it off (each agent probes every DNS path every
+    /// round and every burst, up to its --qps). The agents share 90 % of it equally (watch
+    /// keeps 10 %), each at most its --qps; the ClusterIP probe runs every
+    /// --dns-health-interval whatever the share, and a headless Service's bursts are probed
+    /// by about 3 nodes chosen by hashing its name with the node's. Default 3366: 5 % of what
+    /// the two CoreDNS replicas kubeadm deploys serve (33 669 internal queries per second
+    /// each, CPU-bound on 2 vCPUs); 5000 nodes then send 3000/s at rest. Give every process
+    /// the same value.
+    #[arg(long, default_value_t = DEFAULT_CLUSTER_QPS, value_name = "QPS", value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_CLUSTER_QPS)))]
+    pub cluster_qps: u32,
+    /// Name of the agents' DaemonSet: its status.desiredNumberScheduled is the node count
+    /// that shares --cluster-qps (one watch of one object, by name). Until it is read, or when
+    /// it cannot be, the agent probes only the ClusterIP (and a pod IP after a failure) and
+    /// no burst.
+    #[arg(long, default_value = "ghostip-agent", value_name = "NAME")]
+    pub daemonset: String,
+    /// Namespace of the agents' DaemonSet (the DaemonSet sets POD_NAMESPACE from the downward
+    /// API).
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        default_value = "ghostip-agent",
+        value_name = "NS"
+    )]
+    pub daemonset_namespace: String,
     /// Namespace of the Cilium agent pods (with --datapath cilium).
     #[arg(long, default_value = "kube-system", value_name = "NS")]
     pub cilium_namespace: String,
@@ -825,6 +867,31 @@ pub fn parse_dns_server(s: &str) -> Result<SocketAddr, String> {
 
 /// The highest `--qps`: one process's DNS query budget.
 pub const MAX_QPS: u32 = 1000;
+
+/// The highest `--cluster-qps`: ten CoreDNS instances' worth of queries.
+pub const MAX_CLUSTER_QPS: u32 = 1_000_000;
+
+/// The most nodes `simulate-load` takes: twice the 5 000 Kubernetes supports.
+pub const MAX_SIMULATED_NODES: u32 = 10_000;
+
+/// The most pods `simulate-load` takes: the 150 000 Kubernetes supports.
+pub const MAX_SIMULATED_PODS: u32 = 150_000;
+
+/// `ghostip simulate-load`: a pure simulation, nothing is sent anywhere.
+#[derive(Debug, Args)]
+pub struct SimulateLoadArgs {
+    /// Node counts to simulate, comma-separated (1 to 10000: twice what Kubernetes
+    /// supports); one agent per node and one watch.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,5000", value_name = "N,...", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_SIMULATED_NODES)))]
+    pub nodes: Vec<u32>,
+    /// Pods the rollout replaces within 60s, in headless Services of 10 pods (1 to 150000:
+    /// what Kubernetes supports).
+    #[arg(long, default_value_t = 1000, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_SIMULATED_PODS)))]
+    pub pods: u32,
+    /// The --cluster-qps simulated (1 to 1000000); every size is also simulated without it.
+    #[arg(long, default_value_t = DEFAULT_CLUSTER_QPS, value_name = "QPS", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CLUSTER_QPS)))]
+    pub cluster_qps: u32,
+}
 
 /// Parses a listen address: `IP:PORT`, `[IP]:PORT` (required for IPv6, accepted for IPv4, as
 /// Go's `net.SplitHostPort` does, so `[$(HOST_IP)]:PORT` works for both families), or

@@ -96,6 +96,23 @@ pub struct Pipeline {
     /// probing its own services until it ends.
     pub auto_stop_bursts: bool,
     adapters: Vec<Box<dyn LayerAdapter>>,
+    burst_filter: Option<BurstFilter>,
+    /// Whether the DNS model's sweep reaches the prober (an agent under a cluster budget
+    /// leaves the sweep to `watch`).
+    pub sweep: bool,
+}
+
+/// Whether this process probes a Service's bursts (the agent's burst sample).
+pub type BurstFilter = Box<dyn Fn(&ghostip_core::ServiceKey) -> bool + Send>;
+
+/// Whether the DNS model's command reaches the prober: a burst only when `bursts` accepts
+/// its Service, the sweep only with `sweep`.
+fn forwarded(cmd: &ProbeCommand, bursts: Option<&BurstFilter>, sweep: bool) -> bool {
+    match (cmd, bursts) {
+        (ProbeCommand::Burst { service, .. }, Some(accept)) => accept(service),
+        (ProbeCommand::SetSweep(_), _) => sweep,
+        _ => true,
+    }
 }
 
 impl Pipeline {
@@ -154,6 +171,8 @@ impl Pipeline {
             events_seen: 0,
             auto_stop_bursts: true,
             adapters: Vec::new(),
+            burst_filter: None,
+            sweep: true,
         }
     }
 
@@ -218,6 +237,11 @@ impl Pipeline {
         self.budget.clone()
     }
 
+    /// From now on only the bursts of Services `filter` accepts go to the prober.
+    pub fn set_burst_filter(&mut self, filter: BurstFilter) {
+        self.burst_filter = Some(filter);
+    }
+
     /// Sends a command to the prober (e.g. an extra burst).
     pub async fn probe(&self, cmd: ProbeCommand) {
         let _ = self.probe_tx.send(cmd).await;
@@ -280,7 +304,9 @@ impl Pipeline {
             .map(DnsModel::take_commands)
             .unwrap_or_default();
         for cmd in commands {
-            let _ = self.probe_tx.send(cmd).await;
+            if forwarded(&cmd, self.burst_filter.as_ref(), self.sweep) {
+                let _ = self.probe_tx.send(cmd).await;
+            }
         }
     }
 
@@ -593,4 +619,52 @@ fn log_over_lag(session: &Session, t: &Tracking) {
         former_pod = session.former_pod(t.target.ip).unwrap_or_default(),
         "still serving past its expected lag"
     );
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use ghostip_core::ServiceKey;
+    use ghostip_session::layers::dns::budget::in_burst_sample;
+
+    #[test]
+    fn an_agent_forwards_only_its_sampled_bursts_and_no_sweep() {
+        let burst = |name: &str| ProbeCommand::Burst {
+            service: ServiceKey::new("shop", name),
+            names: Vec::new(),
+            until: Time::from_second(1_800_000_000).unwrap(),
+        };
+        // The filter the agent installs: node-7 of 1000, about 3 per Service.
+        let filter: BurstFilter = Box::new(|s: &ServiceKey| in_burst_sample(s, "node-7", 1000, 3));
+        let names: Vec<String> = (0..2000).map(|i| format!("svc-{i}")).collect();
+        let sent = names
+            .iter()
+            .filter(|n| forwarded(&burst(n), Some(&filter), false))
+            .count();
+        // 3 / 1000 of 2000 Services: 6 expected.
+        assert!((1..=15).contains(&sent), "{sent}");
+        let expected: Vec<&String> = names
+            .iter()
+            .filter(|n| in_burst_sample(&ServiceKey::new("shop", n.as_str()), "node-7", 1000, 3))
+            .collect();
+        assert_eq!(sent, expected.len());
+        assert!(!forwarded(
+            &ProbeCommand::SetSweep(Vec::new()),
+            Some(&filter),
+            false
+        ));
+        assert!(forwarded(
+            &ProbeCommand::SetPaths(Vec::new()),
+            Some(&filter),
+            false
+        ));
+        let stop = ProbeCommand::StopBurst {
+            service: ServiceKey::new("shop", "svc-0"),
+        };
+        assert!(forwarded(&stop, Some(&filter), false));
+        // watch (no filter, sweeping): everything.
+        assert!(forwarded(&burst("svc-0"), None, true));
+        assert!(forwarded(&ProbeCommand::SetSweep(Vec::new()), None, true));
+    }
 }

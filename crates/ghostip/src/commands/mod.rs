@@ -7,6 +7,7 @@ mod datapath;
 pub mod drain_wait;
 mod explain;
 mod rollout;
+mod simulate_load;
 mod watch;
 mod whois;
 
@@ -50,6 +51,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Audit(args) => audit::run(&cli.global, args).await,
         Command::Explain(args) => explain::run(&cli.global, args),
         Command::DrainWait(args) => drain_wait::run(&cli.global, args).await,
+        Command::SimulateLoad(args) => simulate_load::run(&cli.global, args),
         Command::Completions(args) => {
             crate::printer::write_stdout(&crate::cli::completion_script(args.shell));
             Ok(Outcome::Clean)

@@ -23,6 +23,7 @@ use crate::kube::{SyncState, WatchScope, watch_truth};
 use crate::ledger::{LedgerHealth, LedgerWriter, RetentionPruner, WriterOptions};
 use crate::metrics::Metrics;
 use crate::pipeline::{Pipeline, Step};
+use ghostip_session::layers::dns::budget::ClusterBudget;
 
 pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outcome> {
     let conn = kube_connect(g).await?;
@@ -74,6 +75,16 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
         &metrics,
         cancel.clone(),
     );
+    // watch's part of the cluster's DNS budget: its reserve, at most its --qps.
+    if let Some(b) = ClusterBudget::from_flag(args.cluster_qps) {
+        let qps = b.watch_share(args.dns.qps);
+        p.budget().set_rate(qps);
+        tracing::info!(
+            cluster_qps = b.cluster_qps,
+            qps,
+            "DNS probe budget: watch's share of --cluster-qps"
+        );
+    }
 
     let signal_cancel = cancel.clone();
     tokio::spawn(async move {

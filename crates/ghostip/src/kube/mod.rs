@@ -35,6 +35,7 @@
 mod client;
 pub mod convert;
 mod error;
+pub mod node_count;
 mod snapshot;
 pub mod truth_file;
 mod watch;

@@ -269,10 +269,26 @@ fn rbac_is_read_only_and_least_privilege() {
                     vec!["coredns".to_string(), "node-local-dns".to_string()]
                 );
             }
+            if resources.iter().any(|r| r == "daemonsets") {
+                // The agents' node count: their own DaemonSet, by name, in their namespace.
+                assert_eq!(doc["kind"], "Role", "{file}: DaemonSets cluster-wide");
+                assert_eq!(namespace, "ghostip-agent");
+                assert_eq!(
+                    rule.resource_names.clone().unwrap_or_default(),
+                    vec!["ghostip-agent".to_string()]
+                );
+            }
             for r in &resources {
                 assert!(
-                    ["endpointslices", "services", "pods", "configmaps", "events"]
-                        .contains(&r.as_str()),
+                    [
+                        "endpointslices",
+                        "services",
+                        "pods",
+                        "configmaps",
+                        "events",
+                        "daemonsets"
+                    ]
+                    .contains(&r.as_str()),
                     "{file}: unexpected resource {r}"
                 );
             }

@@ -16,8 +16,10 @@
 //! family.
 //! [`health`] judges the kube-dns ClusterIP against the pod IPs from one node.
 
+pub mod budget;
 pub mod drain;
 pub mod health;
+pub mod load;
 pub mod names;
 pub mod paths;
 pub mod probe;

@@ -6,7 +6,7 @@
 //! tokio's clock, so `start_paused` tests see exact rates.
 
 use std::num::NonZeroU32;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use governor::clock::Clock as GovernorClock;
@@ -37,36 +37,94 @@ impl GovernorClock for TokioTime {
 
 type Limiter = RateLimiter<NotKeyed, InMemoryState, TokioTime, NoOpMiddleware<Duration>>;
 
-/// A shared rate budget (cheap to clone; clones share the cells).
+/// A shared rate budget (cheap to clone; clones share the cells and the rate).
 #[derive(Clone, Debug)]
 pub struct Budget {
-    limiter: Arc<Limiter>,
+    inner: Arc<RwLock<Inner>>,
     clock: TokioTime,
-    rate: NonZeroU32,
+}
+
+#[derive(Debug)]
+struct Inner {
+    limiter: Arc<Limiter>,
     period: Duration,
+}
+
+/// The longest spacing a budget takes: a rate below one cell an hour is one an hour.
+const LONGEST_PERIOD: Duration = Duration::from_secs(3600);
+
+impl Inner {
+    fn new(period: Duration, clock: TokioTime) -> Self {
+        let period = period.clamp(Duration::from_nanos(1), LONGEST_PERIOD);
+        let quota = Quota::with_period(period)
+            .unwrap_or(Quota::per_hour(NonZeroU32::MIN))
+            .allow_burst(NonZeroU32::MIN);
+        Self {
+            limiter: Arc::new(RateLimiter::direct_with_clock(quota, clock)),
+            period,
+        }
+    }
+}
+
+/// The spacing of `rate` cells per second, rounded up to whole nanoseconds.
+fn period_of(rate: f64) -> Duration {
+    if rate.is_nan() || rate <= 0.0 {
+        return LONGEST_PERIOD;
+    }
+    let nanos = (1e9 / rate).ceil();
+    if nanos >= LONGEST_PERIOD.as_nanos() as f64 {
+        LONGEST_PERIOD
+    } else {
+        Duration::from_nanos(nanos as u64)
+    }
 }
 
 impl Budget {
     /// At most `rate` cells per second, never two closer than `1 s / rate`.
     pub fn per_second(rate: NonZeroU32) -> Self {
         let period = Duration::from_nanos(1_000_000_000u64.div_ceil(u64::from(rate.get())));
-        let quota = Quota::with_period(period)
-            .unwrap_or(Quota::per_second(rate))
-            .allow_burst(NonZeroU32::MIN);
+        Self::with_period(period)
+    }
+
+    /// At most `rate` cells per second, a fraction too (`0.6`: one cell every 1.67 s); a rate
+    /// of zero or below is one cell an hour.
+    pub fn per_second_f64(rate: f64) -> Self {
+        Self::with_period(period_of(rate))
+    }
+
+    fn with_period(period: Duration) -> Self {
         let clock = TokioTime {
             anchor: Instant::now(),
         };
         Self {
-            limiter: Arc::new(RateLimiter::direct_with_clock(quota, clock)),
+            inner: Arc::new(RwLock::new(Inner::new(period, clock))),
             clock,
-            rate,
-            period,
         }
+    }
+
+    /// Changes the rate of every clone from now on (the cluster's node count changed).
+    pub fn set_rate(&self, rate: f64) {
+        let period = period_of(rate);
+        let mut inner = self
+            .inner
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if inner.period != period {
+            *inner = Inner::new(period, self.clock);
+        }
+    }
+
+    fn limiter(&self) -> Arc<Limiter> {
+        let inner = self
+            .inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(&inner.limiter)
     }
 
     /// Takes a cell now, or says how long until one is free (nothing is taken then).
     pub fn try_acquire(&self) -> Result<(), Duration> {
-        self.limiter
+        self.limiter()
             .check()
             .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
     }
@@ -74,18 +132,17 @@ impl Budget {
     /// Waits until a cell is free and takes it.
     pub async fn acquire(&self) {
         while let Err(wait) = self.try_acquire() {
-            tokio::time::sleep(wait).await;
+            // A rate raised meanwhile is seen within a second.
+            tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
         }
-    }
-
-    /// Cells per second.
-    pub fn rate(&self) -> NonZeroU32 {
-        self.rate
     }
 
     /// Minimum spacing between two cells.
     pub fn period(&self) -> Duration {
-        self.period
+        self.inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .period
     }
 }
 
@@ -106,5 +163,35 @@ mod tests {
             }
         }
         assert_eq!(n, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fractional_rates_and_a_rate_changed_while_running() {
+        let b = Budget::per_second_f64(0.5);
+        assert_eq!(b.period(), Duration::from_secs(2));
+        let start = Instant::now();
+        let count = |b: &Budget, secs: u64| {
+            let b = b.clone();
+            async move {
+                let until = Instant::now() + Duration::from_secs(secs);
+                let mut n = 0;
+                loop {
+                    b.acquire().await;
+                    if Instant::now() >= until {
+                        return n;
+                    }
+                    n += 1;
+                }
+            }
+        };
+        // Cells at 0, 2, 4, 6 and 8 s.
+        assert_eq!(count(&b, 10).await, 5);
+        b.set_rate(4.0);
+        assert_eq!(b.period(), Duration::from_millis(250));
+        let n = count(&b, 10).await;
+        assert!((39..=41).contains(&n), "{n}");
+        assert!(start.elapsed() >= Duration::from_secs(20));
+        assert_eq!(Budget::per_second_f64(0.0).period(), LONGEST_PERIOD);
+        assert_eq!(Budget::per_second_f64(-1.0).period(), LONGEST_PERIOD);
     }
 }

@@ -1,12 +1,20 @@
-//! The agent's DNS health check: one query per DNS path of this node at a low rate, within the prober's budget, judged by the runtime's [`DnsHealth`].
+//! The agent's DNS health check: the kube-dns ClusterIP through this node's datapath every round and the CoreDNS pod IPs in turn, within this agent's share of the cluster's DNS budget, judged by the runtime's [`DnsHealth`].
+//!
+//! The share ([`AgentRates`]) follows the node count (the agents' DaemonSet, see
+//! [`crate::kube::node_count`]) and the CoreDNS pods: it sets the rounds here, the rate of
+//! the prober's budget and which Services' bursts this node probes (the burst sample).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::future::LocalBoxFuture;
 use ghostip_core::{FailureReason, HeldTarget, Layer, Observation, ObservationResult, Time};
 use ghostip_session::layers::dns::DnsModel;
+use ghostip_session::layers::dns::budget::{
+    AgentFlags, AgentRates, BURST_SAMPLE, ClusterBudget, in_burst_sample,
+};
 use ghostip_session::layers::dns::health::{DnsHealth, HealthConfig, HealthVerdict, PathHealth};
 use ghostip_session::layers::dns::names::QueryType;
 use ghostip_session::layers::dns::paths::DnsPath;
@@ -33,6 +41,34 @@ pub(crate) struct DnsHealthStatus {
     pub health: Option<HealthVerdict>,
     /// Each path's last probes.
     pub paths: Vec<PathHealth>,
+    /// This agent's share of `--cluster-qps` and the rates it gives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetStatus>,
+}
+
+/// The `budget` part of the DNS section of `/status`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct BudgetStatus {
+    /// `--cluster-qps`; `null` when off.
+    pub cluster_qps: Option<u32>,
+    /// The node count sharing it (the agents' DaemonSet); `null` until read.
+    pub nodes: Option<u32>,
+    /// Queries per second this agent may send.
+    pub share_qps: f64,
+    /// Of which the health rounds.
+    pub health_qps: f64,
+    /// What is left for bursts.
+    pub burst_qps: f64,
+    /// The ClusterIP probe's interval, seconds.
+    pub cluster_ip_interval_s: f64,
+    /// A CoreDNS pod IP every this many rounds; `null`: only after a failing ClusterIP probe.
+    pub pod_every: Option<u32>,
+    /// Whether only a sample of nodes probes each Service's bursts.
+    pub sampled_bursts: bool,
+    /// How long a stale node takes to be flagged, seconds.
+    pub time_to_flag_s: f64,
+    /// The share does not pay for one ClusterIP probe per interval.
+    pub over_budget: bool,
 }
 
 impl LayerSnapshot for DnsHealthStatus {
@@ -79,16 +115,28 @@ pub(super) fn start<'a>(
                 setup.zone
             )
         })?;
+        let args = setup.args;
+        let flags = agent_flags(args);
+        let (count_tx, count_rx) = watch::channel(None);
+        if flags.cluster.is_some() {
+            tokio::spawn(crate::kube::node_count::follow_node_count(
+                setup.client.clone(),
+                args.daemonset_namespace.clone(),
+                args.daemonset.clone(),
+                count_tx,
+                p.cancel_token().child_token(),
+            ));
+        }
+        let share = Share::new(flags, setup.node, count_rx, p);
         let check = DnsHealthCheck::start(
             setup.node,
             service.clone(),
             name,
-            p.budget(),
+            share,
             QueryConfig {
-                timeout: setup.args.dns.query_timeout,
+                timeout: args.dns.query_timeout,
                 ..QueryConfig::default()
             },
-            setup.args.dns_health_interval,
             p.cancel_token().child_token(),
             setup.out.clone(),
         );
@@ -117,6 +165,121 @@ struct DnsHealthCheck {
     out: NodeOutputs,
     metrics: Arc<DnsHealthMetrics>,
     status: Arc<DnsHealthStatus>,
+    share: Share,
+}
+
+/// The flags an agent's DNS rates come from.
+fn agent_flags(args: &crate::cli::AgentArgs) -> AgentFlags {
+    AgentFlags {
+        cluster: ClusterBudget::from_flag(args.cluster_qps),
+        qps: args.dns.qps,
+        health_interval: args.dns_health_interval,
+        query_timeout: args.dns.query_timeout,
+    }
+}
+
+/// This agent's share of the cluster's DNS budget, kept up to date with the node count and
+/// the CoreDNS pods.
+struct Share {
+    flags: AgentFlags,
+    node_count: watch::Receiver<Option<u32>>,
+    /// The node count the burst sample reads (0: unknown, no burst).
+    sample_nodes: Arc<AtomicU32>,
+    rates: watch::Sender<AgentRates>,
+    /// The health rounds' own cells (`None`: the prober's budget, without a cluster budget).
+    health_budget: Option<Budget>,
+    prober_budget: Budget,
+    last: Option<(Option<u32>, u32)>,
+}
+
+impl Share {
+    /// The share before anything is known; in a cluster budget, bursts go through the
+    /// sample from now on.
+    fn new(
+        flags: AgentFlags,
+        node: &str,
+        node_count: watch::Receiver<Option<u32>>,
+        p: &mut Pipeline,
+    ) -> Self {
+        let rates = Self::rates_of(&flags, None, 1);
+        let sample_nodes = Arc::new(AtomicU32::new(0));
+        let health_budget = flags
+            .cluster
+            .map(|_| Budget::per_second_f64(rates.health_qps));
+        let prober_budget = p.budget();
+        if flags.cluster.is_some() {
+            // The slow sweep of every headless name is watch's; this agent's prober only
+            // bursts, for the Services whose sample holds this node.
+            p.sweep = false;
+            prober_budget.set_rate(rates.burst_qps);
+            let node = node.to_string();
+            let nodes = Arc::clone(&sample_nodes);
+            p.set_burst_filter(Box::new(move |service: &ghostip_core::ServiceKey| {
+                let n = nodes.load(Ordering::Relaxed);
+                n > 0 && in_burst_sample(service, &node, n, BURST_SAMPLE)
+            }));
+        }
+        let (tx, _) = watch::channel(rates);
+        Self {
+            flags,
+            node_count,
+            sample_nodes,
+            rates: tx,
+            health_budget,
+            prober_budget,
+            last: None,
+        }
+    }
+
+    fn rates_of(flags: &AgentFlags, nodes: Option<u32>, dns_pods: u32) -> AgentRates {
+        match (flags.cluster, nodes) {
+            (None, _) => AgentRates::derive(flags, 1, dns_pods),
+            (Some(_), Some(n)) => AgentRates::derive(flags, n, dns_pods),
+            (Some(_), None) => AgentRates::unknown_count(flags, dns_pods),
+        }
+    }
+
+    /// Recomputes the rates when the node count or the number of CoreDNS pods changed.
+    fn update(&mut self, dns_pods: u32, node: &str) {
+        let nodes = *self.node_count.borrow_and_update();
+        if self.last == Some((nodes, dns_pods)) {
+            return;
+        }
+        self.last = Some((nodes, dns_pods));
+        let r = Self::rates_of(&self.flags, nodes, dns_pods);
+        if self.flags.cluster.is_some() {
+            self.sample_nodes
+                .store(nodes.unwrap_or(0), Ordering::Relaxed);
+            self.prober_budget.set_rate(r.burst_qps);
+            if let Some(b) = &self.health_budget {
+                b.set_rate(r.health_qps);
+            }
+        }
+        if r.over_budget {
+            tracing::warn!(node, nodes = ?nodes, share_qps = r.share, cluster_ip_interval_s = r.cluster_ip_interval.as_secs_f64(), time_to_flag_s = r.time_to_flag.as_secs_f64(), "this agent's share of --cluster-qps does not pay for one ClusterIP probe per --dns-health-interval: the probe runs as often as the share allows");
+        } else {
+            tracing::info!(node, nodes = ?nodes, dns_pods, share_qps = r.share, health_qps = r.health_qps, burst_qps = r.burst_qps, pod_every = ?r.pod_every, time_to_flag_s = r.time_to_flag.as_secs_f64(), "DNS probe rates");
+        }
+        self.rates.send_replace(r);
+    }
+
+    /// The share as `/status` shows it.
+    fn status(&self) -> Option<BudgetStatus> {
+        let (nodes, _) = self.last?;
+        let r = *self.rates.borrow();
+        Some(BudgetStatus {
+            cluster_qps: self.flags.cluster.map(|c| c.cluster_qps),
+            nodes,
+            share_qps: r.share,
+            health_qps: r.health_qps,
+            burst_qps: r.burst_qps,
+            cluster_ip_interval_s: r.cluster_ip_interval.as_secs_f64(),
+            pod_every: r.pod_every,
+            sampled_bursts: r.sampled_bursts,
+            time_to_flag_s: r.time_to_flag.as_secs_f64(),
+            over_budget: r.over_budget,
+        })
+    }
 }
 
 impl LayerAdapter for DnsHealthCheck {
@@ -126,6 +289,7 @@ impl LayerAdapter for DnsHealthCheck {
 
     fn on_truth(&mut self, p: &mut Pipeline, _now: Time, _synced: bool) {
         self.follow_paths(p);
+        self.update_share();
     }
 
     fn step<'a>(
@@ -134,6 +298,7 @@ impl LayerAdapter for DnsHealthCheck {
         _now: Time,
         _synced: bool,
     ) -> LocalBoxFuture<'a, ()> {
+        self.update_share();
         Box::pin(self.drain(p))
     }
 
@@ -143,23 +308,31 @@ impl LayerAdapter for DnsHealthCheck {
 }
 
 impl DnsHealthCheck {
-    /// Starts the probing task: `name` (the DNS Service's own name) every `interval` on
-    /// every DNS path, each query taking a cell of `budget`.
-    #[allow(clippy::too_many_arguments)] // one call site, each argument named there
+    /// Starts the probing task: `name` (the DNS Service's own name) on this node's DNS
+    /// paths in rounds paced by `share`, each query taking a cell of its budget.
     fn start(
         node: &str,
         service: ghostip_core::ServiceKey,
         name: Name,
-        budget: Budget,
+        share: Share,
         config: QueryConfig,
-        interval: Duration,
         cancel: CancellationToken,
         out: NodeOutputs,
     ) -> Self {
         let (paths_tx, paths_rx) = watch::channel(Vec::<DnsPath>::new());
         let (tx, rx) = mpsc::channel(256);
+        let budget = share
+            .health_budget
+            .clone()
+            .unwrap_or_else(|| share.prober_budget.clone());
         tokio::spawn(health_loop(
-            paths_rx, budget, name, config, interval, tx, cancel,
+            paths_rx,
+            budget,
+            name,
+            config,
+            share.rates.subscribe(),
+            tx,
+            cancel,
         ));
         Self {
             node: node.to_string(),
@@ -172,6 +345,24 @@ impl DnsHealthCheck {
             metrics: out.metrics_of(DNS),
             out,
             status: Arc::new(DnsHealthStatus::default()),
+            share,
+        }
+    }
+
+    /// Follows the node count and the CoreDNS pods into this agent's rates.
+    fn update_share(&mut self) {
+        let pods = self
+            .paths_sent
+            .iter()
+            .filter(|id| id.starts_with("dns-pod/"))
+            .count();
+        self.share
+            .update(u32::try_from(pods).unwrap_or(u32::MAX).max(1), &self.node);
+        let budget = self.share.status();
+        if self.status.budget != budget {
+            let mut status = (*self.status).clone();
+            status.budget = budget;
+            self.status = Arc::new(status);
         }
     }
 
@@ -270,35 +461,47 @@ impl DnsHealthCheck {
         self.status = Arc::new(DnsHealthStatus {
             health: Some(verdict),
             paths,
+            budget: self.share.status(),
         });
     }
 }
 
-/// One query per DNS path every `interval`, each taking a cell of the global budget.
+/// Rounds of queries, one every `rates`' ClusterIP interval: the node-local paths (the
+/// ClusterIP, NodeLocal DNSCache) every round, the CoreDNS pod IPs as `rates` say
+/// ([`AgentRates::pods_in_round`]), each query taking a cell of `budget`.
 async fn health_loop(
     paths: watch::Receiver<Vec<DnsPath>>,
     budget: Budget,
     name: Name,
     config: QueryConfig,
-    interval: Duration,
+    mut rates: watch::Receiver<AgentRates>,
     tx: mpsc::Sender<HealthProbe>,
     cancel: CancellationToken,
 ) {
-    let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(100)));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut round: u64 = 0;
+    let mut cluster_ip_failed = false;
+    let mut next = tokio::time::Instant::now();
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
-            _ = ticker.tick() => {}
+            () = tokio::time::sleep_until(next) => {}
         }
-        let round: Vec<DnsPath> = paths
+        let r = *rates.borrow_and_update();
+        next = (next + r.cluster_ip_interval.max(Duration::from_millis(100)))
+            .max(tokio::time::Instant::now());
+        let (node_local, pods): (Vec<DnsPath>, Vec<DnsPath>) = paths
             .borrow()
             .iter()
             .filter(|p| matches!(p.info.kind, DNS_POD | DNS_CLUSTER_IP | DNS_NODE_LOCAL))
             .cloned()
-            .collect();
+            .partition(|p| p.info.kind != DNS_POD);
+        let picked = r.pods_in_round(round, pods.len(), cluster_ip_failed);
+        round += 1;
+        let this_round = node_local
+            .into_iter()
+            .chain(picked.into_iter().filter_map(|i| pods.get(i).cloned()));
         let mut set = JoinSet::new();
-        for path in round {
+        for path in this_round {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = budget.acquire() => {}
@@ -312,6 +515,7 @@ async fn health_loop(
                     Ok(a) => (None, a.held()),
                     Err(e) => (Some(e.reason), Vec::new()),
                 };
+                let failed_cluster_ip = failure.is_some() && path.info.kind == DNS_CLUSTER_IP;
                 let _ = tx
                     .send(HealthProbe {
                         path,
@@ -321,11 +525,111 @@ async fn health_loop(
                         held,
                     })
                     .await;
+                failed_cluster_ip
             });
         }
+        cluster_ip_failed = false;
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = async { while set.join_next().await.is_some() {} } => {}
+            () = async {
+                while let Some(done) = set.join_next().await {
+                    cluster_ip_failed |= done.unwrap_or(false);
+                }
+            } => {}
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser as _;
+
+    fn rates(extra: &[&str], nodes: Option<u32>, dns_pods: u32) -> AgentRates {
+        let mut argv = vec!["ghostip", "agent", "--node-name", "node-2"];
+        argv.extend_from_slice(extra);
+        let cli = Cli::try_parse_from(argv).unwrap();
+        let Command::Agent(args) = cli.command else {
+            unreachable!()
+        };
+        Share::rates_of(&agent_flags(&args), nodes, dns_pods)
+    }
+
+    #[test]
+    fn effective_rates_from_the_flags() {
+        // Defaults on the 3-node lab (2 CoreDNS pods): 1 query per second at rest.
+        let r = rates(&[], Some(3), 2);
+        assert_eq!(r.health_qps, 1.0);
+        assert_eq!(r.cluster_ip_interval, Duration::from_secs(2));
+        assert!(r.sampled_bursts);
+        // 5000 nodes: 0.6 per second, flagged within 9 s.
+        let r = rates(&[], Some(5000), 2);
+        assert!((r.health_qps - 0.6).abs() < 1e-9);
+        assert_eq!(r.time_to_flag, Duration::from_secs(9));
+        // The DaemonSet not read yet: the ClusterIP only.
+        let r = rates(&[], None, 2);
+        assert_eq!((r.health_qps, r.burst_qps, r.pod_every), (0.5, 0.0, None));
+        // --cluster-qps 0: as before the budget, every path every round, up to --qps.
+        let r = rates(&["--cluster-qps", "0", "--qps", "50"], None, 2);
+        assert_eq!((r.health_qps, r.share), (1.5, 50.0));
+        assert!(!r.sampled_bursts);
+        // A longer interval and a smaller budget.
+        let r = rates(
+            &["--dns-health-interval", "4s", "--cluster-qps", "1000"],
+            Some(1000),
+            2,
+        );
+        // 900 / 1000 = 0.9/s: the ClusterIP every 4 s (0.25/s), a pod IP every round.
+        assert_eq!(r.cluster_ip_interval, Duration::from_secs(4));
+        assert_eq!(r.pod_every, Some(1));
+        assert!((r.burst_qps - 0.4).abs() < 1e-9);
+        assert_eq!(r.time_to_flag, Duration::from_secs(17));
+    }
+
+    #[tokio::test]
+    async fn the_share_follows_the_node_count_into_the_budgets_and_the_status() {
+        let cli = Cli::try_parse_from(["ghostip", "agent", "--node-name", "node-1"]).unwrap();
+        let Command::Agent(args) = cli.command else {
+            unreachable!()
+        };
+        let (count_tx, count_rx) = watch::channel(None);
+        let (rates, _) = watch::channel(AgentRates::unknown_count(&agent_flags(&args), 2));
+        let mut share = Share {
+            flags: agent_flags(&args),
+            node_count: count_rx,
+            sample_nodes: Arc::new(AtomicU32::new(0)),
+            rates,
+            health_budget: Some(Budget::per_second_f64(0.5)),
+            prober_budget: Budget::per_second_f64(0.0),
+            last: None,
+        };
+        assert_eq!(share.status(), None);
+        share.update(2, "node-1");
+        let s = share.status().unwrap();
+        assert_eq!((s.nodes, s.health_qps, s.burst_qps), (None, 0.5, 0.0));
+        assert_eq!(share.sample_nodes.load(Ordering::Relaxed), 0);
+        // The DaemonSet says 5000 nodes.
+        count_tx.send_replace(Some(5000));
+        share.update(2, "node-1");
+        let s = share.status().unwrap();
+        assert_eq!((s.cluster_qps, s.nodes), (Some(3366), Some(5000)));
+        assert!((s.share_qps - 0.60588).abs() < 1e-9);
+        assert_eq!(
+            (s.pod_every, s.sampled_bursts, s.over_budget),
+            (Some(5), true, false)
+        );
+        assert_eq!(s.time_to_flag_s, 9.0);
+        assert_eq!(share.sample_nodes.load(Ordering::Relaxed), 5000);
+        assert_eq!(
+            share.health_budget.as_ref().unwrap().period(),
+            Duration::from_nanos(1_666_666_667)
+        );
+        // 0.00588/s left for bursts: one cell every 170 s.
+        assert_eq!(share.prober_budget.period().as_secs(), 170);
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["nodes"], 5000);
+        assert_eq!(json["pod_every"], 5);
     }
 }
