@@ -23,7 +23,8 @@ pub fn node_count(ds: &DaemonSet) -> Option<u32> {
 }
 
 /// Follows the DaemonSet `namespace/name` until `cancel`, publishing its node count on
-/// `tx` (`None` until it is read). A failed watch is retried with kube-runtime's backoff
+/// `tx` (`None` until it is read; 1 when the list holds no such DaemonSet: an agent no
+/// DaemonSet runs counts as the only node). A failed watch is retried with kube-runtime's backoff
 /// (0.8 s doubling to 30 s); the first failure is logged, the last count is kept.
 pub async fn follow_node_count(
     client: kube::Client,
@@ -36,6 +37,9 @@ pub async fn follow_node_count(
     let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
     let mut warned = false;
+    // Whether the current (re)list named the DaemonSet: an agent that no DaemonSet runs (a
+    // process on a node, as in a test) counts as the only node sharing the budget.
+    let mut listed = false;
     loop {
         let ev = tokio::select! {
             () = cancel.cancelled() => return,
@@ -43,10 +47,20 @@ pub async fn follow_node_count(
         };
         let Some(ev) = ev else { return };
         match ev {
+            Ok(Event::Init) => listed = false,
+            Ok(Event::InitDone) if !listed => {
+                tracing::info!(daemonset = %format!("{namespace}/{name}"), "no such DaemonSet: this agent counts as the only node sharing --cluster-qps");
+                tx.send_if_modified(|old| {
+                    let changed = old.is_none();
+                    old.get_or_insert(1);
+                    changed
+                });
+            }
             Ok(Event::Apply(ds) | Event::InitApply(ds)) => {
                 if ds.metadata.name.as_deref() != Some(name.as_str()) {
                     continue;
                 }
+                listed = true;
                 if let Some(n) = node_count(&ds) {
                     tx.send_if_modified(|old| {
                         let changed = *old != Some(n);
