@@ -1,4 +1,4 @@
-# Helpers that assemble OCI images with umoci and write them as OCI archives,
+# Shell functions that assemble OCI images with umoci and write them as OCI archives,
 # without a container engine. Sourced by scripts/build-image and
 # lab/images/build, never executed.
 # shellcheck shell=bash

@@ -957,3 +957,48 @@ fn http_callers_are_reviewed_by_the_api_server() {
     );
     assert_eq!(rules[0].verbs, vec!["get".to_string()]);
 }
+
+/// Every ghostip container of deploy/ (agent, watch, the drain-wait init container) runs the
+/// one image `scripts/build-image` and the Containerfile build, `ghostip:<crate version>`,
+/// and the Helm chart's appVersion (its default tag) is that version.
+#[test]
+fn every_ghostip_container_runs_the_image_of_this_version() {
+    let want = format!("ghostip:{}", env!("CARGO_PKG_VERSION"));
+    let mut docs = documents();
+    let patch = "drain-wait-patch.yaml";
+    let text = std::fs::read_to_string(deploy_dir().join("drain-wait").join(patch)).unwrap();
+    for d in deploy_support::yaml_documents(patch, &text) {
+        docs.push((format!("drain-wait/{patch}"), d));
+    }
+    let mut seen = Vec::new();
+    for (file, doc) in &docs {
+        let spec = &doc["spec"]["template"]["spec"];
+        for list in ["initContainers", "containers"] {
+            for c in spec[list].as_array().into_iter().flatten() {
+                let image = c["image"].as_str().unwrap_or_default();
+                let repo = image.split([':', '@']).next().unwrap_or_default();
+                if repo == "ghostip" || repo.ends_with("/ghostip") {
+                    let name = c["name"].as_str().unwrap_or("?");
+                    assert_eq!(image, want, "{file}: container {name}");
+                    seen.push(format!("{file}: {name}"));
+                }
+            }
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "agent.yaml: agent",
+            "drain-wait/drain-wait-patch.yaml: ghostip-drain-wait-install",
+            "watch.yaml: watch",
+        ],
+        "the ghostip containers of deploy/"
+    );
+    let chart = std::fs::read_to_string(deploy_dir().join("helm/ghostip/Chart.yaml")).unwrap();
+    let app_version = chart
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion:"))
+        .map(|v| v.trim().trim_matches('"'));
+    assert_eq!(app_version, Some(env!("CARGO_PKG_VERSION")), "Chart.yaml");
+}
