@@ -15,12 +15,15 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
 	channelzsvc "google.golang.org/grpc/channelz/service"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 
 	"ghostip.lab/grpc/echo"
 )
@@ -32,6 +35,8 @@ func main() {
 	maxCalls := flag.Int("max-calls", 100000, "stop after this many calls")
 	callTimeout := flag.Duration("call-timeout", time.Second, "deadline of one call")
 	czListen := flag.String("channelz-listen", ":9901", "address to serve channelz on (empty: none)")
+	addrList := flag.String("addresses", "", "comma-separated host:port list the target's name resolves to, instead of its resolver (tests on loopback)")
+	addrFile := flag.String("addresses-file", "", "file of host:port lines the target's name resolves to, instead of its resolver")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetOutput(os.Stdout)
@@ -60,10 +65,31 @@ func main() {
 		logf("channelz on %s", lis.Addr())
 	}
 
-	cc, err := grpc.NewClient(*target,
+	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin":{}}]}`),
-	)
+	}
+	addrs, err := fixedAddresses(*addrList, *addrFile)
+	if err != nil {
+		logf("%v", err)
+		os.Exit(2)
+	}
+	if len(addrs) > 0 {
+		// The target keeps its text (what channelz shows); its scheme resolves to addrs.
+		scheme, _, ok := strings.Cut(*target, ":///")
+		if !ok {
+			scheme = "dns"
+		}
+		r := manual.NewBuilderWithScheme(scheme)
+		state := resolver.State{}
+		for _, a := range addrs {
+			state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+		}
+		r.InitialState(state)
+		dialOpts = append(dialOpts, grpc.WithResolvers(r))
+		logf("target=%s resolves to %d fixed addresses", *target, len(addrs))
+	}
+	cc, err := grpc.NewClient(*target, dialOpts...)
 	if err != nil {
 		logf("target=%s dial: %v", *target, err)
 		os.Exit(2)
@@ -91,4 +117,32 @@ func main() {
 		}
 	}
 	logf("target=%s done: %d calls, %d failures", *target, calls, failures)
+}
+
+// fixedAddresses reads --addresses and --addresses-file: host:port entries, blank lines and
+// lines starting with # skipped.
+func fixedAddresses(list, file string) ([]string, error) {
+	var out []string
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--addresses-file: %w", err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+				out = append(out, l)
+			}
+		}
+	}
+	for _, a := range out {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("address %q: %w", a, err)
+		}
+	}
+	return out, nil
 }

@@ -46,6 +46,8 @@ pub struct ClientReport {
 #[derive(Clone, Debug, Default)]
 pub struct ClientsLetGo {
     clients: BTreeMap<String, Result<ClientReport, String>>,
+    /// The clients cannot be found at all, with why.
+    unknown: Option<String>,
 }
 
 impl ClientsLetGo {
@@ -59,6 +61,11 @@ impl ClientsLetGo {
         self.clients.insert(client.to_string(), report);
     }
 
+    /// The opted-in clients cannot be found (the pods cannot be listed).
+    pub fn unknown(&mut self, why: impl Into<String>) {
+        self.unknown = Some(why.into());
+    }
+
     /// A client is no longer opted in or gone: it holds nothing.
     pub fn forget(&mut self, client: &str) {
         self.clients.remove(client);
@@ -67,6 +74,13 @@ impl ClientsLetGo {
 
 impl LetGo for ClientsLetGo {
     fn views(&self, t0: Time, _now: Time, out: &mut Vec<LayerStatus>) {
+        if let Some(why) = &self.unknown {
+            out.push(LayerStatus {
+                layer: "channelz",
+                path: "*".into(),
+                view: LayerView::Unknown { why: why.clone() },
+            });
+        }
         for (client, report) in &self.clients {
             let view = match report {
                 Err(why) => LayerView::Unknown { why: why.clone() },
