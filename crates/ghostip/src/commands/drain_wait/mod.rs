@@ -473,18 +473,23 @@ async fn drain(
         )
         .await
         .unwrap_or_else(|_| {
-            Err(format!(
-                "listing pods for channelz: no answer within {timeout:?}"
-            ))
+            Err(crate::layers::channelz::discovery::ListError {
+                forbidden: false,
+                message: format!("listing pods for channelz: no answer within {timeout:?}"),
+            })
         });
         match listed {
             Ok(mut found) => {
                 found.truncate(MAX_CHANNELZ_CLIENTS);
                 cz_clients = found;
             }
+            // The Role grants no `list` on pods: channelz clients were not opted in here.
+            Err(e) if e.forbidden => {
+                tracing::info!(error = %e, "gRPC clients' channelz not checked: the ServiceAccount may not list pods (deploy/drain-wait/rbac.yaml)");
+            }
             Err(e) => {
                 if let Some(part) = model.part_mut::<ClientsLetGo>() {
-                    part.unknown(e);
+                    part.unknown(e.message);
                 }
             }
         }
@@ -880,10 +885,10 @@ async fn record_event(
     Ok(())
 }
 
-/// The nodes' datapaths cannot be checked at all (no agent to ask), with why.
 /// Opted-in gRPC clients drain-wait reads at most (in the pod's namespace).
 const MAX_CHANNELZ_CLIENTS: usize = 50;
 
+/// The nodes' datapaths cannot be checked at all (no agent to ask), with why.
 fn nodes_unknown(model: &mut DrainModel, why: impl Into<String>) {
     if let Some(nodes) = model.part_mut::<NodesLetGo>() {
         nodes.unknown(why);

@@ -19,7 +19,7 @@ use ghostip_session::layers::channelz::{
 use serde::Serialize;
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::discovery::{OptedIn, list_opted_in};
+use super::discovery::{ListError, OptedIn, list_opted_in};
 use super::metrics::{ChannelzMetrics, ChannelzReadLabels};
 use super::reader::{ReadBounds, ReadError, read};
 use crate::cli::ChannelzArgs;
@@ -84,7 +84,7 @@ pub struct ChannelzReads {
     pods: BTreeMap<ClientPod, OptedIn>,
     next_read: BTreeMap<ClientPod, Time>,
     next_discovery: Option<Time>,
-    discovery: Option<JoinHandle<Result<Vec<OptedIn>, String>>>,
+    discovery: Option<JoinHandle<Result<Vec<OptedIn>, ListError>>>,
     inflight: JoinSet<ReadResult>,
     reading: BTreeMap<ClientPod, ()>,
     metrics: Arc<ChannelzMetrics>,
@@ -166,7 +166,7 @@ impl ChannelzReads {
             return;
         };
         let found = match handle.await {
-            Ok(r) => r,
+            Ok(r) => r.map_err(|e| e.message),
             Err(e) => Err(format!("listing pods for channelz: {e}")),
         };
         let status = Arc::make_mut(&mut self.status);

@@ -87,12 +87,22 @@ pub fn opted_in(pod: &Pod) -> Option<OptedIn> {
     })
 }
 
+/// Why the opted-in pods could not be listed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ListError {
+    /// RBAC does not allow listing pods there.
+    pub forbidden: bool,
+    /// What failed.
+    pub message: String,
+}
+
 /// Lists the running pods (of `namespace`, else of every namespace), page by page, and
 /// keeps those that opted in.
 pub async fn list_opted_in(
     client: kube::Client,
     namespace: Option<String>,
-) -> Result<Vec<OptedIn>, String> {
+) -> Result<Vec<OptedIn>, ListError> {
     let api: Api<Pod> = match &namespace {
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
@@ -106,10 +116,10 @@ pub async fn list_opted_in(
         if let Some(t) = &token {
             lp = lp.continue_token(t);
         }
-        let list = api
-            .list(&lp)
-            .await
-            .map_err(|e| format!("listing pods for channelz: {e}"))?;
+        let list = api.list(&lp).await.map_err(|e| ListError {
+            forbidden: matches!(&e, kube::Error::Api(r) if r.code == 403),
+            message: format!("listing pods for channelz: {e}"),
+        })?;
         out.extend(list.items.iter().filter_map(opted_in));
         token = list.metadata.continue_.filter(|t| !t.is_empty());
         if token.is_none() {
