@@ -86,8 +86,14 @@ fn main() {
         .build()
         .unwrap();
     let addr: SocketAddr = format!("127.0.0.1:{cz}").parse().unwrap();
+    // `CHANNELZ_CONCURRENCY=N`: GetSubchannel requests in flight (default: the reader's).
+    let concurrency = std::env::var("CHANNELZ_CONCURRENCY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ReadBounds::default().concurrency);
     let bounds = ReadBounds {
         deadline: Duration::from_secs(10),
+        concurrency,
         ..ReadBounds::default()
     };
     let count = |r: &ghostip_session::layers::channelz::ClientRead| -> usize {
@@ -121,7 +127,7 @@ fn main() {
         let total: Duration = ours.iter().sum();
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         println!(
-            "SUMMARY channelz read of {SUBCHANNELS} subchannels, {ROUNDS} rounds: ghostip CPU per read median {:.2} ms (min {:.2}, p90 {:.2}, max {:.2}); wall per read {:.2} ms; client CPU per read {:.2} ms; ratio ghostip/client {:.2}",
+            "SUMMARY channelz read of {SUBCHANNELS} subchannels, {ROUNDS} rounds, {concurrency} in flight: ghostip CPU per read median {:.2} ms (min {:.2}, p90 {:.2}, max {:.2}); wall per read {:.2} ms; client CPU per read {:.2} ms; ratio ghostip/client {:.2}",
             ms(ours[ROUNDS / 2]),
             ms(ours[0]),
             ms(ours[ROUNDS * 9 / 10]),

@@ -12,8 +12,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ghostip::layers::channelz::reader::{ReadBounds, ReadError, read};
+use ghostip_core::{ServiceKey, Time};
 use ghostip_session::layers::channelz::drain::holders;
-use ghostip_session::layers::channelz::{ClientRead, ConnState};
+use ghostip_session::layers::channelz::{ChannelzModel, ClientPod, ClientRead, ConnState};
+use ghostip_session::{
+    Received, ResourceKind, Session, SessionConfig, SyncState, TruthEvent, TruthKey, TruthObject,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn bounds(deadline: Duration) -> ReadBounds {
@@ -174,6 +178,59 @@ fn client(cz: u16, addresses: &[String], extra: &[String]) -> Proc {
     spawn("grpcclient", &args)
 }
 
+fn at(s: i64) -> Time {
+    Time::from_second(1_800_000_000 + s).unwrap()
+}
+
+fn truth(s: &mut Session, event: TruthEvent, t: i64) -> ghostip_session::Actions {
+    s.on_truth(&Received { at: at(t), event })
+}
+
+/// A synced session with the channelz model and headless `demo/web`: one slice per port,
+/// `web-<port>`, each listing 127.0.0.1 on that port.
+fn web_session(ports: &[u16]) -> Session {
+    use ghostip_core::truth::{AddressType, EndpointPort, EndpointRecord, SliceRecord};
+    let kinds = [ResourceKind::EndpointSlices, ResourceKind::Services];
+    let mut s = Session::new(SessionConfig::default(), SyncState::new(at(0), kinds));
+    s.register(ChannelzModel::default());
+    let svc = ghostip_testkit::records::headless_service(ServiceKey::new("demo", "web"));
+    truth(&mut s, TruthEvent::Init(ResourceKind::Services), 0);
+    truth(&mut s, TruthEvent::InitApply(TruthObject::Service(svc)), 0);
+    truth(&mut s, TruthEvent::InitDone(ResourceKind::Services), 0);
+    truth(&mut s, TruthEvent::Init(ResourceKind::EndpointSlices), 0);
+    for port in ports {
+        let slice = SliceRecord {
+            namespace: "demo".into(),
+            name: format!("web-{port}"),
+            service: "web".into(),
+            address_type: AddressType::IPv4,
+            endpoints: vec![EndpointRecord {
+                ip: "127.0.0.1".parse().unwrap(),
+                ready: true,
+                serving: true,
+                terminating: false,
+                pod: None,
+                node: None,
+                hostname: None,
+            }],
+            ports: vec![EndpointPort {
+                name: None,
+                port: *port,
+                protocol: ghostip_core::Protocol::Tcp,
+            }],
+            trigger_time: None,
+        };
+        truth(&mut s, TruthEvent::InitApply(TruthObject::Slice(slice)), 0);
+    }
+    truth(
+        &mut s,
+        TruthEvent::InitDone(ResourceKind::EndpointSlices),
+        0,
+    );
+    assert!(s.synced());
+    s
+}
+
 /// Reads until `done` holds, for at most `within`.
 async fn read_until(
     cz: SocketAddr,
@@ -222,6 +279,17 @@ async fn the_real_grpc_go_client_shows_its_subchannels_and_a_killed_backend() {
         state_of(r, &a) == Some(ConnState::Ready) && state_of(r, &b) == Some(ConnState::Ready)
     })
     .await;
+    // The model, fed the real reads: headless demo/web lists both servers.
+    let mut s = web_session(&[pa, pb]);
+    let pod = ClientPod {
+        namespace: "demo".into(),
+        name: "client-0".into(),
+    };
+    let (out, actions) = s
+        .with_layer_cx::<ChannelzModel, _>(|m, cx| m.on_read(cx, &pod, &r, at(1)))
+        .unwrap();
+    assert_eq!((out.judged, out.stale), (1, 0), "{r:?}");
+    assert!(actions.events.is_empty(), "{:?}", actions.events);
     let ch: Vec<_> = r.channels.iter().filter(|c| c.target == TARGET).collect();
     assert_eq!(ch.len(), 1, "{r:?}");
     assert_eq!(ch[0].subchannels.len(), 2, "{r:?}");
@@ -244,6 +312,39 @@ async fn the_real_grpc_go_client_shows_its_subchannels_and_a_killed_backend() {
         2,
         "both subchannels still hold an address: {held:?}"
     );
+
+    // With b's endpoint gone from demo/web (at 2 s), b's subchannel is stale for this
+    // client, in its real state.
+    let actions = truth(
+        &mut s,
+        TruthEvent::Delete(TruthKey::Slice {
+            namespace: "demo".into(),
+            name: format!("web-{pb}"),
+        }),
+        2,
+    );
+    assert_eq!(
+        actions.events.len(),
+        1,
+        "b's window opens: {:?}",
+        actions.events
+    );
+    let (out, actions) = s
+        .with_layer_cx::<ChannelzModel, _>(|m, cx| m.on_read(cx, &pod, &r, at(3)))
+        .unwrap();
+    assert_eq!((out.judged, out.stale), (1, 1), "{r:?}");
+    assert!(out.recorded.len() == 1, "the stale observation is recorded");
+    let stale: Vec<_> = s
+        .layer::<ChannelzModel>()
+        .unwrap()
+        .stale()
+        .cloned()
+        .collect();
+    assert_eq!(stale.len(), 1);
+    assert_eq!(stale[0].address, b.parse::<SocketAddr>().unwrap());
+    assert_eq!(stale[0].client, "demo/client-0");
+    assert_ne!(stale[0].state, ConnState::Ready);
+    let _ = actions;
 
     // A gRPC server without channelz.
     let e = read(a.parse().unwrap(), &ReadBounds::default())
@@ -274,14 +375,14 @@ async fn a_client_with_more_subchannels_than_the_bound_is_read_up_to_it() {
     let started = Instant::now();
     let r = loop {
         match read(cz_addr, &b).await {
-            Ok(r) if r.channels.iter().any(|c| c.target == TARGET) => break r,
-            _ if started.elapsed() > Duration::from_secs(20) => panic!("no read"),
+            // The balancer creates its subchannels as it takes in the addresses.
+            Ok(r) if r.truncated => break r,
+            r if started.elapsed() > Duration::from_secs(20) => panic!("no truncated read: {r:?}"),
             _ => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     };
-    assert!(r.truncated);
     let n: usize = r.channels.iter().map(|c| c.subchannels.len()).sum();
-    assert_eq!(n, 1000);
+    assert_eq!(n, 1000, "read up to the bound, not past it");
 }
 
 /// The benchmark of docs/BENCHMARKS.md ("channelz read"): CPU of this thread (the test's

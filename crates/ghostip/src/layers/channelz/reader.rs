@@ -44,7 +44,7 @@ impl Default for ReadBounds {
             max_channels: 100,
             max_subchannels: 2000,
             page: 100,
-            concurrency: 8,
+            concurrency: 32,
             max_message: 4 << 20,
         }
     }
