@@ -358,9 +358,40 @@ pub struct WatchArgs {
     /// ghostip_ledger_write_errors_total) and retried every second.
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub ledger_failure_exit_after: Duration,
+    /// Reading gRPC clients' balancers through channelz.
+    #[command(flatten)]
+    pub channelz: ChannelzArgs,
     /// Output format.
     #[command(flatten)]
     pub output: WatchOutput,
+}
+
+/// The channelz layer's bounds: which gRPC clients' balancers `watch` reads, how often, how much.
+///
+/// Only pods that opt in are read: the annotation `ghostip.io/channelz-port: "<port>"` or a
+/// container port named `channelz` (docs/CHANNELZ.md).
+#[derive(Debug, Clone, Args)]
+pub struct ChannelzArgs {
+    /// Read each opted-in client pod's channelz at most this often (1s to 1h). 10 s sees a
+    /// stale subchannel well within grpc-go's 30 s re-resolution interval.
+    #[arg(long, default_value = "10s", value_parser = parse_channelz_interval, value_name = "DURATION")]
+    pub channelz_interval: Duration,
+    /// Deadline of one read of one client, connect and every request included (100ms to
+    /// 30s); a client that answers slower is an error for that pod only.
+    #[arg(long, default_value = "2s", value_parser = parse_channelz_deadline, value_name = "DURATION")]
+    pub channelz_deadline: Duration,
+    /// Subchannels read per client and read, over all its channels (1 to 100000); a read
+    /// that reaches it stops there, says so, and is not taken as the client closing
+    /// channels. 2000 bounds a read to ~2000 small requests.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=100_000), value_name = "N")]
+    pub channelz_max_subchannels: u32,
+    /// Opted-in client pods read at most (1 to 100000); more are named in the log and not
+    /// read.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=100_000), value_name = "N")]
+    pub channelz_max_clients: u32,
+    /// Client reads in flight at once (1 to 64).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64), value_name = "N")]
+    pub channelz_concurrency: u32,
 }
 
 /// `--auth` of the HTTP endpoints.
@@ -959,6 +990,16 @@ fn show_duration(d: Duration) -> String {
 /// `--interval`: 50ms to 1m (a burst round every interval).
 pub fn parse_probe_interval(s: &str) -> Result<Duration, String> {
     parse_duration_in(s, Duration::from_millis(50), Duration::from_secs(60))
+}
+
+/// `--channelz-interval`: 1s to 1h.
+pub fn parse_channelz_interval(s: &str) -> Result<Duration, String> {
+    parse_duration_in(s, Duration::from_secs(1), Duration::from_secs(3600))
+}
+
+/// `--channelz-deadline`: 100ms to 30s.
+pub fn parse_channelz_deadline(s: &str) -> Result<Duration, String> {
+    parse_duration_in(s, Duration::from_millis(100), Duration::from_secs(30))
 }
 
 /// `--sweep`: 1s to 24h.

@@ -227,6 +227,11 @@ impl Pipeline {
         self.adapters = adapters;
     }
 
+    /// The ledger, when the command records (`watch`, the agent).
+    pub fn ledger(&self) -> Option<&LedgerSender> {
+        self.ledger.as_ref()
+    }
+
     /// The token that stops the pipeline; adapters' background tasks take a child.
     pub fn cancel_token(&self) -> &CancellationToken {
         &self.cancel

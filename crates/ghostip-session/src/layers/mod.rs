@@ -5,6 +5,7 @@
 //! Each declares its layer id and path kinds next to its model ([`dns::DNS`],
 //! [`datapath::DATAPATH`], [`conntrack::CONNTRACK`] and their kinds): the core names none.
 
+pub mod channelz;
 pub mod conntrack;
 pub mod datapath;
 pub mod dns;

@@ -29,7 +29,9 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
     let conn = kube_connect(g).await?;
     let ledger = open_ledger(g)?;
     let db_path = ledger.path().to_path_buf();
-    let metrics = Arc::new(Metrics::new());
+    let mut metrics = Metrics::new();
+    let layer_metrics = crate::layers::register_metrics(&mut metrics, crate::layers::Runs::Cluster);
+    let metrics = Arc::new(metrics);
     let writer = LedgerWriter::spawn_with_error_hook(
         ledger,
         WriterOptions::default(),
@@ -86,6 +88,14 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
         );
     }
 
+    // Cluster-wide layer adapters (the opted-in gRPC clients' channelz).
+    let cluster = crate::layers::ClusterSetup {
+        client: &conn.client,
+        channelz: &args.channelz,
+        metrics: &layer_metrics,
+    };
+    crate::layers::start_cluster_adapters(&cluster, &mut p).await;
+
     let signal_cancel = cancel.clone();
     tokio::spawn(async move {
         super::shutdown_signal().await;
@@ -103,12 +113,16 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
                 if let crate::kube::TruthEvent::WatchFailed { kind, error } = &r.event {
                     tracing::warn!(%kind, %error, "watch failed; retrying with backoff (truth gap)");
                 }
+                let synced = p.session.synced();
+                p.adapters_on_truth(crate::clock::wall_now(), synced);
             }
             Step::Tick(now) => {
                 pruner.tick(now, &writer.sender()).await;
             }
             Step::Probe => continue,
         }
+        let synced = p.session.synced();
+        p.step_adapters(crate::clock::wall_now(), synced).await;
         failed = update_ready(&ready, p.session.judging(), &writer, exit_after, &db_path);
         if failed.is_err() {
             break;

@@ -5,7 +5,8 @@
 //! `layers/<name>/` (reader, adapter, status), and its [`Registration`] in [`LAYERS`]. The
 //! commands never name a layer: `watch`, `rollout` and the agent build their session's models
 //! with [`register_models`], and the agent starts the node-local adapters with
-//! [`start_node_adapters`] and drives them through the [`Pipeline`]
+//! [`start_node_adapters`], `watch` its cluster-wide ones with [`start_cluster_adapters`],
+//! and both drive them through the [`Pipeline`]
 //! ([`Pipeline::adapters_on_truth`], [`Pipeline::step_adapters`]); `/status` has one section
 //! per layer, filled from each adapter's [`LayerSnapshot`].
 //!
@@ -14,9 +15,11 @@
 //! | [`dns`] | answers of every DNS path, Corefile lags, names, health | the prober (queries within one global budget), connect probes, the node's DNS health check | every command; health in the agent |
 //! | [`datapath`] | a node's load-balancer backends against the truth, read pacing | dump readers (processes), Cilium exec | the agent |
 //! | [`conntrack`] | flows of this node's pods to removed endpoints | a netlink dump | the agent |
+//! | [`channelz`] | opted-in gRPC clients' subchannels to removed endpoints | channelz reads (gRPC) of client pods | `watch`; drain-wait's part |
 //!
 //! [`LayerModel`]: ghostip_session::LayerModel
 
+pub mod channelz;
 pub mod conntrack;
 pub mod datapath;
 pub mod dns;
@@ -133,6 +136,42 @@ pub type StartNode =
         &'a mut Pipeline,
     ) -> LocalBoxFuture<'a, anyhow::Result<Option<Box<dyn LayerAdapter>>>>;
 
+/// What `watch` hands to each cluster-wide adapter when it starts.
+pub struct ClusterSetup<'a> {
+    /// The Kubernetes client.
+    pub client: &'a kube::Client,
+    /// The channelz layer's bounds.
+    pub channelz: &'a crate::cli::ChannelzArgs,
+    /// The cluster-wide layers' metrics ([`register_metrics`] with [`Runs::Cluster`]).
+    pub metrics: &'a BTreeMap<Layer, LayerMetrics>,
+}
+
+impl ClusterSetup<'_> {
+    /// `layer`'s metrics, when they were registered as a `T`; else a set no registry exports.
+    pub fn metrics_of<T: Default + Send + Sync + 'static>(&self, layer: Layer) -> Arc<T> {
+        self.metrics
+            .get(&layer)
+            .and_then(|m| Arc::clone(m).downcast::<T>().ok())
+            .unwrap_or_default()
+    }
+}
+
+/// Starts a cluster-wide adapter (`watch`); `Ok(None)` when the layer has nothing to read.
+pub type StartCluster =
+    for<'a> fn(
+        &'a ClusterSetup<'a>,
+        &'a mut Pipeline,
+    ) -> LocalBoxFuture<'a, anyhow::Result<Option<Box<dyn LayerAdapter>>>>;
+
+/// Where a command runs layers' adapters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runs {
+    /// The agent: node-local adapters.
+    Node,
+    /// `watch`: cluster-wide adapters.
+    Cluster,
+}
+
 /// One layer's line in [`LAYERS`].
 pub struct Registration {
     /// The layer.
@@ -142,27 +181,42 @@ pub struct Registration {
     pub model: fn(&ModelSetup<'_>) -> Option<Box<dyn LayerModel>>,
     /// Its node-local adapter in the agent.
     pub node: Option<StartNode>,
+    /// Its cluster-wide adapter in `watch`.
+    pub cluster: Option<StartCluster>,
     /// Its part of `drain-wait`'s judgment of one IP, when the layer can hold an endpoint's
     /// address.
     pub drain: Option<fn(IpAddr) -> Box<dyn LetGo>>,
-    /// Registers its node-local metrics next to the fixed ones; its adapter takes them back
-    /// by type ([`node::NodeOutputs::metrics_of`]).
+    /// Registers its adapter's metrics next to the fixed ones (in the command that runs the
+    /// adapter); its adapter takes them back by type ([`node::NodeOutputs::metrics_of`],
+    /// [`ClusterSetup::metrics_of`]).
     pub metrics: Option<fn(&mut crate::metrics::Metrics) -> LayerMetrics>,
 }
 
 /// One layer's metrics, as registered (its adapter knows their type).
 pub type LayerMetrics = Arc<dyn std::any::Any + Send + Sync>;
 
-/// Registers every layer's node-local metrics in `m`, by layer.
-pub fn register_metrics(m: &mut crate::metrics::Metrics) -> BTreeMap<Layer, LayerMetrics> {
+/// Registers the metrics of every layer whose adapter runs where `runs` says, by layer.
+pub fn register_metrics(
+    m: &mut crate::metrics::Metrics,
+    runs: Runs,
+) -> BTreeMap<Layer, LayerMetrics> {
     LAYERS
         .iter()
+        .filter(|r| match runs {
+            Runs::Node => r.node.is_some(),
+            Runs::Cluster => r.cluster.is_some(),
+        })
         .filter_map(|r| r.metrics.map(|register| (r.layer, register(m))))
         .collect()
 }
 
 /// Every layer ghostip knows, in the order the agent starts them.
-pub const LAYERS: &[Registration] = &[dns::LAYER, datapath::LAYER, conntrack::LAYER];
+pub const LAYERS: &[Registration] = &[
+    dns::LAYER,
+    datapath::LAYER,
+    conntrack::LAYER,
+    channelz::LAYER,
+];
 
 /// Registers every layer's model that has one from the start with `session`.
 pub fn register_models(session: &mut Session, setup: &ModelSetup<'_>) {
@@ -178,6 +232,21 @@ pub fn register_models(session: &mut Session, setup: &ModelSetup<'_>) {
 pub async fn start_node_adapters(setup: &NodeSetup<'_>, p: &mut Pipeline) {
     for r in LAYERS {
         let Some(start) = r.node else { continue };
+        match start(setup, p).await {
+            Ok(Some(adapter)) => p.add_adapter(adapter),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(layer = %r.layer, error = %format!("{e:#}"), "starting the layer failed; the other layers keep working");
+            }
+        }
+    }
+}
+
+/// Starts every cluster-wide adapter on the pipeline (`watch`), in [`LAYERS`] order. A
+/// layer that fails to start is logged with its cause and left out; the rest keep working.
+pub async fn start_cluster_adapters(setup: &ClusterSetup<'_>, p: &mut Pipeline) {
+    for r in LAYERS {
+        let Some(start) = r.cluster else { continue };
         match start(setup, p).await {
             Ok(Some(adapter)) => p.add_adapter(adapter),
             Ok(None) => {}
@@ -259,10 +328,11 @@ mod tests {
         }
     }
 
-    /// drain-wait asks every registered layer that can hold an endpoint's address: DNS and
-    /// the nodes' datapaths.
+    /// drain-wait asks every registered layer that can hold an endpoint's address: DNS,
+    /// the nodes' datapaths and the opted-in gRPC clients' balancers.
     #[test]
     fn a_drain_has_the_part_of_every_registered_layer() {
+        use ghostip_session::layers::channelz::drain::ClientsLetGo;
         use ghostip_session::layers::datapath::drain::NodesLetGo;
         use ghostip_session::layers::dns::drain::DnsLetGo;
         let mut m = drain_model(DrainConfig {
@@ -273,8 +343,9 @@ mod tests {
         });
         assert!(m.part_mut::<DnsLetGo>().is_some());
         assert!(m.part_mut::<NodesLetGo>().is_some());
+        assert!(m.part_mut::<ClientsLetGo>().is_some());
         let with_drain = LAYERS.iter().filter(|r| r.drain.is_some()).count();
-        assert_eq!(with_drain, 2);
+        assert_eq!(with_drain, 3);
     }
 
     /// Every layer is registered once.

@@ -21,6 +21,7 @@ mod agent_flags;
 mod audit_cli;
 mod audit_fixtures;
 mod audit_rules;
+mod channelz_read;
 mod check_families;
 mod cli;
 mod cli_flags;

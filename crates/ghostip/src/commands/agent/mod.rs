@@ -62,7 +62,7 @@ pub(super) async fn run(g: &GlobalArgs, args: AgentArgs) -> anyhow::Result<Outco
         metrics.ledger_error_hook(),
     )
     .context("starting the ledger writer")?;
-    let layer_metrics = layers::register_metrics(&mut metrics);
+    let layer_metrics = layers::register_metrics(&mut metrics, layers::Runs::Node);
     let metrics = Arc::new(metrics);
     let ready = Arc::new(AtomicBool::new(false));
     let status: SharedStatus = Arc::new(Mutex::new(AgentStatus {

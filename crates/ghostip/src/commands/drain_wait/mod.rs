@@ -29,12 +29,14 @@ use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use ghostip_core::truth::ServicePort;
 use ghostip_core::{PathIdx, ServiceKey, Time};
 use ghostip_datapath::socket_table::SocketTable;
 use ghostip_session::drain::{
     ConnectionsLetGo, Decision, DrainConfig, DrainModel, LayerView, Release,
 };
+use ghostip_session::layers::channelz::drain::{ClientReport, ClientsLetGo, holders};
 use ghostip_session::layers::datapath::drain::NodesLetGo;
 use ghostip_session::layers::dns::drain::DnsLetGo;
 use ghostip_session::layers::dns::names::{ProbeName, QueryType, srv_name};
@@ -461,6 +463,38 @@ async fn drain(
         nodes_unknown(&mut model, "no API server to find the agents");
     }
 
+    // Opted-in gRPC clients in the pod's namespace (what its RBAC lets it list): their
+    // balancers must let go of the IP too (docs/CHANNELZ.md).
+    let mut cz_clients = Vec::new();
+    if let (Some(c), Some(ns)) = (&conn, &args.pod_namespace) {
+        let listed = tokio::time::timeout(
+            timeout,
+            crate::layers::channelz::discovery::list_opted_in(c.client.clone(), Some(ns.clone())),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(crate::layers::channelz::discovery::ListError {
+                forbidden: false,
+                message: format!("listing pods for channelz: no answer within {timeout:?}"),
+            })
+        });
+        match listed {
+            Ok(mut found) => {
+                found.truncate(MAX_CHANNELZ_CLIENTS);
+                cz_clients = found;
+            }
+            // The Role grants no `list` on pods: channelz clients were not opted in here.
+            Err(e) if e.forbidden => {
+                tracing::info!(error = %e, "gRPC clients' channelz not checked: the ServiceAccount may not list pods (deploy/drain-wait/rbac.yaml)");
+            }
+            Err(e) => {
+                if let Some(part) = model.part_mut::<ClientsLetGo>() {
+                    part.unknown(e.message);
+                }
+            }
+        }
+    }
+
     let mut ticker = tokio::time::interval(settings.interval.max(Duration::from_millis(100)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut gap_since: Option<Time> = None;
@@ -561,6 +595,36 @@ async fn drain(
                     for (a, r) in agents.iter().zip(answers) {
                         if let Some(nodes) = model.part_mut::<NodesLetGo>() {
                             nodes.on_node(&a.node, r);
+                        }
+                    }
+                }
+                if !cz_clients.is_empty() && ticks % 2 == 1 {
+                    let at = crate::clock::wall_now();
+                    let bounds = crate::layers::channelz::reader::ReadBounds {
+                        deadline: timeout.min(Duration::from_secs(2)),
+                        ..Default::default()
+                    };
+                    let reads: Vec<(String, Result<ClientReport, String>)> = futures::stream::iter(&cz_clients)
+                        .map(|o| {
+                            let bounds = bounds.clone();
+                            async move {
+                                let name = format!("{}/{}", o.namespace, o.name);
+                                let r = match &o.channelz {
+                                    Ok(addr) => crate::layers::channelz::reader::read(*addr, &bounds)
+                                        .await
+                                        .map(|r| ClientReport { read_at: at, holding: holders(&r, ip) })
+                                        .map_err(|e| e.to_string()),
+                                    Err(e) => Err(e.clone()),
+                                };
+                                (name, r)
+                            }
+                        })
+                        .buffer_unordered(4)
+                        .collect()
+                        .await;
+                    if let Some(part) = model.part_mut::<ClientsLetGo>() {
+                        for (name, r) in reads {
+                            part.on_client(&name, r);
                         }
                     }
                 }
@@ -820,6 +884,9 @@ async fn record_event(
         .map_err(|_| anyhow::anyhow!("no answer within {} ms", timeout.as_millis()))??;
     Ok(())
 }
+
+/// Opted-in gRPC clients drain-wait reads at most (in the pod's namespace).
+const MAX_CHANNELZ_CLIENTS: usize = 50;
 
 /// The nodes' datapaths cannot be checked at all (no agent to ask), with why.
 fn nodes_unknown(model: &mut DrainModel, why: impl Into<String>) {

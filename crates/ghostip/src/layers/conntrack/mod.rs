@@ -19,6 +19,7 @@ pub(super) const LAYER: Registration = Registration {
             .map(|n| Box::new(ConntrackModel::new(n.to_string())) as Box<dyn LayerModel>)
     },
     node: Some(adapter::start),
+    cluster: None,
     drain: None,
     metrics: Some(|m| std::sync::Arc::new(metrics::ConntrackMetrics::register(m))),
 };

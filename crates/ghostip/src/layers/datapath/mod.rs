@@ -18,6 +18,7 @@ pub(super) const LAYER: Registration = Registration {
     layer: ghostip_datapath::layers::DATAPATH,
     model: |_| None,
     node: Some(adapter::start),
+    cluster: None,
     drain: Some(|_| Box::new(ghostip_session::layers::datapath::drain::NodesLetGo::new())),
     metrics: Some(|m| std::sync::Arc::new(metrics::DatapathMetrics::register(m))),
 };

@@ -32,6 +32,7 @@ pub(super) const LAYER: Registration = Registration {
     layer: ghostip_session::layers::dns::DNS,
     model: |setup| Some(Box::new(DnsModel::new(setup.dns.clone())) as Box<dyn LayerModel>),
     node: Some(health::start),
+    cluster: None,
     drain: Some(|ip| Box::new(ghostip_session::layers::dns::drain::DnsLetGo::new(ip))),
     metrics: Some(|m| std::sync::Arc::new(metrics::DnsHealthMetrics::register(m))),
 };

@@ -1,0 +1,262 @@
+//! One bounded read of a client's channelz over gRPC: its top channels (paged), then each subchannel's address and state.
+//!
+//! Every read is bounded: one deadline for the whole read (connect included), at most
+//! [`ReadBounds::max_channels`] channels and [`ReadBounds::max_subchannels`] subchannels
+//! (a read past either is marked truncated and stops), pages of
+//! [`ReadBounds::page`] channels, at most [`ReadBounds::concurrency`] subchannel requests in
+//! flight, and responses of at most [`ReadBounds::max_message`] bytes. A port that is not
+//! a gRPC server, a server without channelz, one that answers slowly or with garbage all end
+//! as a [`ReadError`] naming what failed.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use ghostip_session::layers::channelz::{
+    ChannelRead, ClientRead, ConnState, SubchannelRead, parse_address,
+};
+use http::uri::PathAndQuery;
+use tonic::transport::{Channel, Endpoint};
+
+use super::proto;
+
+/// How much one read may do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadBounds {
+    /// The whole read (connect, every request) ends by then.
+    pub deadline: Duration,
+    /// Channels read at most.
+    pub max_channels: usize,
+    /// Subchannels read at most, over all channels.
+    pub max_subchannels: usize,
+    /// Channels asked per `GetTopChannels` page.
+    pub page: usize,
+    /// `GetSubchannel` requests in flight at once.
+    pub concurrency: usize,
+    /// Largest response accepted, in bytes.
+    pub max_message: usize,
+}
+
+impl Default for ReadBounds {
+    fn default() -> Self {
+        Self {
+            deadline: Duration::from_secs(2),
+            max_channels: 100,
+            max_subchannels: 2000,
+            page: 100,
+            concurrency: 32,
+            max_message: 4 << 20,
+        }
+    }
+}
+
+/// Why a read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// No connection (refused, unreachable, not HTTP/2).
+    #[error("cannot connect to channelz at {addr}: {cause}")]
+    Connect {
+        /// Where.
+        addr: SocketAddr,
+        /// Why.
+        cause: String,
+    },
+    /// The read did not finish within its deadline.
+    #[error("channelz at {addr} did not answer within {deadline:?}")]
+    Timeout {
+        /// Where.
+        addr: SocketAddr,
+        /// The deadline.
+        deadline: Duration,
+    },
+    /// The server answered with a gRPC error (UNIMPLEMENTED: no channelz service there), or
+    /// what it sent is not gRPC or not channelz.
+    #[error("channelz at {addr}: {method}: {code:?}: {message}")]
+    Status {
+        /// Where.
+        addr: SocketAddr,
+        /// The method.
+        method: &'static str,
+        /// The gRPC code.
+        code: tonic::Code,
+        /// Its message.
+        message: String,
+    },
+}
+
+impl ReadError {
+    /// A short label for metrics: `connect`, `timeout`, `unimplemented`, `protocol`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Connect { .. } => "connect",
+            Self::Timeout { .. } => "timeout",
+            Self::Status {
+                code: tonic::Code::Unimplemented,
+                ..
+            } => "unimplemented",
+            Self::Status { .. } => "protocol",
+        }
+    }
+}
+
+/// Reads the channelz of the client serving it on `addr`, within `bounds`.
+pub async fn read(addr: SocketAddr, bounds: &ReadBounds) -> Result<ClientRead, ReadError> {
+    match tokio::time::timeout(bounds.deadline, read_unbounded(addr, bounds)).await {
+        Ok(r) => r,
+        Err(_) => Err(ReadError::Timeout {
+            addr,
+            deadline: bounds.deadline,
+        }),
+    }
+}
+
+async fn read_unbounded(addr: SocketAddr, bounds: &ReadBounds) -> Result<ClientRead, ReadError> {
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| ReadError::Connect {
+            addr,
+            cause: e.to_string(),
+        })?
+        .connect_timeout(bounds.deadline)
+        .connect()
+        .await
+        .map_err(|e| ReadError::Connect {
+            addr,
+            cause: error_chain(&e),
+        })?;
+    let client = Client {
+        addr,
+        grpc: tonic::client::Grpc::new(channel).max_decoding_message_size(bounds.max_message),
+    };
+    let mut out = ClientRead::default();
+    // Top channels, then their subchannel ids, within the bounds.
+    let mut pending: Vec<(usize, i64)> = Vec::new();
+    let mut start = 0i64;
+    'pages: loop {
+        let page = client
+            .unary::<_, proto::GetTopChannelsResponse>(
+                proto::GET_TOP_CHANNELS,
+                proto::GetTopChannelsRequest {
+                    start_channel_id: start,
+                    max_results: i64::try_from(bounds.page).unwrap_or(i64::MAX),
+                },
+            )
+            .await?;
+        let mut last = None;
+        for ch in page.channel {
+            let id = ch.r#ref.as_ref().map_or(0, |r| r.channel_id);
+            last = Some(last.map_or(id, |l: i64| l.max(id)));
+            if out.channels.len() >= bounds.max_channels {
+                out.truncated = true;
+                break 'pages;
+            }
+            let idx = out.channels.len();
+            out.channels.push(ChannelRead {
+                target: ch.data.map(|d| d.target).unwrap_or_default(),
+                subchannels: Vec::new(),
+            });
+            for r in ch.subchannel_ref {
+                if pending.len() >= bounds.max_subchannels {
+                    out.truncated = true;
+                    break 'pages;
+                }
+                pending.push((idx, r.subchannel_id));
+            }
+        }
+        match last {
+            Some(id) if !page.end => start = id.saturating_add(1),
+            _ => break,
+        }
+    }
+    let subchannels: Vec<(usize, SubchannelRead)> = futures::stream::iter(pending)
+        .map(|(idx, id)| {
+            let client = client.clone();
+            async move {
+                let r = client
+                    .unary::<_, proto::GetSubchannelResponse>(
+                        proto::GET_SUBCHANNEL,
+                        proto::GetSubchannelRequest { subchannel_id: id },
+                    )
+                    .await;
+                match r {
+                    Ok(r) => {
+                        let data = r.subchannel.and_then(|s| s.data);
+                        Ok(Some((
+                            idx,
+                            SubchannelRead {
+                                address: data.as_ref().and_then(|d| parse_address(&d.target)),
+                                state: ConnState::from_proto(
+                                    data.and_then(|d| d.state).map_or(0, |s| s.state),
+                                ),
+                            },
+                        )))
+                    }
+                    // Removed between the two requests: it holds nothing.
+                    Err(ReadError::Status {
+                        code: tonic::Code::NotFound,
+                        ..
+                    }) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .buffer_unordered(bounds.concurrency.max(1))
+        .try_filter_map(|r| async move { Ok(r) })
+        .try_collect()
+        .await?;
+    for (idx, sc) in subchannels {
+        if let Some(ch) = out.channels.get_mut(idx) {
+            ch.subchannels.push(sc);
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Clone)]
+struct Client {
+    addr: SocketAddr,
+    grpc: tonic::client::Grpc<Channel>,
+}
+
+impl Client {
+    async fn unary<Req, Resp>(&self, method: &'static str, req: Req) -> Result<Resp, ReadError>
+    where
+        Req: prost::Message + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        let status = |s: tonic::Status| ReadError::Status {
+            addr: self.addr,
+            method: method.rsplit('/').next().unwrap_or(method),
+            code: s.code(),
+            message: s.message().chars().take(200).collect(),
+        };
+        let mut grpc = self.grpc.clone();
+        grpc.ready().await.map_err(|e| ReadError::Connect {
+            addr: self.addr,
+            cause: error_chain(&e),
+        })?;
+        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+        grpc.unary(
+            tonic::Request::new(req),
+            PathAndQuery::from_static(method),
+            codec,
+        )
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(status)
+    }
+}
+
+/// An error and its causes, `a: b: c`.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(c) = source {
+        let text = c.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        source = c.source();
+    }
+    s
+}
