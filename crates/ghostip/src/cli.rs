@@ -1168,8 +1168,18 @@ impl ValueEnum for DumpFormat {
 #[derive(Debug, Args, Clone)]
 pub struct DumpSource {
     /// The dump file; `-` reads standard input.
-    #[arg(short = 'f', long = "from-file", value_name = "DUMP")]
-    pub from_file: PathBuf,
+    #[arg(
+        short = 'f',
+        long = "from-file",
+        value_name = "DUMP",
+        required_unless_present = "from_bpf",
+        conflicts_with = "from_bpf"
+    )]
+    pub from_file: Option<PathBuf>,
+    /// Read Cilium's pinned BPF load-balancer maps in this directory instead of a dump
+    /// (e.g. /sys/fs/bpf/tc/globals; needs CAP_BPF), as `ghostip agent` does.
+    #[arg(long, value_name = "DIR")]
+    pub from_bpf: Option<PathBuf>,
     /// Format of the dump.
     #[arg(long, value_enum, default_value_t = DumpFormat::Auto)]
     pub format: DumpFormat,

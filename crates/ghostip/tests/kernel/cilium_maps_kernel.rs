@@ -206,3 +206,28 @@ fn a_bpffs_without_cilium_maps_is_absent() {
     let err = in_private_bpffs(|root| read_table(&globals(root)).unwrap_err());
     assert!(matches!(err, ReaderError::Absent { .. }), "{err:?}");
 }
+
+#[test]
+#[ignore = "needs root and a bpffs (GHOSTIP_NETNS_TESTS=1)"]
+fn datapath_show_prints_the_maps_with_backend_states() {
+    require_netns("a private mount namespace with a bpffs, BPF maps");
+    // The child inherits the spawning thread's mount namespace, so it sees the private bpffs.
+    let out = in_private_bpffs(|root| {
+        let g = globals(root);
+        pin_cilium_maps(&g);
+        std::process::Command::new(env!("CARGO_BIN_EXE_ghostip"))
+            .args(["datapath", "show", "--from-bpf"])
+            .arg(&g)
+            .output()
+            .unwrap()
+    });
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("10.96.0.10:53"), "{text}");
+    assert!(text.contains("10.244.2.9:53 terminating"), "{text}");
+    assert!(text.contains("backend-id-3-not-found"), "{text}");
+}
