@@ -368,9 +368,10 @@ formats! {
             agent: Some(AgentRead {
                 runs_in: RunsIn::CiliumAgentPod,
                 auto_rank: None,
-                help: "Cilium, read with `cilium-dbg service list -o json` in this node's \
-                       Cilium agent pod through the Kubernetes exec API (needs `pods/exec` \
-                       on the Cilium pods)",
+                help: "Cilium: its pinned BPF load-balancer maps (--cilium-read maps, the \
+                       default; needs CAP_BPF and the host's bpffs), or `cilium-dbg service \
+                       list -o json` in this node's Cilium agent pod through the Kubernetes \
+                       exec API (--cilium-read exec; needs `pods/exec` on the Cilium pods)",
             }),
         },
     }

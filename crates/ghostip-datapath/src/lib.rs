@@ -12,6 +12,7 @@
 //! | `nft-json` | [`nft`] | `nft -j list table ip kube-proxy` (or `ip6`, `list ruleset`) |
 //! | `ipvsadm` | [`ipvs`] | `ipvsadm -Ln`, `ipvsadm-save -n` |
 //! | `cilium-*` | [`cilium`] | `cilium-dbg service list` (text, JSON), `bpf lb list`, `db/show frontends`, `lb/maps-dump` |
+//! | (map bytes) | [`cilium_maps`] | Cilium's pinned `cilium_lb{4,6}_*` maps, key and value bytes |
 //! | `conntrack` | [`conntrack`] | `conntrack -L`, `-E`, `-o extended` |
 //! | (bytes) | `conntrack_netlink` (feature `netlink`, default) | conntrack netlink dump messages |
 //! | (sockets) | [`socket_table`] | `/proc/net/tcp`, `/proc/net/tcp6` |
@@ -24,6 +25,7 @@
 
 pub mod against_truth;
 pub mod cilium;
+pub mod cilium_maps;
 pub mod conntrack;
 pub mod conntrack_audit;
 #[cfg(feature = "netlink")]

@@ -506,19 +506,24 @@ impl ValueEnum for DatapathChoice {
         Some(match self {
             DatapathChoice::Auto => {
                 let tried: Vec<&str> = Datapath::auto_order().map(Datapath::as_str).collect();
-                let never: Vec<&str> = Datapath::all()
-                    .filter(|d| d.auto_rank().is_none())
-                    .map(Datapath::as_str)
-                    .collect();
                 PossibleValue::new("auto").help(format!(
-                    "Detect: {} (keeps the first with service frontends; never guessed: {})",
+                    "Detect: cilium when its services map is pinned in --cilium-bpf-dir \
+                     (read from the maps), else {} (keeps the first with service frontends)",
                     tried.join(", then "),
-                    never.join(", ")
                 ))
             }
             DatapathChoice::Read(d) => PossibleValue::new(d.as_str()).help(d.help()),
         })
     }
+}
+
+/// `--cilium-read` of `ghostip agent`: how the Cilium datapath is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CiliumRead {
+    /// Cilium's pinned BPF load-balancer maps, opened directly.
+    Maps,
+    /// `cilium-dbg service list -o json` in the Cilium agent pod (Kubernetes exec API).
+    Exec,
 }
 
 /// `ghostip agent`.
@@ -601,13 +606,26 @@ pub struct AgentArgs {
         value_name = "NS"
     )]
     pub daemonset_namespace: String,
-    /// Namespace of the Cilium agent pods (with --datapath cilium).
+    /// How --datapath cilium reads Cilium's load-balancer table: `maps` opens its pinned BPF
+    /// maps under --cilium-bpf-dir (needs CAP_BPF and the host's bpffs; no Kubernetes
+    /// access); `exec` runs `cilium-dbg service list -o json` in this node's Cilium agent pod
+    /// through the exec API (needs `pods/exec` on the Cilium pods, not granted by default).
+    /// A map read is repeated when Cilium replaced a map meanwhile, at most 3 times, and one
+    /// map's walk stops after 2 x its max_entries + 1024 keys (a walk restarts when the
+    /// current key is deleted); both then fail the read rather than give a mixed table.
+    #[arg(long, value_enum, default_value = "maps", value_name = "HOW")]
+    pub cilium_read: CiliumRead,
+    /// Directory where Cilium pins its BPF maps: read with --cilium-read maps, and looked at
+    /// by --datapath auto, which picks Cilium when its services map is pinned there.
+    #[arg(long, default_value = crate::layers::datapath::cilium_maps::DEFAULT_PIN_DIR, value_name = "DIR")]
+    pub cilium_bpf_dir: PathBuf,
+    /// Namespace of the Cilium agent pods (with --cilium-read exec).
     #[arg(long, default_value = "kube-system", value_name = "NS")]
     pub cilium_namespace: String,
-    /// Label selector of the Cilium agent pods (with --datapath cilium).
+    /// Label selector of the Cilium agent pods (with --cilium-read exec).
     #[arg(long, default_value = "k8s-app=cilium", value_name = "SELECTOR")]
     pub cilium_selector: String,
-    /// Container of the Cilium agent pod to exec into (with --datapath cilium).
+    /// Container of the Cilium agent pod to exec into (with --cilium-read exec).
     #[arg(long, default_value = "cilium-agent", value_name = "NAME")]
     pub cilium_container: String,
     /// How long the ledger keeps closed history.
@@ -1258,8 +1276,18 @@ impl ValueEnum for DumpFormat {
 #[derive(Debug, Args, Clone)]
 pub struct DumpSource {
     /// The dump file; `-` reads standard input.
-    #[arg(short = 'f', long = "from-file", value_name = "DUMP")]
-    pub from_file: PathBuf,
+    #[arg(
+        short = 'f',
+        long = "from-file",
+        value_name = "DUMP",
+        required_unless_present = "from_bpf",
+        conflicts_with = "from_bpf"
+    )]
+    pub from_file: Option<PathBuf>,
+    /// Read Cilium's pinned BPF load-balancer maps in this directory instead of a dump
+    /// (e.g. /sys/fs/bpf/tc/globals; needs CAP_BPF), as `ghostip agent` does.
+    #[arg(long, value_name = "DIR")]
+    pub from_bpf: Option<PathBuf>,
     /// Format of the dump.
     #[arg(long, value_enum, default_value_t = DumpFormat::Auto)]
     pub format: DumpFormat,

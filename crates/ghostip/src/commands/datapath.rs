@@ -50,8 +50,18 @@ fn source_name(p: &Path) -> String {
 /// Reads and parses the dump, streaming it into the parser; no more than
 /// `--max-input-size` bytes are read.
 fn read_dump(src: &DumpSource) -> anyhow::Result<(Format, Parsed)> {
-    let name = source_name(&src.from_file);
-    let opened = input::open(&src.from_file, src.max_input_size).map_err(|e| match e {
+    let file = match (&src.from_bpf, &src.from_file) {
+        (Some(dir), _) => {
+            let maps = crate::layers::datapath::cilium_maps::read_maps(dir)
+                .with_context(|| format!("reading Cilium's maps in {}", dir.display()))?;
+            let table = ghostip_datapath::cilium_maps::decode(&maps);
+            return Ok((Format::CiliumBpfLbList, Parsed::Lb(table)));
+        }
+        (None, Some(file)) => file,
+        (None, None) => bail!("no dump: pass --from-file DUMP or --from-bpf DIR"),
+    };
+    let name = source_name(file);
+    let opened = input::open(file, src.max_input_size).map_err(|e| match e {
         InputError::Io(e) => anyhow::Error::new(e).context(format!("opening {name}")),
         e => anyhow::Error::new(e).context(format!("reading {name}")),
     })?;
@@ -190,7 +200,10 @@ fn diff(g: &GlobalArgs, a: DatapathDiffArgs) -> anyhow::Result<Outcome> {
                 // Nothing to judge is not clean, as a diff that compared nothing is not.
                 bail!(
                     "reading {}: no conntrack entries read ({} lines skipped): nothing to judge (an empty `conntrack -L` output is a table dumped in the wrong network namespace, without CAP_NET_ADMIN, or with a filter that matched nothing)",
-                    source_name(&a.source.from_file),
+                    a.source
+                        .from_file
+                        .as_deref()
+                        .map_or_else(|| "Cilium's maps".to_string(), source_name),
                     table.skipped.total()
                 );
             }

@@ -366,7 +366,33 @@ fn agent_daemonset_has_what_the_agent_needs_and_no_more() {
     assert_eq!(caps.drop.unwrap(), vec!["ALL".to_string()]);
     assert_eq!(
         caps.add.unwrap(),
-        vec!["NET_ADMIN".to_string(), "NET_RAW".to_string()]
+        vec![
+            "NET_ADMIN".to_string(),
+            "NET_RAW".to_string(),
+            "BPF".to_string()
+        ]
+    );
+    // Cilium's pinned maps: the host's bpffs, read-only, and no other host path.
+    let host_paths: Vec<String> = pod
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| {
+            v.host_path
+                .as_ref()
+                .map(|h| format!("{}={}", v.name, h.path))
+        })
+        .collect();
+    assert_eq!(host_paths, ["bpffs=/sys/fs/bpf"]);
+    let bpffs = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == "bpffs")
+        .unwrap();
+    assert_eq!(
+        (bpffs.mount_path.as_str(), bpffs.read_only),
+        ("/sys/fs/bpf", Some(true))
     );
     let env = c.env.clone().unwrap();
     let node = env.iter().find(|e| e.name == "NODE_NAME").unwrap();

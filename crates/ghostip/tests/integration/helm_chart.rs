@@ -136,6 +136,7 @@ fn cilium_exec_and_monitoring_render_their_files() {
         panic!("the DaemonSet does not pick a datapath")
     };
     assert_eq!(d.runs_in(), ghostip_datapath::RunsIn::CiliumAgentPod);
+    assert_eq!(a.cilium_read, ghostip::cli::CiliumRead::Exec);
     assert_eq!(a.cilium_namespace, "kube-system");
     assert_eq!(a.cilium_container, "cilium-agent");
     // Off by default: no exec grant, no Prometheus Operator objects.

@@ -5,4 +5,5 @@
 #[path = "../netns_support/mod.rs"]
 mod netns_support;
 
+mod cilium_maps_kernel;
 mod conntrack_kernel;

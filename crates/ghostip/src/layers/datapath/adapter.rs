@@ -6,6 +6,7 @@
 //! channel, so the agent's loop never waits on a dump program.
 
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -19,9 +20,10 @@ use ghostip_session::pacing::ReadReason;
 use serde::Serialize;
 
 use super::cilium::{CiliumTarget, read_cilium};
+use super::cilium_maps::{has_cilium_maps, read_cilium_maps};
 use super::metrics::{DatapathMetrics, ReadErrorLabels, ReadLabels};
 use super::readers::{self, Datapath, ReadOutcome, ReaderError};
-use crate::cli::{AgentArgs, DatapathChoice};
+use crate::cli::{AgentArgs, CiliumRead, DatapathChoice};
 use crate::layers::node::{IpView, NodeOutputs, TrackingView, emit_events};
 use crate::layers::reads::Reads;
 use crate::layers::{LayerAdapter, LayerSnapshot, NodeSetup};
@@ -33,12 +35,14 @@ use crate::pipeline::Pipeline;
 enum Source {
     Local(Datapath),
     Cilium(Datapath, kube::Client, CiliumTarget),
+    /// Cilium's pinned BPF maps in this directory.
+    CiliumMaps(Datapath, PathBuf),
 }
 
 impl Source {
     pub fn datapath(&self) -> Datapath {
         match self {
-            Source::Local(d) | Source::Cilium(d, ..) => *d,
+            Source::Local(d) | Source::Cilium(d, ..) | Source::CiliumMaps(d, _) => *d,
         }
     }
 
@@ -50,6 +54,7 @@ impl Source {
         match self {
             Source::Local(d) => readers::read_datapath(d, timeout, cancel).await,
             Source::Cilium(d, client, target) => read_cilium(d, client, &target, timeout).await,
+            Source::CiliumMaps(_, dir) => read_cilium_maps(dir, timeout).await,
         }
     }
 }
@@ -65,6 +70,9 @@ async fn choose_source(
 ) -> Result<(Source, Option<ReadOutcome>), (String, Option<String>)> {
     let source = match args.datapath {
         DatapathChoice::Read(dp) if dp.runs_in() == RunsIn::Node => Source::Local(dp),
+        DatapathChoice::Read(dp) if args.cilium_read == CiliumRead::Maps => {
+            Source::CiliumMaps(dp, args.cilium_bpf_dir.clone())
+        }
         DatapathChoice::Read(dp) => Source::Cilium(
             dp,
             client.clone(),
@@ -76,7 +84,27 @@ async fn choose_source(
             },
         ),
         DatapathChoice::Auto => {
-            let d = readers::detect(args.read_timeout, Arc::clone(kill)).await;
+            // A node whose bpffs holds Cilium's services map is a Cilium node: its maps are
+            // what serves the pods' service traffic, whatever kube-proxy left behind.
+            let mut cilium_rejected = None;
+            if has_cilium_maps(&args.cilium_bpf_dir)
+                && let Some(dp) = Datapath::all().find(|d| d.runs_in() == RunsIn::CiliumAgentPod)
+            {
+                let source = Source::CiliumMaps(dp, args.cilium_bpf_dir.clone());
+                match source
+                    .clone()
+                    .read(args.read_timeout, Arc::clone(kill))
+                    .await
+                {
+                    Ok(outcome) => return Ok((source, Some(outcome))),
+                    Err(e) => {
+                        tracing::warn!(datapath = %dp, error = %e, "Cilium's maps are pinned but could not be read");
+                        cilium_rejected = Some((dp, e.to_string()));
+                    }
+                }
+            }
+            let mut d = readers::detect(args.read_timeout, Arc::clone(kill)).await;
+            d.rejected.extend(cilium_rejected);
             for (dp, why) in &d.rejected {
                 tracing::info!(datapath = %dp, reason = %why, "datapath candidate not used");
             }
@@ -91,8 +119,10 @@ async fn choose_source(
                         .join("; ");
                     tracing::error!(reasons = %why, "no kube-proxy datapath found on this node; only DNS paths are probed");
                     let capability = d.rejected.iter().find_map(|(_, e)| {
-                        e.contains("CAP_NET_ADMIN")
-                            .then(|| "CAP_NET_ADMIN".to_string())
+                        ["CAP_NET_ADMIN", "CAP_BPF"]
+                            .into_iter()
+                            .find(|c| e.contains(c))
+                            .map(str::to_string)
                     });
                     return Err((format!("no datapath detected ({why})"), capability));
                 }

@@ -3,11 +3,13 @@
 //! | module | what | IO |
 //! |---|---|---|
 //! | [`readers`] | run `iptables-save -t nat` / `nft -j list table ip kube-proxy` / `ipvsadm-save -n`, stream into the parser, measure CPU; detect the datapath | processes |
-//! | [`cilium`] | `cilium-dbg service list -o json` in this node's Cilium agent pod through the exec API | Kubernetes API |
+//! | [`cilium_maps`] | Cilium's pinned `cilium_lb{4,6}_*` BPF maps, opened with aya (`--cilium-read maps`, the default) | bpf syscalls |
+//! | [`cilium`] | `cilium-dbg service list -o json` in this node's Cilium agent pod through the exec API (`--cilium-read exec`) | Kubernetes API |
 //! | `adapter` | the agent's adapter: choose the datapath, pace the reads, `/status` section | tasks |
 
 pub(crate) mod adapter;
 pub mod cilium;
+pub mod cilium_maps;
 pub mod metrics;
 pub mod readers;
 
