@@ -263,14 +263,17 @@ fn a_stale_node_is_over_its_lag_while_open_and_check_names_it() {
 
 /// `ghostip_truth_synced` of the watch on node-1 at `port`, if it answered.
 /// An observer independent of ghostip: from node-1, `dig` asks each DNS server (the kube-dns
-/// ClusterIP and each CoreDNS pod) for `name` every 200 ms, bounded by `seconds`; one line per
-/// answer: `unix_ms server ip…`.
+/// ClusterIP and each CoreDNS pod) for `name`'s A records and for the SRV records of its `http`
+/// port every 200 ms, bounded by `seconds`; one line per round and server:
+/// `unix_ms server ip… ip:port…` (an SRV target `10-244-1-73.web…` is the pod's IP).
 fn start_dig_loop(servers: &[String], name: &str, seconds: u32, log: &Path) -> KillOnDrop {
     const LOOP: &str = r#"name=$1 end=$((SECONDS + $2)); shift 2
 while ((SECONDS < end)); do
   for s in "$@"; do
     a=$(dig +short +time=1 +tries=1 "@$s" "$name" A | sort | tr '\n' ' ')
-    echo "$(date +%s%3N) $s $a"
+    v=$(dig +short +time=1 +tries=1 "@$s" "_http._tcp.$name" SRV |
+      awk 'NF == 4 {split($4, h, "."); gsub("-", ".", h[1]); print h[1] ":" $3}' | sort | tr '\n' ' ')
+    echo "$(date +%s%3N) $s $a $v"
   done
   sleep 0.2
 done"#;
@@ -293,7 +296,7 @@ done"#;
     KillOnDrop(Some(child))
 }
 
-/// The dig loop's answers: (unix ms, server, IPs).
+/// The dig loop's answers: (unix ms, server, IPs of the A answer and `ip:port`s of the SRV one).
 fn dig_answers(log: &Path) -> Vec<(i64, String, Vec<String>)> {
     std::fs::read_to_string(log)
         .unwrap_or_default()
@@ -440,7 +443,7 @@ fn an_api_server_outage_is_a_gap_within_seconds_and_windows_keep_their_promise()
     // A window over its promise is a false verdict unless the path really still answered
     // with the IP after the promise ran out: after an outage CoreDNS's own informer may
     // relist later than ghostip's watch, and then the staleness is real. The dig loop
-    // (every 200 ms per server) is the independent witness.
+    // (every 200 ms per server, A and SRV) is the independent witness.
     let answers = dig_answers(&dig_log);
     assert!(!answers.is_empty(), "the dig loop answered nothing");
     let false_verdicts: Vec<_> = findings
@@ -455,7 +458,7 @@ fn an_api_server_outage_is_a_gap_within_seconds_and_windows_keep_their_promise()
             let promise_ms = f.expected_lag.map_or(0, |d| d.as_millis() as i64);
             let past_promise = f.t0.as_millisecond() + promise_ms + 250;
             let witnessed = answers.iter().find(|(t, s, ips)| {
-                s == server && *t >= past_promise && ips.contains(&f.target.ip.to_string())
+                s == server && *t >= past_promise && ips.contains(&f.target.to_string())
             });
             match witnessed {
                 Some((t, _, _)) => {
