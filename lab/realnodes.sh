@@ -225,7 +225,12 @@ write_kube_proxy_pod() {
   # alternative inside the container.
   [[ $backend == legacy ]] &&
     switch='update-alternatives --quiet --set iptables /usr/sbin/iptables-legacy; update-alternatives --quiet --set ip6tables /usr/sbin/ip6tables-legacy; '
-  cat >"$(kube_proxy_manifest "$node").tmp" <<EOF
+  # Written beside the manifest under a dot name, which the kubelet's file source skips:
+  # a plain .tmp there is read as a second static pod of the same name, whose mirror
+  # then fights the real one's (its volume stuck for the kubelet's 2-minute deadline).
+  local tmp
+  tmp="$(node_dir "$node")/manifests/.kube-proxy.yaml.tmp"
+  cat >"$tmp" <<EOF
 apiVersion: v1
 kind: Pod
 metadata:
@@ -246,7 +251,7 @@ spec:
   volumes:
   - {name: kubeconfig, hostPath: {path: $LAB_KUBECONFIG, type: File}}
 EOF
-  mv "$(kube_proxy_manifest "$node").tmp" "$(kube_proxy_manifest "$node")"
+  mv "$tmp" "$(kube_proxy_manifest "$node")"
 }
 
 # kube_proxy_container_pid node-N: the PID of the kube-proxy process the kubelet
