@@ -338,14 +338,17 @@ pub(crate) fn whois(conn: &Connection, addr: IpAddr, at: Time) -> Result<Whois, 
             .filter_map(Membership::exit)
             .collect(),
     };
-    // Only the exits of the owners shown.
-    let shown: Vec<EndpointExit> = [&w.before, &w.at_time, &w.after]
-        .into_iter()
-        .flatten()
-        .flat_map(|o| w.exits_of(o))
-        .cloned()
-        .collect();
-    w.left_endpoints = shown;
+    // Only the exits of the owners shown; with no owner known at all (an agent's ledger
+    // holds only its own node's pods), every exit, whose slices name the pod.
+    if w.before.is_some() || w.at_time.is_some() || w.after.is_some() {
+        let shown: Vec<EndpointExit> = [&w.before, &w.at_time, &w.after]
+            .into_iter()
+            .flatten()
+            .flat_map(|o| w.exits_of(o))
+            .cloned()
+            .collect();
+        w.left_endpoints = shown;
+    }
     Ok(w)
 }
 

@@ -35,6 +35,20 @@ pub fn render_whois_table(whois: &Whois, ip: IpAddr, at: Time, layout: &Layout) 
     table.add_row(row(whois, "after", whois.after.as_ref(), at, layout));
     let mut out = format!("IP {} at {}\n", ip.to_canonical(), fmt_time(at));
     out.push_str(&table.render(layout));
+    // No owner known (an agent's ledger holds only its node's pods): the slices' word.
+    if whois.before.is_none() && whois.at_time.is_none() && whois.after.is_none() {
+        for x in &whois.left_endpoints {
+            let pod = x.pod.as_ref().map_or_else(
+                || "a pod the slice did not name".to_string(),
+                |p| p.to_string(),
+            );
+            out.push_str(&format!(
+                "left the endpoints of {} {} ({pod}, as its slice named it)\n",
+                x.service,
+                fmt_time(x.at)
+            ));
+        }
+    }
     fit_text(&out, layout)
 }
 

@@ -341,6 +341,40 @@ fn whois_says_when_the_ip_left_the_endpoints_not_the_deletion_deadline() {
     );
 }
 
+/// An agent's ledger holds only its own node's pods: for a pod of another node, whois still
+/// says when the IP left a Service's endpoints and which pod the slice named.
+#[test]
+fn whois_without_an_owner_gives_the_slices_word() {
+    let (_d, mut l) = fresh();
+    let at = |s: i64| ghostip_core::ChangeTime::received_at(t(s));
+    l.sync_memberships(&svc(), &[ep("10.0.0.9", true, true, false, "web-c")], at(2))
+        .unwrap();
+    l.sync_memberships(&svc(), &[], at(50)).unwrap();
+    let w = l.whois(ip("10.0.0.9"), t(60)).unwrap();
+    assert!(w.at_time.is_none() && w.before.is_none() && w.after.is_none());
+    assert_eq!(w.left_endpoints.len(), 1, "{w:?}");
+    assert_eq!(
+        w.left_endpoints[0].pod.as_ref().map(|p| p.name.as_str()),
+        Some("web-c")
+    );
+    let table = render_whois_table(&w, ip("10.0.0.9"), t(60), &ghostip::printer::Layout::WIDE);
+    assert!(
+        table.contains(
+            "left the endpoints of default/web 2023-11-14T22:14:10Z (default/web-c, as its slice named it)"
+        ),
+        "{table}"
+    );
+    // Once an owner is known, only its exits are shown.
+    l.apply_pod(&pod("web-d", &["10.0.0.9"], 100), t(100))
+        .unwrap();
+    assert!(
+        l.whois(ip("10.0.0.9"), t(110))
+            .unwrap()
+            .left_endpoints
+            .is_empty()
+    );
+}
+
 #[test]
 fn ip_reuse_closes_the_open_interval_at_the_new_start() {
     let (_d, mut l) = fresh();
