@@ -40,6 +40,10 @@ pub enum Class {
     NotReadyTarget,
     /// Ledger: the IP now belongs to a different pod than at the error time: IP reuse.
     IpReused,
+    /// Ledger: a gRPC client's own balancer (read through its channelz) still held the
+    /// removed IP at the error time: the client's copy, which it drops only when it
+    /// re-resolves.
+    StaleClientBalancer,
 }
 
 impl Class {
@@ -59,6 +63,7 @@ impl Class {
             Class::NotStaleness => "not-staleness",
             Class::NotReadyTarget => "not-ready-target",
             Class::IpReused => "ip-reused",
+            Class::StaleClientBalancer => "stale-client-balancer",
         }
     }
 
@@ -75,7 +80,8 @@ impl Class {
             | Class::DnsPath
             | Class::StaleClientCache
             | Class::TerminatingTarget
-            | Class::IpReused => true,
+            | Class::IpReused
+            | Class::StaleClientBalancer => true,
             Class::NameNotFound
             | Class::Unavailable
             | Class::Unclassified
@@ -105,6 +111,9 @@ impl Class {
             Class::NotStaleness => "not staleness: a live, ready pod owned the IP (app-level)",
             Class::NotReadyTarget => "a pod owned the IP but was not ready",
             Class::IpReused => "IP reuse: the IP now belongs to a different pod",
+            Class::StaleClientBalancer => {
+                "stale client balancer: the client's gRPC balancer still held the removed IP (channelz)"
+            }
         }
     }
 }
@@ -367,6 +376,7 @@ mod tests {
     fn staleness_classes() {
         assert!(Class::StaleClientCache.is_staleness());
         assert!(Class::IpReused.is_staleness());
+        assert!(Class::StaleClientBalancer.is_staleness());
         assert!(Class::Blackholed.is_staleness());
         assert!(!Class::NotStaleness.is_staleness());
         assert!(!Class::Unavailable.is_staleness());

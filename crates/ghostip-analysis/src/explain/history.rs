@@ -17,6 +17,49 @@ pub struct IpHistory {
     /// Conntrack flows to the IP that outlived its endpoint (a ledger kept by `ghostip
     /// agent`; empty elsewhere).
     pub flows: Vec<FlowWindow>,
+    /// Client-side copies of the IP after it left its Service: a gRPC client's balancer
+    /// read through channelz (a ledger kept by `ghostip watch`; empty elsewhere).
+    pub held: Vec<HeldWindow>,
+}
+
+/// A client that still held a removed endpoint, as a ghostip layer saw it: from the moment
+/// the endpoint left (`since`) to the read that found it dropped (`until`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct HeldWindow {
+    /// The layer that saw it (`channelz`).
+    pub layer: String,
+    /// The path (`channelz/<namespace>/<pod>/<target>`).
+    pub path: String,
+    /// The Service whose endpoint it was.
+    pub service: String,
+    /// The endpoint held (`ip:port`).
+    pub target: String,
+    /// When the endpoint left.
+    pub since: Time,
+    /// The first read without it (`None`: still held when the ledger was read).
+    pub until: Option<Time>,
+    /// The last read that still held it.
+    pub last_seen: Option<Time>,
+}
+
+impl HeldWindow {
+    /// Whether `at` falls while the client held the endpoint after it left.
+    pub fn covers(&self, at: Time) -> bool {
+        at >= self.since && self.until.is_none_or(|u| at <= u)
+    }
+
+    /// The client pod of a channelz path (`<namespace>/<pod>`), else the path.
+    pub fn holder(&self) -> String {
+        let rest = self
+            .path
+            .strip_prefix(&format!("{}/", self.layer))
+            .unwrap_or(&self.path);
+        let mut parts = rest.splitn(3, '/');
+        match (parts.next(), parts.next()) {
+            (Some(ns), Some(pod)) => format!("{ns}/{pod}"),
+            _ => self.path.clone(),
+        }
+    }
 }
 
 /// Live conntrack flows to a removed endpoint, as a node's agent saw them: from the moment

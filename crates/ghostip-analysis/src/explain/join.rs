@@ -189,6 +189,23 @@ pub fn owner_now(h: &IpHistory) -> Option<(&Ownership, OwnerFacts, TargetFacts)>
     })
 }
 
+/// Whether a client-side layer held `target` (`ip:port`) after it left, at `t`.
+fn held_at(h: &IpHistory, target: &str, t: Time) -> bool {
+    h.held.iter().any(|w| w.target == target && w.covers(t))
+}
+
+/// A failure to an endpoint the client's own balancer still held is that balancer's
+/// staleness, whatever else is true of the IP; an IP reused by a live pod, an
+/// application-level failure or a pooled connection keep their class.
+fn balancer_class(class: Class, held: bool) -> Class {
+    match class {
+        Class::StaleClientCache | Class::StaleTarget | Class::TerminatingTarget if held => {
+            Class::StaleClientBalancer
+        }
+        other => other,
+    }
+}
+
 /// The Service the IP was an endpoint of at `t`, else the one it had left last before `t`.
 fn service_at(memberships: &[Membership], t: Time) -> Option<ServiceKey> {
     if let Some(m) = memberships
@@ -288,15 +305,20 @@ impl<S: HistorySource> Joiner<S> {
         let Some(h) = self.cache.get(&ip) else {
             return Ok(unjoined);
         };
+        let held = held_at(h, &target.to_string(), t);
         if h.ownerships.is_empty() {
             return Ok(Joined {
                 service: service_at(&h.memberships, t),
+                class: balancer_class(unjoined.class, held),
                 ..unjoined
             });
         }
         let at = owner_at(h, t);
         let now = owner_now(h);
-        let class = classify_with_owner(f, at.as_ref().map(|a| &a.1), now.as_ref().map(|n| &n.1));
+        let class = balancer_class(
+            classify_with_owner(f, at.as_ref().map(|a| &a.1), now.as_ref().map(|n| &n.1)),
+            held,
+        );
         let removal = at
             .as_ref()
             .filter(|a| matches!(a.2.state, OwnerState::Terminating | OwnerState::Gone))
@@ -407,6 +429,7 @@ mod tests {
                 ownerships: vec![old],
                 memberships: vec![],
                 flows: vec![],
+                held: vec![],
             },
         );
         h.insert(
@@ -415,6 +438,7 @@ mod tests {
                 ownerships: vec![new_owner, reused],
                 memberships: vec![],
                 flows: vec![],
+                held: vec![],
             },
         );
         h.insert(
@@ -423,6 +447,7 @@ mod tests {
                 ownerships: vec![live],
                 memberships: vec![],
                 flows: vec![],
+                held: vec![],
             },
         );
         Joiner::new(Fake {
@@ -538,6 +563,7 @@ mod tests {
             ownerships: vec![o.clone()],
             memberships: vec![],
             flows: vec![],
+            held: vec![],
         };
         assert_eq!(
             removal_of(&o, &h.memberships).at,

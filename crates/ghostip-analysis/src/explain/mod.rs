@@ -15,7 +15,7 @@ mod report;
 mod truth_file;
 mod windows;
 
-pub use history::{FlowWindow, HistoryError, HistorySource, IpHistory};
+pub use history::{FlowWindow, HeldWindow, HistoryError, HistorySource, IpHistory};
 pub use join::{Joined, Joiner, OwnerState, Removal, TargetFacts, owner_at, owner_now};
 pub use report::{
     AgentFlows, Explainer, Explanation, HistoryInfo, ReadError, TargetSummary, TimeFilter,

@@ -8,7 +8,7 @@ use ghostip_core::Time;
 use ghostip_logs::{Aggregator, Class, ConnFailure, Kind, Report, ScanStats, classify};
 use serde::Serialize;
 
-use super::history::{FlowWindow, HistoryError, HistorySource};
+use super::history::{FlowWindow, HeldWindow, HistoryError, HistorySource};
 use super::join::{Joiner, Removal, TargetFacts};
 use super::windows::{RolloutWindow, rollout_windows};
 
@@ -108,6 +108,54 @@ pub struct TargetSummary {
     /// by `ghostip agent`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_flows: Option<AgentFlows>,
+    /// The clients whose own copy (a gRPC balancer, read through channelz) held the IP after
+    /// it left (a ledger kept by `ghostip watch`), with the failures in each window.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<HeldSummary>,
+}
+
+/// One client-side window over a removed endpoint, joined with the failures.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HeldSummary {
+    /// The window, as the ledger has it.
+    #[serde(flatten)]
+    pub window: HeldWindow,
+    /// The client pod (`<namespace>/<pod>`).
+    pub holder: String,
+    /// Failures aimed at the endpoint within the window.
+    pub failures_within: u64,
+    /// The first of them.
+    pub first_failure: Option<Time>,
+    /// The last of them.
+    pub last_failure: Option<Time>,
+}
+
+impl HeldSummary {
+    fn of(w: &HeldWindow) -> Self {
+        Self {
+            holder: w.holder(),
+            window: w.clone(),
+            failures_within: 0,
+            first_failure: None,
+            last_failure: None,
+        }
+    }
+
+    /// "the gRPC balancer of grpcdemo/grpcclient (channelz) held 10.244.2.7:50051 for 31.2 s
+    /// after it left; 412 failures within".
+    pub fn sentence(&self) -> String {
+        let held = match self.window.until {
+            Some(u) => format!(
+                "for {:.1} s after it left",
+                u.duration_since(self.window.since).as_secs_f64().max(0.0)
+            ),
+            None => "after it left, still when the ledger was read".to_owned(),
+        };
+        format!(
+            "the gRPC balancer of {} ({}) held {} {held}; {} failure(s) within",
+            self.holder, self.window.layer, self.window.target, self.failures_within
+        )
+    }
 }
 
 /// Flows to a removed endpoint that a node's agent saw outlive it, joined with the failures.
@@ -382,8 +430,31 @@ impl<'a> Explainer<'a> {
                 owner_at_first_error: joined.at_error.clone(),
                 owner_now: joined.now.clone(),
                 agent_flows: AgentFlows::of(flows),
+                held: Vec::new(),
             });
             t.errors += 1;
+            let held: &[HeldWindow] = self
+                .joiner
+                .as_ref()
+                .and_then(|j| j.history(ip))
+                .map_or(&[], |h| h.held.as_slice());
+            let addr = target.to_string();
+            for w in held.iter().filter(|w| w.target == addr) {
+                let i = match t.held.iter().position(|x| x.window == *w) {
+                    Some(i) => i,
+                    None => {
+                        t.held.push(HeldSummary::of(w));
+                        t.held.len() - 1
+                    }
+                };
+                if let (Some(x), Some(at)) = (t.held.get_mut(i), f.timestamp)
+                    && w.covers(at)
+                {
+                    x.failures_within += 1;
+                    x.first_failure = Some(x.first_failure.map_or(at, |a| a.min(at)));
+                    x.last_failure = Some(x.last_failure.map_or(at, |a| a.max(at)));
+                }
+            }
             if let (Some(af), Some(at)) = (&mut t.agent_flows, f.timestamp)
                 && flows.iter().any(|w| w.covers(at))
             {

@@ -257,6 +257,7 @@ impl HistorySource for TruthHistory {
             ownerships: self.by_ip.get(&ip).cloned().unwrap_or_default(),
             memberships: Vec::new(),
             flows: Vec::new(),
+            held: Vec::new(),
         })
     }
 

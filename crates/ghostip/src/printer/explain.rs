@@ -94,6 +94,9 @@ fn table_text(x: &Explanation, layout: &Layout) -> String {
             if let Some(af) = &t.agent_flows {
                 let _ = writeln!(out, "    {}", escape_controls(&af.sentence(t.errors)));
             }
+            for h in &t.held {
+                let _ = writeln!(out, "    {}", escape_controls(&h.sentence()));
+            }
         }
     }
     if let Some(h) = &x.history {

@@ -1365,3 +1365,104 @@ fn a_finding_of_an_unknown_layer_does_not_stop_explain_or_whois() {
         .clone();
     assert!(String::from_utf8_lossy(&whois).contains("web-a"));
 }
+
+/// What the watch records of a gRPC client's balancer (the channelz layer): shop/grpc-client
+/// held web-a's address from when it left (100 s) to the read without it (131 s).
+fn channelz_finding() -> ghostip::ledger::FindingRecord {
+    ghostip::ledger::FindingRecord {
+        layer: "channelz".into(),
+        path_id: "channelz/shop/grpc-client/dns:///web.shop.svc.cluster.local:8080".into(),
+        path_kind: "grpc-channel".into(),
+        last_seen: Some(t(130.0)),
+        converged_by: Some(t(131.0)),
+        window: Some(std::time::Duration::from_secs(31)),
+        expected_lag: Some(std::time::Duration::from_secs(35)),
+        verdict: "within expected lag".into(),
+        ..conntrack_finding()
+    }
+}
+
+/// A gRPC client's failures to an address its own balancer still held (the watch's channelz
+/// finding) are the balancer's staleness: class stale-client-balancer, with the window and
+/// the failures within it; a failure after the window keeps the class the pod's history
+/// gives.
+#[test]
+fn failures_within_a_balancers_window_are_the_balancers() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ledger.db");
+    write_ledger(&db);
+    Ledger::open(&db)
+        .unwrap()
+        .record_finding(&channelz_finding())
+        .unwrap();
+    // The lab client's lines, as grpc-go prints its errors.
+    let line = |at: f64, addr: &str| {
+        format!(
+            "{} grpcclient: target=dns:///web.shop.svc.cluster.local:8080 call failed: rpc error: code = Unavailable desc = connection error: desc = \"transport: Error while dialing: dial tcp {addr}: connect: connection refused\"\n",
+            lt(at)
+        )
+    };
+    let mut log_text = String::new();
+    for at in [101.0, 110.0, 129.5] {
+        log_text.push_str(&line(at, "10.244.1.10:8080"));
+    }
+    log_text.push_str(&line(140.0, "10.244.1.10:8080"));
+    let log = dir.path().join("client.log");
+    std::fs::write(&log, log_text).unwrap();
+    let out = ghostip_wide()
+        .arg("--db")
+        .arg(&db)
+        .args(["explain", "-o", "json"])
+        .arg(&log)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let x = json(&out);
+    let got = classes(&x);
+    assert_eq!(
+        got.get(&("10.244.1.10".to_owned(), "stale_client_balancer".to_owned())),
+        Some(&3),
+        "{got:?}"
+    );
+    assert_eq!(
+        got.get(&("10.244.1.10".to_owned(), "stale_client_cache".to_owned())),
+        Some(&1),
+        "{got:?}"
+    );
+    let web_a = x["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["ip"] == "10.244.1.10")
+        .unwrap()
+        .clone();
+    let held = &web_a["held"][0];
+    assert_eq!(held["holder"], "shop/grpc-client", "{web_a}");
+    assert_eq!(held["layer"], "channelz");
+    assert_eq!(held["target"], "10.244.1.10:8080");
+    assert_eq!(held["since"], "2023-11-14T22:15:00Z");
+    assert_eq!(held["until"], "2023-11-14T22:15:31Z");
+    assert_eq!(held["failures_within"], 3);
+    assert_eq!(held["first_failure"], "2023-11-14T22:15:01Z");
+    assert_eq!(held["last_failure"], "2023-11-14T22:15:29.5Z");
+    let table = ghostip_wide()
+        .env("COLUMNS", "1000")
+        .arg("--db")
+        .arg(&db)
+        .arg("explain")
+        .arg(&log)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let table = String::from_utf8(table).unwrap();
+    assert!(
+        table.contains(
+            "the gRPC balancer of shop/grpc-client (channelz) held 10.244.1.10:8080 for 31.0 s after it left; 3 failure(s) within"
+        ),
+        "{table}"
+    );
+}
