@@ -392,6 +392,11 @@ pub struct ChannelzArgs {
     /// Client reads in flight at once (1 to 64).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64), value_name = "N")]
     pub channelz_concurrency: u32,
+    /// List the running pods for opted-in clients this often (5s to 1h; one paged list of
+    /// every running pod each time). A client started less than this before a rollout may
+    /// not be read during it.
+    #[arg(long, default_value = "60s", value_parser = parse_channelz_discovery, value_name = "DURATION")]
+    pub channelz_discovery_interval: Duration,
 }
 
 /// `--auth` of the HTTP endpoints.
@@ -1013,6 +1018,11 @@ pub fn parse_probe_interval(s: &str) -> Result<Duration, String> {
 /// `--channelz-interval`: 1s to 1h.
 pub fn parse_channelz_interval(s: &str) -> Result<Duration, String> {
     parse_duration_in(s, Duration::from_secs(1), Duration::from_secs(3600))
+}
+
+/// `--channelz-discovery-interval`: 5s to 1h.
+pub fn parse_channelz_discovery(s: &str) -> Result<Duration, String> {
+    parse_duration_in(s, Duration::from_secs(5), Duration::from_secs(3600))
 }
 
 /// `--channelz-deadline`: 100ms to 30s.

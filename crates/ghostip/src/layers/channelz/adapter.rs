@@ -1,6 +1,6 @@
 //! `watch`'s channelz adapter: finds the opted-in client pods, reads each one's channelz at a bounded rate, and feeds the reads to the model, the ledger, the metrics and the log.
 //!
-//! Bounded everywhere: pods are listed every [`DISCOVERY_PERIOD`] (pages of 500, at most
+//! Bounded everywhere: pods are listed every `--channelz-discovery-interval` (pages of 500, at most
 //! [`MAX_LIST_PAGES`](super::discovery::MAX_LIST_PAGES)); at most `--channelz-max-clients` pods are read, each at most once per
 //! `--channelz-interval`, `--channelz-concurrency` reads in flight, each read within its
 //! own [`ReadBounds`]. A pod that cannot be read is an error for that pod (logged when it
@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 use ghostip_core::{Layer, Time};
@@ -26,9 +25,6 @@ use crate::cli::ChannelzArgs;
 use crate::layers::{ClusterSetup, LayerAdapter, LayerSnapshot};
 use crate::ledger::LedgerOp;
 use crate::pipeline::Pipeline;
-
-/// How often the opted-in pods are listed again.
-pub const DISCOVERY_PERIOD: Duration = Duration::from_secs(60);
 
 /// One client's state in the snapshot.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -160,7 +156,7 @@ impl ChannelzReads {
     async fn finish_discovery(&mut self, p: &mut Pipeline, now: Time) {
         if self.next_discovery.is_none_or(|t| now >= t) && self.discovery.is_none() {
             self.discovery = Some(tokio::spawn(list_opted_in(self.client.clone(), None)));
-            self.next_discovery = now.checked_add(DISCOVERY_PERIOD).ok();
+            self.next_discovery = now.checked_add(self.cfg.channelz_discovery_interval).ok();
         }
         let Some(handle) = self.discovery.take_if(|h| h.is_finished()) else {
             return;
