@@ -39,7 +39,7 @@ const NODES: [&str; 3] = ["node-1", "node-2", "node-3"];
 const INTERVAL_S: f64 = 0.5;
 
 /// Fails unless the lab runs real nodes.
-fn require_real_nodes() {
+pub(crate) fn require_real_nodes() {
     require_lab();
     let kind = std::fs::read_to_string("/var/lib/ghostip-lab/node-kind").unwrap_or_default();
     assert_eq!(

@@ -23,5 +23,6 @@ mod e2e_deploy;
 mod e2e_drain;
 mod e2e_explain;
 mod e2e_fidelity;
+mod e2e_grpc;
 mod e2e_lab;
 mod e2e_nodes;
