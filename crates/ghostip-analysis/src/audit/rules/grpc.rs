@@ -203,58 +203,68 @@ pub(super) fn dns_targets(text: &str, out: &mut BTreeSet<String>) {
     }
 }
 
-/// Why `w` is taken for a gRPC client of `svc`, or `None`: a `dns:` target naming the Service
-/// in [`GRPC_TARGETS_ANNOTATION`], an env value, the command or args; else the channelz opt-in
-/// on a workload that names the Service (`names_it`, the callers the budget counts).
-pub(super) fn client_evidence(
-    svc: &ServiceInfo,
-    w: &Workload,
-    names_it: bool,
-    zone: &str,
-) -> Option<String> {
-    let ns = &w.obj.namespace;
-    let hit = |text: &str| {
+/// What makes a workload a gRPC client, read once per workload: its `dns:` targets (host and
+/// where it was written) and its channelz opt-in.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct ClientSignals {
+    targets: Vec<(String, String)>,
+    channelz: Option<String>,
+}
+
+/// The [`ClientSignals`] of `w`: `dns:` targets in [`GRPC_TARGETS_ANNOTATION`], env values, the
+/// command and args; the channelz opt-in (annotation, or a container port named `channelz`).
+pub(super) fn client_signals(w: &Workload) -> ClientSignals {
+    let mut out = ClientSignals::default();
+    let mut add = |text: &str, place: String| {
         let mut hosts = BTreeSet::new();
         dns_targets(text, &mut hosts);
-        hosts
-            .into_iter()
-            .find(|h| names_service(h, &svc.key, ns, zone))
+        out.targets
+            .extend(hosts.into_iter().map(|h| (h, place.clone())));
     };
-    if let Some(v) = w.annotation(GRPC_TARGETS_ANNOTATION)
-        && let Some(h) = hit(v)
-    {
-        return Some(format!("dns:///{h} in {GRPC_TARGETS_ANNOTATION}"));
+    if let Some(v) = w.annotation(GRPC_TARGETS_ANNOTATION) {
+        add(v, GRPC_TARGETS_ANNOTATION.to_string());
     }
-    let spec = w.template.spec.as_ref()?;
-    for c in &spec.containers {
+    let containers = w.template.spec.iter().flat_map(|spec| &spec.containers);
+    for c in containers.clone() {
         for e in c.env.iter().flatten() {
-            if let Some(h) = e.value.as_deref().and_then(hit) {
-                return Some(format!("dns:///{h} in container {} env {}", c.name, e.name));
+            if let Some(v) = &e.value {
+                add(v, format!("container {} env {}", c.name, e.name));
             }
         }
         for a in c.command.iter().flatten().chain(c.args.iter().flatten()) {
-            if let Some(h) = hit(a) {
-                return Some(format!("dns:///{h} in container {} args", c.name));
-            }
+            add(a, format!("container {} args", c.name));
         }
     }
-    if !names_it {
-        return None;
-    }
-    if w.annotation(CHANNELZ_PORT_ANNOTATION).is_some() {
-        return Some(format!(
-            "channelz opt-in ({CHANNELZ_PORT_ANNOTATION}) and names the Service"
-        ));
-    }
-    let named_port = spec.containers.iter().any(|c| {
-        c.ports
-            .iter()
-            .flatten()
+    out.channelz = if w.annotation(CHANNELZ_PORT_ANNOTATION).is_some() {
+        Some(format!("channelz opt-in ({CHANNELZ_PORT_ANNOTATION})"))
+    } else {
+        containers
+            .flat_map(|c| c.ports.iter().flatten())
             .any(|p| p.name.as_deref() == Some(CHANNELZ_PORT_NAME))
-    });
-    named_port.then(|| {
-        format!("channelz opt-in (container port {CHANNELZ_PORT_NAME}) and names the Service")
-    })
+            .then(|| format!("channelz opt-in (container port {CHANNELZ_PORT_NAME})"))
+    };
+    out
+}
+
+/// Why a workload in `from_ns` with `signals` is taken for a gRPC client of `svc`, or `None`:
+/// a `dns:` target naming the Service; else the channelz opt-in on a workload that names the
+/// Service (`names_it`, the callers the budget counts).
+pub(super) fn client_evidence(
+    svc: &ServiceInfo,
+    signals: &ClientSignals,
+    from_ns: &str,
+    names_it: bool,
+    zone: &str,
+) -> Option<String> {
+    if let Some((h, place)) = signals
+        .targets
+        .iter()
+        .find(|(h, _)| names_service(h, &svc.key, from_ns, zone))
+    {
+        return Some(format!("dns:///{h} in {place}"));
+    }
+    let optin = signals.channelz.as_ref().filter(|_| names_it)?;
+    Some(format!("{optin} and names the Service"))
 }
 
 /// Whole seconds, rounded up.
@@ -295,12 +305,15 @@ impl Ctx<'_> {
             .enumerate()
             .filter(|(i, _)| !backing.contains(i))
             .filter_map(|(i, w)| {
-                client_evidence(svc, w, callers.contains(&i), &zone).map(|e| {
-                    (
-                        format!("{} {}/{}", w.obj.kind, w.obj.namespace, w.obj.name),
-                        e,
-                    )
-                })
+                let signals = self.grpc_clients.get(i)?;
+                client_evidence(svc, signals, &w.obj.namespace, callers.contains(&i), &zone).map(
+                    |e| {
+                        (
+                            format!("{} {}/{}", w.obj.kind, w.obj.namespace, w.obj.name),
+                            e,
+                        )
+                    },
+                )
             })
             .collect();
         let mut all_set = true;

@@ -53,6 +53,7 @@ use client::{
     CallerCache, ClientCache, client_cache, names_service, service_client_cache, workload_hosts,
 };
 use dns::{corefile_findings, dns_chain};
+use grpc::{ClientSignals, client_signals};
 pub use grpc::{
     GRPC_GO_MIN_RESOLUTION_INTERVAL_S, GRPC_ROLE_ANNOTATION, GRPC_TARGETS_ANNOTATION,
     MAX_CONNECTION_AGE_ANNOTATION, MAX_CONNECTION_AGE_GRACE_ANNOTATION,
@@ -229,10 +230,12 @@ pub fn audit(inv: &Inventory, cfg: &AuditConfig) -> AuditReport {
 
     let mut budgets = Vec::new();
     let mut backing_any: BTreeSet<usize> = BTreeSet::new();
+    let grpc_clients: Vec<ClientSignals> = workloads.iter().map(|w| client_signals(w)).collect();
     let mut ctx = Ctx {
         cfg,
         chain: &chain,
         findings: &mut findings,
+        grpc_clients: &grpc_clients,
     };
     for svc in &services {
         let backing: Vec<usize> = (0..workloads.len())
@@ -394,6 +397,8 @@ struct Ctx<'a> {
     cfg: &'a AuditConfig,
     chain: &'a DnsChain,
     findings: &'a mut Vec<Finding>,
+    /// What makes each workload (same indices) a gRPC client.
+    grpc_clients: &'a [ClientSignals],
 }
 
 impl Ctx<'_> {
