@@ -114,6 +114,14 @@ impl ServicePort {
         });
         app || named
     }
+
+    /// Whether the port declares cleartext HTTP/2 (`appProtocol: kubernetes.io/h2c`), which
+    /// gRPC without TLS is.
+    pub fn is_h2c(&self) -> bool {
+        self.app_protocol
+            .as_deref()
+            .is_some_and(|p| p.eq_ignore_ascii_case("kubernetes.io/h2c"))
+    }
 }
 
 /// A Service, trimmed.

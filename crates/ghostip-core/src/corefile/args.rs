@@ -42,7 +42,9 @@ pub(super) fn go_duration(line: usize, plugin: &str, s: &str) -> Result<Duration
     parse_go_duration(s).ok_or_else(|| plugin_err(line, plugin, format!("invalid duration {s:?}")))
 }
 
-pub(super) fn parse_go_duration(s: &str) -> Option<Duration> {
+/// Parses a Go `time.ParseDuration` string (`"30s"`, `"1m30s"`, `"0"`); `None` when it is not one.
+/// Negative durations other than `-0` are refused.
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
     let s = s.strip_prefix('+').unwrap_or(s);
     if s.starts_with('-') {
         // Go accepts "-0"; anything else negative is refused by the plugins we read.

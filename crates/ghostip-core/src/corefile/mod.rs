@@ -56,6 +56,7 @@ mod tests;
 
 use std::time::Duration;
 
+pub use args::parse_go_duration;
 pub use error::CorefileError;
 pub use lag::{AnswerSource, CacheSummary, ExpectedLag, ListenerLag};
 pub use placeholder::{Placeholder, PlaceholderSyntax};

@@ -335,3 +335,126 @@ fn control_characters_from_manifests_and_file_names_are_escaped() {
     assert!(!err.contains('\x1b') && !err.contains('\x07'), "{err:?}");
     assert!(err.contains("gone\\x1b]0;pwned\\x07.yaml"), "{err}");
 }
+
+/// Writes each document of the audit case `case` to its own file in `dir` (as a chart's
+/// templates would be), `edit` applied to the whole text first.
+fn split_case(dir: &std::path::Path, case: &str, edit: impl Fn(String) -> String) {
+    let text = edit(std::fs::read_to_string(audit_case(case)).unwrap());
+    for (i, doc) in text.split("\n---\n").enumerate() {
+        std::fs::write(dir.join(format!("{i}.yaml")), doc).unwrap();
+    }
+}
+
+fn audit_dir(dir: &std::path::Path, format: &str, code: i32) -> Vec<u8> {
+    ghostip_wide()
+        .args(["audit", "-o", format, "-f"])
+        .arg(dir)
+        .assert()
+        .code(code)
+        .get_output()
+        .stdout
+        .clone()
+}
+
+#[test]
+fn a_manifest_directory_with_a_grpc_server_without_max_connection_age() {
+    let dir = tempfile::tempdir().unwrap();
+    split_case(dir.path(), "GIP-GRPC-001-pos.yaml", |t| t);
+
+    let v = json(&audit_dir(dir.path(), "json", 1));
+    let findings = v["findings"].as_array().unwrap();
+    let f = findings
+        .iter()
+        .find(|f| f["rule"] == "GIP-GRPC-001")
+        .unwrap();
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["object"]["kind"], "Deployment");
+    assert_eq!(f["object"]["name"], "api");
+    assert!(
+        f["object"]["origin"]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("1.yaml")
+    );
+    assert_eq!(f["service"]["name"], "api");
+    assert_eq!(f["figures"]["grpc_clients"], 1);
+    let msg = f["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with(
+            "headless gRPC Service demo/api (Service port grpc 9090): clients Deployment demo/web \
+         balance over it with dns:/// and the server Deployment demo/api sets no MaxConnectionAge"
+        ),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("measured in the lab: first incident 30–40 s"),
+        "{msg}"
+    );
+    // The specific finding replaces the generic one about the port.
+    assert!(!findings.iter().any(|f| f["rule"] == "GIP-CLIENT-002"));
+
+    let table = String::from_utf8(audit_dir(dir.path(), "table", 1)).unwrap();
+    assert!(table.contains("GIP-GRPC-001"), "{table}");
+    assert!(
+        table.contains("fix: set MaxConnectionAge (e.g. 30s)"),
+        "{table}"
+    );
+
+    let sarif = json(&audit_dir(dir.path(), "sarif", 1));
+    let run = &sarif["runs"][0];
+    let r = run["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["ruleId"] == "GIP-GRPC-001")
+        .unwrap();
+    assert_eq!(r["level"], "warning");
+    let idx = r["ruleIndex"].as_u64().unwrap() as usize;
+    assert_eq!(run["tool"]["driver"]["rules"][idx]["id"], "GIP-GRPC-001");
+}
+
+#[test]
+fn a_manifest_directory_with_max_connection_age_gets_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    split_case(dir.path(), "GIP-GRPC-002-pos.yaml", |t| t);
+    let v = json(&audit_dir(dir.path(), "json", 0));
+    let lag = v["dns"][0]["cache_lag_s"].as_i64().unwrap();
+    assert!(lag > 0);
+    let f = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "GIP-GRPC-002")
+        .unwrap();
+    assert_eq!(f["severity"], "note");
+    assert_eq!(f["figures"]["max_connection_age_jittered_s"], 33);
+    assert_eq!(f["figures"]["max_connection_age_grace_s"], 10);
+    assert_eq!(f["figures"]["dns_lag_s"], lag);
+    assert_eq!(f["figures"]["resolver_min_interval_s"], 30);
+    assert_eq!(f["figures"]["budget_s"], 33 + 10 + lag + 30);
+
+    // Declared through the server's flag instead, and a duration that is not one: exit 2,
+    // the file and line named, the rest still audited (the server counts as without).
+    let bad = tempfile::tempdir().unwrap();
+    split_case(bad.path(), "GIP-GRPC-002-pos.yaml", |t| {
+        t.replace(
+            "grpc-max-connection-age: 30s",
+            "grpc-max-connection-age: half-a-minute",
+        )
+    });
+    let out = ghostip_wide()
+        .args(["audit", "-f"])
+        .arg(bad.path())
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let all =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        all.contains("\"half-a-minute\" is not a Go duration"),
+        "{all}"
+    );
+    assert!(all.contains("1.yaml:"), "{all}");
+    assert!(all.contains("GIP-GRPC-001"), "{all}");
+}

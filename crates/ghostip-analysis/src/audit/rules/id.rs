@@ -85,6 +85,20 @@ pub const RULES: &[RuleInfo; RuleId::ALL.len()] = &[
         why: "gRPC clients balancing on the client side (dns:/// with round_robin) re-resolve only after a connection fails: removed pods are used until their connections break, new pods get no traffic until then",
     },
     RuleInfo {
+        id: RuleId::Grpc001,
+        name: "grpc-headless-without-max-connection-age",
+        severity: Severity::Warning,
+        what: "gRPC clients balance over a headless Service with dns:/// and its server sets no MaxConnectionAge",
+        why: "the clients re-resolve only when a connection closes: a removed pod's address stays in their balancers until a call to it fails, new pods get no traffic until then; no configuration bounds it",
+    },
+    RuleInfo {
+        id: RuleId::Grpc002,
+        name: "grpc-max-connection-age-budget",
+        severity: Severity::Note,
+        what: "how long gRPC clients of a headless Service may keep a resolved address set, given the server's MaxConnectionAge",
+        why: "MaxConnectionAge (+10 % jitter) + MaxConnectionAgeGrace + DNS lag + grpc-go's 30 s minimum re-resolution interval: the time a removed pod's address may stay in the clients' balancers",
+    },
+    RuleInfo {
         id: RuleId::Term001,
         name: "prestop-exceeds-grace-period",
         severity: Severity::Warning,
@@ -148,6 +162,10 @@ pub enum RuleId {
     Client001,
     /// `GIP-CLIENT-002`.
     Client002,
+    /// `GIP-GRPC-001`.
+    Grpc001,
+    /// `GIP-GRPC-002`.
+    Grpc002,
     /// `GIP-TERM-001`.
     Term001,
     /// `GIP-TERM-002`.
@@ -166,12 +184,14 @@ pub enum RuleId {
 
 impl RuleId {
     /// Every rule id, in the order of [`RULES`].
-    pub const ALL: [RuleId; 12] = [
+    pub const ALL: [RuleId; 14] = [
         Self::Dns001,
         Self::Dns002,
         Self::Dns003,
         Self::Client001,
         Self::Client002,
+        Self::Grpc001,
+        Self::Grpc002,
         Self::Term001,
         Self::Term002,
         Self::Roll001,
@@ -189,6 +209,8 @@ impl RuleId {
             Self::Dns003 => "GIP-DNS-003",
             Self::Client001 => "GIP-CLIENT-001",
             Self::Client002 => "GIP-CLIENT-002",
+            Self::Grpc001 => "GIP-GRPC-001",
+            Self::Grpc002 => "GIP-GRPC-002",
             Self::Term001 => "GIP-TERM-001",
             Self::Term002 => "GIP-TERM-002",
             Self::Roll001 => "GIP-ROLL-001",

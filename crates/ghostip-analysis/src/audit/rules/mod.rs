@@ -20,7 +20,8 @@
 //!
 //! One file per rule family, each adding its findings: `dns` (GIP-DNS-*: the Corefiles read
 //! and the budget against preStop), `client` (GIP-CLIENT-*: client DNS caches, callers,
-//! gRPC), `term` (GIP-TERM-*: preStop and grace period), `roll` (GIP-ROLL-*: update
+//! gRPC ports), `grpc` (GIP-GRPC-*: gRPC servers behind headless Services, their `dns:///`
+//! clients and `MaxConnectionAge`), `term` (GIP-TERM-*: preStop and grace period), `roll` (GIP-ROLL-*: update
 //! strategies), `probe` (GIP-PROBE-*), `svc` (GIP-SVC-*). `budget` holds the arithmetic they
 //! share (the DNS chain's lag, budget, cover, exposure and the fix's targets); `id` the rule
 //! ids and their descriptions.
@@ -28,6 +29,7 @@
 mod budget;
 mod client;
 mod dns;
+mod grpc;
 mod id;
 mod jvm;
 mod probe;
@@ -51,6 +53,11 @@ use client::{
     CallerCache, ClientCache, client_cache, names_service, service_client_cache, workload_hosts,
 };
 use dns::{corefile_findings, dns_chain};
+use grpc::{ClientSignals, client_signals};
+pub use grpc::{
+    GRPC_GO_MIN_RESOLUTION_INTERVAL_S, GRPC_ROLE_ANNOTATION, GRPC_TARGETS_ANNOTATION,
+    MAX_CONNECTION_AGE_ANNOTATION, MAX_CONNECTION_AGE_GRACE_ANNOTATION,
+};
 pub use id::{RULES, RuleId, RuleInfo, Severity, UnknownRule};
 
 /// Annotation declaring how long the callers of a Service (on the Service) or a workload's own
@@ -223,10 +230,12 @@ pub fn audit(inv: &Inventory, cfg: &AuditConfig) -> AuditReport {
 
     let mut budgets = Vec::new();
     let mut backing_any: BTreeSet<usize> = BTreeSet::new();
+    let grpc_clients: Vec<ClientSignals> = workloads.iter().map(|w| client_signals(w)).collect();
     let mut ctx = Ctx {
         cfg,
         chain: &chain,
         findings: &mut findings,
+        grpc_clients: &grpc_clients,
     };
     for svc in &services {
         let backing: Vec<usize> = (0..workloads.len())
@@ -235,7 +244,15 @@ pub fn audit(inv: &Inventory, cfg: &AuditConfig) -> AuditReport {
         backing_any.extend(backing.iter().copied());
         let callers = callers_of(svc, &workloads, &hosts, &cfg.zone);
         let client = service_client_cache(svc, &callers, &workloads, &caches, &mut problems);
-        let budget = ctx.service(svc, &backing, &workloads, &client, &callers, &caches);
+        let budget = ctx.service(
+            svc,
+            &backing,
+            &workloads,
+            &client,
+            &callers,
+            &caches,
+            &mut problems,
+        );
         budgets.push(budget);
     }
     let with_selector = !cfg.selector.is_empty();
@@ -380,9 +397,12 @@ struct Ctx<'a> {
     cfg: &'a AuditConfig,
     chain: &'a DnsChain,
     findings: &'a mut Vec<Finding>,
+    /// What makes each workload (same indices) a gRPC client.
+    grpc_clients: &'a [ClientSignals],
 }
 
 impl Ctx<'_> {
+    #[allow(clippy::too_many_arguments)]
     fn service(
         &mut self,
         svc: &ServiceInfo,
@@ -391,6 +411,7 @@ impl Ctx<'_> {
         client: &CallerCache,
         callers: &[usize],
         caches: &[ClientCache],
+        problems: &mut Vec<InputProblem>,
     ) -> ServiceBudget {
         let dns = self.chain.lag();
         let staleness = budget::staleness(self.chain, svc, client);
@@ -408,7 +429,12 @@ impl Ctx<'_> {
         }
 
         if svc.headless {
-            self.grpc_on_headless(svc);
+            let lag = dns.as_ref().map(|(l, _, _)| *l);
+            let grpc_covered =
+                self.grpc_max_connection_age(svc, backing, workloads, callers, lag, problems);
+            if !grpc_covered {
+                self.grpc_on_headless(svc);
+            }
         }
 
         for &i in backing {
