@@ -180,7 +180,12 @@ public final class Client {
 
     Server cz = null;
     if (!czListen.isEmpty()) {
-      InetSocketAddress at = socketAddress("--channelz-listen", czListen, true);
+      InetSocketAddress at = null;
+      try {
+        at = socketAddress("--channelz-listen", czListen, true);
+      } catch (IllegalArgumentException | IOException e) {
+        usage(e.getMessage());
+      }
       cz =
           NettyServerBuilder.forAddress(at, InsecureServerCredentials.create())
               .addService(ChannelzService.newInstance(100))
