@@ -125,8 +125,8 @@ pub fn parse_address(text: &str) -> Option<SocketAddr> {
 /// each `[addresses]/{attributes}`, an address being Java's `InetSocketAddress` text:
 /// `/10.244.1.7:50051`, `web-a.demo/10.244.1.7:50051` with a host name, `/[fd00:0:0:0:0:0:0:7]:50051`
 /// for IPv6 (JDK 14 on) or `/fd00:0:0:0:0:0:0:7:50051` (JDK 13 and older, no brackets). A
-/// subchannel with several addresses (grpc-java's `pick_first` over a whole list, a dual-stack
-/// endpoint) tries each in turn, so it holds all of them.
+/// subchannel with several addresses (a dual-stack endpoint's group; grpc-java's older
+/// `pick_first`, one subchannel for the whole list) tries each in turn, so it holds all of them.
 pub fn parse_addresses(text: &str) -> Vec<SocketAddr> {
     let mut out: Vec<SocketAddr> = Vec::new();
     if let Ok(a) = text.trim().parse::<SocketAddr>() {
