@@ -191,6 +191,18 @@ fn java_family() {
         Format::GrpcJava,
         Some("[::1]:9090"),
     );
+    // The lab's grpcjava (grpc-java 1.85.1, netty-shaded epoll): one line per failed call,
+    // as it printed it against a closed loopback port.
+    let f = check(
+        "2026-12-05T09:59:12.496718267Z grpcjava: target=dns:///web.demo.svc.cluster.local:50051 call failed: io.grpc.StatusRuntimeException: UNAVAILABLE: io exception; cause: io.grpc.netty.shaded.io.netty.channel.AbstractChannel$AnnotatedConnectException: finishConnect(..) failed with error(-111): Connection refused: /127.0.0.1:41003",
+        Kind::Refused,
+        Format::GrpcJava,
+        Some("127.0.0.1:41003"),
+    );
+    assert_eq!(
+        f.timestamp.map(|t| t.to_string()).as_deref(),
+        Some("2026-12-05T09:59:12.496718267Z")
+    );
     check(
         "java.net.NoRouteToHostException: No route to host (Host unreachable)",
         Kind::NoRoute,

@@ -2,7 +2,8 @@
 //! (`grpcclient`, with `grpcserver` backends on loopback), a gRPC server without channelz,
 //! an HTTP/1 server, a port that answers garbage or nothing, a closed port.
 //!
-//! The tests with the lab's programs need them built (`lab/build grpc`); they are found in
+//! The tests with the lab's programs need them built (`lab/build grpc`, `lab/build grpcjava`
+//! for the grpc-java client); they are found in
 //! `$GHOSTIP_LAB_BIN`, else in the `$LAB_BIN` of `lab/lib.sh`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -138,7 +139,7 @@ fn spawn(bin: &str, args: &[String]) -> Proc {
     let path = lab_bin().join(bin);
     assert!(
         path.is_file(),
-        "{} is missing: run lab/build grpc",
+        "{} is missing: run lab/build grpc, lab/build grpcjava",
         path.display()
     );
     Proc(
@@ -164,7 +165,14 @@ fn server(port: u16) -> Proc {
 
 const TARGET: &str = "dns:///web.demo.svc.cluster.local:50051";
 
+/// The lab's grpc-go client; see [`client_of`].
 fn client(cz: u16, addresses: &[String], extra: &[String]) -> Proc {
+    client_of("grpcclient", cz, addresses, extra)
+}
+
+/// The lab's client `bin` (`grpcclient`, or `grpcjava`, which takes the same flags) dialing
+/// [`TARGET`] with round_robin, serving channelz on loopback port `cz`.
+fn client_of(bin: &str, cz: u16, addresses: &[String], extra: &[String]) -> Proc {
     let mut args = vec![
         format!("--target={TARGET}"),
         format!("--channelz-listen=127.0.0.1:{cz}"),
@@ -175,7 +183,7 @@ fn client(cz: u16, addresses: &[String], extra: &[String]) -> Proc {
         args.push(format!("--addresses={}", addresses.join(",")));
     }
     args.extend_from_slice(extra);
-    spawn("grpcclient", &args)
+    spawn(bin, &args)
 }
 
 fn at(s: i64) -> Time {
@@ -267,15 +275,30 @@ fn state_of(r: &ClientRead, addr: &str) -> Option<ConnState> {
 #[tokio::test]
 #[ignore = "needs the lab's grpc programs (lab/build grpc)"]
 async fn the_real_grpc_go_client_shows_its_subchannels_and_a_killed_backend() {
+    shows_its_subchannels_and_a_killed_backend("grpcclient", Duration::from_secs(15)).await;
+}
+
+/// The same with the real grpc-java client (`grpcjava`, grpc-java's `round_robin` over
+/// Netty): its subchannels' channelz targets are address groups, `[[/127.0.0.1:port]/{}]`,
+/// and a killed backend's subchannel goes IDLE, CONNECTING or TRANSIENT_FAILURE, still
+/// holding its address. The JVM's start is slower than Go's: READY is awaited for longer.
+#[tokio::test]
+#[ignore = "needs the lab's grpc programs (lab/build grpc, lab/build grpcjava)"]
+async fn the_real_grpc_java_client_shows_its_subchannels_and_a_killed_backend() {
+    shows_its_subchannels_and_a_killed_backend("grpcjava", Duration::from_secs(40)).await;
+}
+
+/// The client `bin` balancing over two real servers, read and judged (see the callers).
+async fn shows_its_subchannels_and_a_killed_backend(bin: &str, ready_within: Duration) {
     let (pa, pb, cz) = (free_port(), free_port(), free_port());
     let a = format!("127.0.0.1:{pa}");
     let b = format!("127.0.0.1:{pb}");
     let _sa = server(pa);
     let mut sb = server(pb);
-    let _c = client(cz, &[a.clone(), b.clone()], &[]);
+    let _c = client_of(bin, cz, &[a.clone(), b.clone()], &[]);
     let cz_addr: SocketAddr = format!("127.0.0.1:{cz}").parse().unwrap();
 
-    let r = read_until(cz_addr, Duration::from_secs(15), |r| {
+    let r = read_until(cz_addr, ready_within, |r| {
         state_of(r, &a) == Some(ConnState::Ready) && state_of(r, &b) == Some(ConnState::Ready)
     })
     .await;

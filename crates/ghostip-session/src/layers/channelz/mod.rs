@@ -113,17 +113,52 @@ pub struct ClientRead {
 }
 
 /// The address in a subchannel's channelz target: grpc-go gives `10.244.1.7:50051`,
-/// grpc-java the address group, `[[/10.244.1.7:50051]/{}]`. The first `ip:port` found.
+/// grpc-java its address groups, `[[[/10.244.1.7:50051]/{}]]`. The first `ip:port` found
+/// (see [`parse_addresses`] for all of them).
 pub fn parse_address(text: &str) -> Option<SocketAddr> {
+    parse_addresses(text).into_iter().next()
+}
+
+/// Every address in a subchannel's channelz target, in order, without repeats.
+///
+/// grpc-go's target is one `ip:port`. grpc-java's is the subchannel's list of address groups,
+/// each `[addresses]/{attributes}`, an address being Java's `InetSocketAddress` text:
+/// `/10.244.1.7:50051`, `web-a.demo/10.244.1.7:50051` with a host name, `/[fd00:0:0:0:0:0:0:7]:50051`
+/// for IPv6 (JDK 14 on) or `/fd00:0:0:0:0:0:0:7:50051` (JDK 13 and older, no brackets). A
+/// subchannel with several addresses (a dual-stack endpoint's group; grpc-java's older
+/// `pick_first`, one subchannel for the whole list) tries each in turn, so it holds all of them.
+pub fn parse_addresses(text: &str) -> Vec<SocketAddr> {
+    let mut out: Vec<SocketAddr> = Vec::new();
     if let Ok(a) = text.trim().parse::<SocketAddr>() {
-        return Some(a);
+        out.push(a);
+        return out;
     }
-    text.split(['/', '{', '}', ',', ' ']).find_map(|t| {
+    for t in text.split(['/', '{', '}', ',', ' ']) {
         let t = t.trim_start_matches('[').trim_end_matches(']');
-        t.parse::<SocketAddr>()
+        let a = t
+            .parse::<SocketAddr>()
             .ok()
             .or_else(|| format!("[{t}").parse::<SocketAddr>().ok())
-    })
+            .or_else(|| java_unbracketed_v6(t));
+        if let Some(a) = a
+            && !out.contains(&a)
+        {
+            out.push(a);
+        }
+    }
+    out
+}
+
+/// JDK 13 and older print an IPv6 socket address without brackets, always in eight groups:
+/// `fd00:0:0:0:0:0:0:7:50051`. Only that full form is taken, so `fd00::7:80` stays
+/// ambiguous and unread.
+fn java_unbracketed_v6(t: &str) -> Option<SocketAddr> {
+    let (host, port) = t.rsplit_once(':')?;
+    if host.split(':').count() != 8 {
+        return None;
+    }
+    let ip = host.parse::<std::net::Ipv6Addr>().ok()?;
+    Some(SocketAddr::new(IpAddr::V6(ip), port.parse().ok()?))
 }
 
 /// The Service a channel's target names, for a client in `namespace`: the host of

@@ -390,8 +390,65 @@ fn subchannel_addresses_parse_from_grpc_go_and_grpc_java() {
     for bad in ["", "web:50051", "10.244.1.7", "garbage\u{0}"] {
         assert_eq!(parse_address(bad), None, "{bad:?}");
     }
+    // grpc-java 1.85 (the lab's grpcjava): the subchannel's list of address groups.
+    assert_eq!(
+        parse_address("[[[/127.0.0.1:46199]/{}]]"),
+        Some(addr("127.0.0.1:46199"))
+    );
+    assert_eq!(
+        parse_address("[[[web.demo.svc.cluster.local/10.244.1.7:50051]/{}]]"),
+        Some(addr("10.244.1.7:50051"))
+    );
+    // JDK 14 on brackets an IPv6 socket address and prints all eight groups.
+    assert_eq!(
+        parse_address("[[[/[fd00:0:0:0:0:0:0:7]:50051]/{}]]"),
+        Some(addr("[fd00::7]:50051"))
+    );
     assert_eq!(ConnState::from_proto(4), TransientFailure);
     assert_eq!(ConnState::from_proto(99), ConnState::Unknown);
+}
+
+/// JDK 13 and older print an IPv6 socket address without brackets (`/fd00:0:0:0:0:0:0:7:50051`):
+/// read in its full eight-group form only, where the last group is unambiguously the port.
+#[test]
+fn a_grpc_java_ipv6_address_from_an_old_jdk_parses() {
+    assert_eq!(
+        parse_address("[[[/fd00:0:0:0:0:0:0:7:50051]/{}]]"),
+        Some(addr("[fd00::7]:50051"))
+    );
+    assert_eq!(
+        parse_address("[[web-a.demo/fd00:0:0:0:0:0:0:7:50051]/{}]"),
+        Some(addr("[fd00::7]:50051"))
+    );
+    // Compressed or without a port: not Java's text, not guessed.
+    for bad in [
+        "[[/fd00::7:50051]/{}]",
+        "[[/fd00:0:0:0:0:0:0:7]/{}]",
+        "fd00:0:0:0:0:0:0:7",
+    ] {
+        assert_eq!(parse_address(bad), None, "{bad:?}");
+    }
+}
+
+/// A grpc-java subchannel over several addresses (`pick_first` over a list, a dual-stack
+/// endpoint) holds each of them: all are read, in order, once each.
+#[test]
+fn every_address_of_a_grpc_java_address_group_is_read() {
+    assert_eq!(
+        parse_addresses(
+            "[[[/10.244.1.7:50051, /[fd00:0:0:0:0:0:0:7]:50051]/{}], [[/10.244.2.9:50051]/{}], [[/10.244.1.7:50051]/{}]]"
+        ),
+        vec![
+            addr("10.244.1.7:50051"),
+            addr("[fd00::7]:50051"),
+            addr("10.244.2.9:50051")
+        ]
+    );
+    assert_eq!(
+        parse_addresses("10.244.1.7:50051"),
+        vec![addr("10.244.1.7:50051")]
+    );
+    assert!(parse_addresses("[[/web:50051]/{}]").is_empty());
 }
 
 /// drain-wait's part: a client lets go with its first read after t0 that holds no

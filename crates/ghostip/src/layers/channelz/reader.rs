@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use ghostip_session::layers::channelz::{
-    ChannelRead, ClientRead, ConnState, SubchannelRead, parse_address,
+    ChannelRead, ClientRead, ConnState, SubchannelRead, parse_addresses,
 };
 use http::uri::PathAndQuery;
 use tonic::transport::{Channel, Endpoint};
@@ -167,7 +167,7 @@ async fn read_unbounded(addr: SocketAddr, bounds: &ReadBounds) -> Result<ClientR
             _ => break,
         }
     }
-    let subchannels: Vec<(usize, SubchannelRead)> = futures::stream::iter(pending)
+    let subchannels: Vec<(usize, Vec<SubchannelRead>)> = futures::stream::iter(pending)
         .map(|(idx, id)| {
             let client = client.clone();
             async move {
@@ -180,15 +180,7 @@ async fn read_unbounded(addr: SocketAddr, bounds: &ReadBounds) -> Result<ClientR
                 match r {
                     Ok(r) => {
                         let data = r.subchannel.and_then(|s| s.data);
-                        Ok(Some((
-                            idx,
-                            SubchannelRead {
-                                address: data.as_ref().and_then(|d| parse_address(&d.target)),
-                                state: ConnState::from_proto(
-                                    data.and_then(|d| d.state).map_or(0, |s| s.state),
-                                ),
-                            },
-                        )))
+                        Ok(Some((idx, subchannel_reads(data))))
                     }
                     // Removed between the two requests: it holds nothing.
                     Err(ReadError::Status {
@@ -205,10 +197,35 @@ async fn read_unbounded(addr: SocketAddr, bounds: &ReadBounds) -> Result<ClientR
         .await?;
     for (idx, sc) in subchannels {
         if let Some(ch) = out.channels.get_mut(idx) {
-            ch.subchannels.push(sc);
+            ch.subchannels.extend(sc);
         }
     }
     Ok(out)
+}
+
+/// One channelz subchannel as reads: one per address of its target, each in the
+/// subchannel's state (a grpc-java subchannel over an address group of several addresses
+/// tries, so holds, each of them); one without an address when none parses.
+fn subchannel_reads(data: Option<proto::ChannelData>) -> Vec<SubchannelRead> {
+    let state = ConnState::from_proto(
+        data.as_ref()
+            .and_then(|d| d.state.as_ref())
+            .map_or(0, |s| s.state),
+    );
+    let addrs = data.map(|d| parse_addresses(&d.target)).unwrap_or_default();
+    if addrs.is_empty() {
+        return vec![SubchannelRead {
+            address: None,
+            state,
+        }];
+    }
+    addrs
+        .into_iter()
+        .map(|a| SubchannelRead {
+            address: Some(a),
+            state,
+        })
+        .collect()
 }
 
 #[derive(Clone)]
@@ -259,4 +276,80 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = c.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(target: &str, state: i32) -> Option<proto::ChannelData> {
+        Some(proto::ChannelData {
+            state: Some(proto::ChannelConnectivityState { state }),
+            target: target.into(),
+        })
+    }
+
+    fn addr(s: &str) -> Option<SocketAddr> {
+        s.parse().ok()
+    }
+
+    #[test]
+    fn a_grpc_go_subchannel_is_one_read() {
+        assert_eq!(
+            subchannel_reads(data("10.244.1.7:50051", 3)),
+            vec![SubchannelRead {
+                address: addr("10.244.1.7:50051"),
+                state: ConnState::Ready
+            }]
+        );
+    }
+
+    /// grpc-java 1.85's `round_robin` subchannel, as its channelz answered in the lab.
+    #[test]
+    fn a_grpc_java_round_robin_subchannel_is_one_read() {
+        assert_eq!(
+            subchannel_reads(data("[[[/127.0.0.1:46199]/{}]]", 4)),
+            vec![SubchannelRead {
+                address: addr("127.0.0.1:46199"),
+                state: ConnState::TransientFailure
+            }]
+        );
+    }
+
+    /// A grpc-java subchannel over a group of two addresses (`pick_first` over a list, a
+    /// dual-stack endpoint) holds both: one read each, in its state.
+    #[test]
+    fn a_grpc_java_subchannel_over_several_addresses_holds_each() {
+        let r = subchannel_reads(data(
+            "[[[/10.244.1.7:50051, /[fd00:0:0:0:0:0:0:7]:50051]/{}], [[/10.244.2.9:50051]/{}]]",
+            2,
+        ));
+        let got: Vec<_> = r.iter().map(|s| (s.address, s.state)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (addr("10.244.1.7:50051"), ConnState::Connecting),
+                (addr("[fd00::7]:50051"), ConnState::Connecting),
+                (addr("10.244.2.9:50051"), ConnState::Connecting),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_subchannel_without_an_address_is_one_read_without_one() {
+        assert_eq!(
+            subchannel_reads(data("", 1)),
+            vec![SubchannelRead {
+                address: None,
+                state: ConnState::Idle
+            }]
+        );
+        assert_eq!(
+            subchannel_reads(None),
+            vec![SubchannelRead {
+                address: None,
+                state: ConnState::Unknown
+            }]
+        );
+    }
 }
