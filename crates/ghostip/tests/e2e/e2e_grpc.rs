@@ -1,15 +1,16 @@
 //! End-to-end test of the first incident with real gRPC on the real-node lab: the lab's grpc-go
-//! client (`dns:///` + `round_robin`, channelz served on a port named `channelz`) calls
-//! grpcdemo/echo (three grpc-go servers behind a headless Service, graceful stop on SIGTERM)
-//! while `kubectl rollout restart` replaces them (`lab/scenarios/grpc-headless`).
+//! and grpc-java clients (`dns:///` + `round_robin`, channelz served on a port named
+//! `channelz`) call grpcdemo/echo (three grpc-go servers behind a headless Service, graceful
+//! stop on SIGTERM) while `kubectl rollout restart` replaces them
+//! (`lab/scenarios/grpc-headless`).
 //!
-//! - With the classic Corefile and no preStop, the client's own log holds `Unavailable …
-//!   connect: connection refused` naming removed pod IPs. The watch installed from
-//!   `deploy/helm/ghostip` reads the client's channelz every second: for every removed IP the
-//!   client failed on, its ledger holds a window of the client's balancer over that address
-//!   that covers every one of those failures and closes at most 1 s after the read interval
-//!   past the last one; `ghostip explain` over the client's log, joined with that ledger,
-//!   classes them `stale-client-balancer`, names each removed pod, and no live pod.
+//! - With the classic Corefile and no preStop, each client's own log holds `connection
+//!   refused` failures naming removed pod IPs. The watch installed from `deploy/helm/ghostip`
+//!   reads the clients' channelz every second: for every removed IP a client failed on, its
+//!   ledger holds a window of that client's balancer over the address that covers every one of
+//!   those failures and closes at most the read interval + 1 s after the last one; `ghostip
+//!   explain` over the client's log, joined with that ledger, classes them
+//!   `stale-client-balancer`, names each removed pod, and no live pod.
 //! - With a preStop longer than grpc-go's 30 s re-resolution interval plus the DNS budget, no
 //!   call to a removed IP fails and the watch records no channelz window over its expected lag.
 //!
@@ -32,8 +33,6 @@ use serde_json::Value;
 
 /// The watch's ledger, on the hostPath volume lab/ghostip-install gives its claim.
 const WATCH_DB: &str = "/var/lib/ghostip-lab/pv/ghostip-watch-db/ghostip.db";
-/// The scenario's client pod.
-const CLIENT: &str = "grpcdemo/grpcclient";
 /// The watch's `--channelz-interval` in the lab (lab/ghostip-install).
 const READ_INTERVAL_S: f64 = 1.0;
 
@@ -53,14 +52,14 @@ fn ms(v: &Value) -> Time {
     Time::from_millisecond(v.as_i64().unwrap()).unwrap()
 }
 
-/// The channelz findings of the client's channel recorded since `since`.
+/// The channelz findings of the scenario's clients (namespace grpcdemo) recorded since `since`.
 fn channelz_findings(since: Time) -> Vec<ghostip::ledger::FindingRecord> {
     let ledger = Ledger::open_read_only(WATCH_DB).unwrap();
     ledger
         .findings_since(since)
         .unwrap()
         .into_iter()
-        .filter(|f| f.layer == "channelz" && f.path_id.starts_with(&format!("channelz/{CLIENT}/")))
+        .filter(|f| f.layer == "channelz" && f.path_id.starts_with("channelz/grpcdemo/"))
         .collect()
 }
 
@@ -75,34 +74,53 @@ fn explain(log: &Path) -> Value {
 
 #[test]
 #[ignore = "needs the real-node lab (lab/up --node-kind real, ghostip installed, GHOSTIP_LAB=1, root)"]
-fn grpc_go_fails_on_removed_ips_inside_the_windows_of_its_own_balancer() {
+fn grpc_clients_fail_on_removed_ips_inside_the_windows_of_their_own_balancers() {
     require_real_nodes();
     let (code, r) = scenario(&[]);
     assert_eq!(code, 0, "the incident reproduced: {r}");
     let restart = ms(&r["restart_unix_ms"]);
-    let removed: Vec<&Value> = r["removed"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|x| x["failures"].as_u64().unwrap() > 0)
-        .collect();
-    assert!(!removed.is_empty(), "{r}");
+    let old_pods: Vec<&Value> = r["old_pods"].as_array().unwrap().iter().collect();
+    let clients = r["clients"].as_array().unwrap();
+    assert_eq!(clients.len(), 2, "grpc-go and grpc-java: {r}");
 
-    // A window is written when it closes: every removed IP the client failed on gets one.
-    let want: BTreeSet<String> = removed
+    // (client pod, ip) of every removed IP a client failed on.
+    let want: BTreeSet<(String, String)> = clients
         .iter()
-        .map(|x| x["ip"].as_str().unwrap().to_string())
+        .flat_map(|c| {
+            c["removed"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(move |x| {
+                    (x["failures"].as_u64().unwrap() > 0).then(|| {
+                        (
+                            c["pod"].as_str().unwrap().to_string(),
+                            x["ip"].as_str().unwrap().to_string(),
+                        )
+                    })
+                })
+        })
         .collect();
+    assert!(!want.is_empty(), "{r}");
+    // A window is written when it closes: every one of them gets one.
     let start = Instant::now();
     let findings = loop {
         let f = channelz_findings(restart);
-        let have: BTreeSet<String> = f.iter().map(|f| f.target.ip.to_string()).collect();
+        let have: BTreeSet<(String, String)> = f
+            .iter()
+            .filter_map(|f| {
+                let mut p = f.path_id.splitn(4, '/');
+                let (_, ns, pod) = (p.next()?, p.next()?, p.next()?);
+                Some((format!("{ns}/{pod}"), f.target.ip.to_string()))
+            })
+            .collect();
         if want.is_subset(&have) {
             break f;
         }
         assert!(
             start.elapsed() < Duration::from_secs(90),
-            "no channelz window for {want:?} in the watch's ledger: {f:#?}"
+            "no channelz window for {:?} in the watch's ledger: {f:#?}",
+            want.difference(&have).collect::<Vec<_>>()
         );
         std::thread::sleep(Duration::from_secs(1));
     };
@@ -113,59 +131,66 @@ fn grpc_go_fails_on_removed_ips_inside_the_windows_of_its_own_balancer() {
         );
     }
 
-    let x = explain(Path::new(r["data"]["client_log"].as_str().unwrap()));
-    let old_pods: Vec<&Value> = r["old_pods"].as_array().unwrap().iter().collect();
-    for rem in &removed {
-        let ip = rem["ip"].as_str().unwrap();
-        let first = ms(&rem["first_failure_ms"]);
-        let last = ms(&rem["last_failure_ms"]);
-        let t = x["targets"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["ip"] == ip)
-            .unwrap_or_else(|| panic!("explain has no target {ip}: {x}"));
-        let held = t["held"]
-            .as_array()
-            .and_then(|h| h.iter().find(|h| h["holder"] == CLIENT))
-            .unwrap_or_else(|| panic!("no window of {CLIENT}'s balancer over {ip}: {t}"));
-        let since: Time = held["since"].as_str().unwrap().parse().unwrap();
-        let until: Time = held["until"].as_str().unwrap().parse().unwrap();
-        let start_gap = first.duration_since(since).as_secs_f64();
-        let end_gap = until.duration_since(last).as_secs_f64();
-        eprintln!(
-            "{ip}: failures {}..{} ({}), balancer held it {}..{}: first failure {start_gap:+.2} s after it left, window closed {end_gap:+.2} s after the last failure",
-            first, last, rem["failures"], since, until
-        );
-        assert_eq!(
-            held["failures_within"], rem["failures"],
-            "every failure to {ip} inside the window: {held}"
-        );
-        // The window closes at the first read without the address; the client's last failure
-        // to it comes before the re-resolution that dropped it.
-        assert!(
-            (0.0..=READ_INTERVAL_S + 1.0).contains(&end_gap),
-            "window of {ip} closed {end_gap:.2} s after the last failure: {held}"
-        );
-        // explain names the removed pod that owned it.
-        let owner = t["owner_at_first_error"]["pod"]
-            .as_str()
-            .unwrap_or_default();
-        let pod = old_pods
-            .iter()
-            .find(|p| p["ip"] == ip)
-            .unwrap_or_else(|| panic!("{ip} is no old pod's: {r}"));
-        assert!(
-            owner.ends_with(pod["name"].as_str().unwrap()),
-            "explain names {owner} for {ip}, the scenario {pod}"
-        );
-    }
-    // Failures to removed IPs are the balancer's; none is put on a live pod.
-    for g in x["report"]["groups"].as_array().unwrap() {
-        let peer = g["peer"].as_str().unwrap();
-        assert_ne!(g["class"], "not_staleness", "a live pod blamed: {g}");
-        if want.contains(peer) {
-            assert_eq!(g["class"], "stale_client_balancer", "{g}");
+    for c in clients {
+        let pod_name = c["pod"].as_str().unwrap();
+        let x = explain(Path::new(c["log"].as_str().unwrap()));
+        let mut failed_on = BTreeSet::new();
+        for rem in c["removed"].as_array().unwrap() {
+            if rem["failures"].as_u64().unwrap() == 0 {
+                continue;
+            }
+            let ip = rem["ip"].as_str().unwrap();
+            failed_on.insert(ip.to_string());
+            let first = ms(&rem["first_failure_ms"]);
+            let last = ms(&rem["last_failure_ms"]);
+            let t = x["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["ip"] == ip)
+                .unwrap_or_else(|| panic!("explain of {pod_name} has no target {ip}: {x}"));
+            let held = t["held"]
+                .as_array()
+                .and_then(|h| h.iter().find(|h| h["holder"] == pod_name))
+                .unwrap_or_else(|| panic!("no window of {pod_name}'s balancer over {ip}: {t}"));
+            let since: Time = held["since"].as_str().unwrap().parse().unwrap();
+            let until: Time = held["until"].as_str().unwrap().parse().unwrap();
+            let start_gap = first.duration_since(since).as_secs_f64();
+            let end_gap = until.duration_since(last).as_secs_f64();
+            eprintln!(
+                "{pod_name} {ip}: failures {first}..{last} ({}), balancer held it {since}..{until}: first failure {start_gap:+.2} s after it left, window closed {end_gap:+.2} s after the last failure",
+                rem["failures"]
+            );
+            assert_eq!(
+                held["failures_within"], rem["failures"],
+                "every failure of {pod_name} to {ip} inside the window: {held}"
+            );
+            // The window closes at the first read without the address; the client's last
+            // failure to it comes before the re-resolution that dropped it.
+            assert!(
+                (0.0..=READ_INTERVAL_S + 1.0).contains(&end_gap),
+                "window of {pod_name} over {ip} closed {end_gap:.2} s after the last failure: {held}"
+            );
+            // explain names the removed pod that owned it.
+            let owner = t["owner_at_first_error"]["pod"]
+                .as_str()
+                .unwrap_or_default();
+            let pod = old_pods
+                .iter()
+                .find(|p| p["ip"] == ip)
+                .unwrap_or_else(|| panic!("{ip} is no old pod's: {r}"));
+            assert!(
+                owner.ends_with(pod["name"].as_str().unwrap()),
+                "explain names {owner} for {ip}, the scenario {pod}"
+            );
+        }
+        // Failures to removed IPs are the balancer's; none is put on a live pod.
+        for g in x["report"]["groups"].as_array().unwrap() {
+            let peer = g["peer"].as_str().unwrap();
+            assert_ne!(g["class"], "not_staleness", "a live pod blamed: {g}");
+            if failed_on.contains(peer) {
+                assert_eq!(g["class"], "stale_client_balancer", "{pod_name}: {g}");
+            }
         }
     }
 }
