@@ -388,14 +388,25 @@ fn headline(
     if let Some(s) = max_detection {
         parts.push(format!("flagged in {s:.1} s (max)"));
     }
-    for p in processes {
-        if let Some(pct) = p.rss_change_pct {
-            parts.push(format!(
-                "{} RSS {pct:+.1} % after minute {}",
-                p.source,
-                RSS_SETTLE.as_secs() / 60
-            ));
-        }
+    // The process whose RSS moved most after minute 5 (the first one on a tie).
+    let judged: Vec<(&str, f64)> = processes
+        .iter()
+        .filter_map(|p| p.rss_change_pct.map(|c| (p.source.as_str(), c)))
+        .collect();
+    if let Some((source, pct)) = judged
+        .iter()
+        .copied()
+        .reduce(|a, b| if b.1.abs() > a.1.abs() { b } else { a })
+    {
+        let of = if judged.len() > 1 {
+            format!(" (worst of {})", judged.len())
+        } else {
+            String::new()
+        };
+        parts.push(format!(
+            "{source} RSS {pct:+.1} % after minute {}{of}",
+            RSS_SETTLE.as_secs() / 60
+        ));
     }
     if under_cache > 0 {
         parts.push(format!(

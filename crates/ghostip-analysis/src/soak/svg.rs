@@ -63,7 +63,18 @@ pub fn render(score: &Score) -> String {
         .collect();
     lanes.sort();
     lanes.dedup();
-    let top = 50.0;
+    // The headline, broken after a comma to stay within the chart's width.
+    let mut heading: Vec<String> = Vec::new();
+    for part in score.headline.split(", ") {
+        match heading.last_mut() {
+            Some(line) if line.len() + part.len() <= 140 => {
+                line.push_str(", ");
+                line.push_str(part);
+            }
+            _ => heading.push(part.to_string()),
+        }
+    }
+    let top = 32.0 + heading.len() as f64 * 18.0;
     let fault_h = score.faults.len() as f64 * LANE;
     let tick_top = top + fault_h + 10.0;
     let tick_h = lanes.len() as f64 * LANE;
@@ -74,10 +85,16 @@ pub fn render(score: &Score) -> String {
         s,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" \
          viewBox=\"0 0 {WIDTH} {height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{}</text>\n",
-        esc(&score.headline)
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     );
+    for (i, line) in heading.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "<text x=\"10\" y=\"{}\" font-size=\"14\" font-weight=\"bold\">{}</text>",
+            20 + i * 18,
+            esc(line)
+        );
+    }
     // Time grid: a line every minute, or every 5 or 10 minutes on a long soak.
     let minutes = axis.span / 60_000.0;
     let step = if minutes > 120.0 {

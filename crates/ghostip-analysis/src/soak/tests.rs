@@ -298,7 +298,12 @@ fn rss_is_judged_against_its_level_after_minute_5() {
     assert!((a.rss_change_pct.unwrap() - 6.0).abs() < 1e-9);
     assert_eq!(a.rss_ok, Some(false));
     assert_eq!(by("agent-node-2").rss_ok, None, "no scrape after minute 5");
-    assert!(s.headline.contains("watch RSS +4.5 % after minute 5"));
+    assert!(
+        s.headline
+            .ends_with("agent-node-1 RSS +6.0 % after minute 5 (worst of 2)"),
+        "{}",
+        s.headline
+    );
     assert!(s.clean, "RSS does not change the exit code");
 }
 

@@ -8,7 +8,7 @@ pub mod drain_wait;
 mod explain;
 mod rollout;
 mod simulate_load;
-mod soak_score;
+pub mod soak_score;
 mod watch;
 mod whois;
 

@@ -42,8 +42,8 @@ pub fn render_soak_table(score: &Score, layout: &Layout) -> String {
         let mut t = Table::new();
         t.set_columns(vec![
             Column::keep("ID"),
-            Column::name("KIND"),
-            Column::name("NODE"),
+            Column::keep("KIND"),
+            Column::keep("NODE"),
             Column::keep("START"),
             Column::keep("END"),
             Column::keep("STATUS"),
@@ -51,6 +51,7 @@ pub fn render_soak_table(score: &Score, layout: &Layout) -> String {
             Column::keep("EXPLAINED"),
             Column::wrap("EVIDENCE"),
         ]);
+        t.drop_to_fit(&["EXPLAINED", "END"]);
         for f in &score.faults {
             let fault = &f.fault;
             let evidence = f.detection.as_ref().map_or("-".to_string(), |d| {
@@ -89,17 +90,18 @@ pub fn render_soak_table(score: &Score, layout: &Layout) -> String {
         let mut t = Table::new();
         t.set_columns(vec![
             Column::keep("LAYER"),
-            Column::name("NODE"),
+            Column::keep("NODE"),
             Column::addr("TARGET"),
             Column::keep("SINCE"),
             Column::keep("FLAGGED"),
-            Column::name("VERDICT"),
-            Column::name("LEDGER"),
+            Column::keep("VERDICT"),
+            Column::keep("LEDGER"),
             Column::name("SERVICE"),
             Column::path("PATH"),
             Column::wrap("REASON"),
         ]);
         t.wide_only(&["SERVICE", "PATH"]);
+        t.drop_to_fit(&["FLAGGED"]);
         for p in &score.false_positives {
             let f = &p.finding;
             t.add_row(vec![
@@ -108,7 +110,11 @@ pub fn render_soak_table(score: &Score, layout: &Layout) -> String {
                 f.target.to_string(),
                 at(f.t0),
                 at(p.flagged_at),
-                f.verdict.clone(),
+                if layout.wide {
+                    f.verdict.clone()
+                } else {
+                    short_verdict(&f.verdict)
+                },
                 f.ledger.clone(),
                 f.service.clone(),
                 f.path_id.clone(),
@@ -215,6 +221,15 @@ pub fn render_soak_table(score: &Score, layout: &Layout) -> String {
         out.push_str(&t.render(layout));
     }
     fit_text(&out, layout)
+}
+
+/// `over lag` for `over expected lag` (either spelling); other verdicts as stored.
+fn short_verdict(v: &str) -> String {
+    if v.replace('-', " ") == "over expected lag" {
+        "over lag".to_string()
+    } else {
+        v.to_string()
+    }
 }
 
 /// RFC 3339 with `-o wide`, else relative to the soak's start (`+4m10s`).

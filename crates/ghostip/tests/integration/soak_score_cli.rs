@@ -186,7 +186,7 @@ fn a_clean_soak_leads_with_the_answer_and_exits_0() {
     assert_eq!(
         first,
         "faults detected 1/1, false positives 0, flagged in 2.0 s (max), \
-         agent-node-2 RSS +2.0 % after minute 5, watch RSS +2.0 % after minute 5"
+         agent-node-2 RSS +2.0 % after minute 5 (worst of 2)"
     );
     let f3 = text.lines().find(|l| l.starts_with("f3 ")).unwrap();
     for cell in ["kube-proxy-stopped", "node-2", "+4m10s", "detected", "2.0s"] {
@@ -255,7 +255,7 @@ fn an_unexplained_finding_and_one_during_the_outage_exit_1_with_their_evidence()
         "dns",
         "node-3",
         "+20m01s",
-        "over expected lag",
+        "over lag",
         "agent-node-3.db",
         "removed by rollout default/web-h",
     ] {
