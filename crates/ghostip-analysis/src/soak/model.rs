@@ -229,6 +229,7 @@ pub(crate) mod opt_secs {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -246,6 +247,30 @@ mod tests {
             Some("node-1")
         );
         assert_eq!(finding_node("dns", "dns-pod/10.244.1.5:53", None), None);
+    }
+
+    /// The soak's file as the contract shows it: an open fault, a cache of `null`, an
+    /// undetectable fault without IPs, a field this version does not know.
+    #[test]
+    fn ground_truth_reads_nulls_and_defaults() {
+        let g: GroundTruth = serde_json::from_str(
+            r#"{"seed": 7, "started": "2026-12-05T10:00:00Z", "ended": null,
+                "nodes": ["node-1"], "schedule": "v2",
+                "faults": [
+                  {"id": "f1", "kind": "corefile-changed", "start": "2026-12-05T10:01:00Z",
+                   "end": null, "cache": null},
+                  {"id": "f2", "kind": "apiserver-stopped", "start": "2026-12-05T10:02:00Z",
+                   "end": "2026-12-05T10:03:00Z", "detectable": false}
+                ]}"#,
+        )
+        .unwrap();
+        assert_eq!(g.ended, None);
+        assert!(g.rollouts.is_empty());
+        assert_eq!((g.faults[0].end, g.faults[0].cache), (None, None));
+        assert!(!g.faults[0].detectable && g.faults[0].stale_ips.is_empty());
+        assert!(g.faults[1].is_truth_gap() && !g.faults[1].scored());
+        let err = serde_json::from_str::<GroundTruth>("{\n\"started\": 5}").unwrap_err();
+        assert_eq!(err.line(), 2);
     }
 
     #[test]
