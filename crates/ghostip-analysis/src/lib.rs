@@ -16,3 +16,4 @@ pub mod audit;
 pub mod explain;
 pub mod ownership;
 pub mod pod;
+pub mod soak;

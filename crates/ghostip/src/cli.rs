@@ -213,6 +213,8 @@ pub enum Command {
     DrainWait(DrainWaitArgs),
     /// Simulate the DNS queries and API watch traffic of watch and the agents during a rollout, with and without --cluster-qps.
     SimulateLoad(SimulateLoadArgs),
+    /// Score a soak's directory: faults detected, false positives, RSS and CPU over time; exit 1 on a missed fault or a false positive.
+    SoakScore(SoakScoreArgs),
 }
 
 impl Command {
@@ -230,6 +232,7 @@ impl Command {
             Command::Completions(_) => "completions",
             Command::DrainWait(_) => "drain-wait",
             Command::SimulateLoad(_) => "simulate-load",
+            Command::SoakScore(_) => "soak-score",
         }
     }
 
@@ -788,6 +791,27 @@ pub struct WhoisArgs {
         allow_hyphen_values = true
     )]
     pub at: String,
+    /// Output format.
+    #[command(flatten)]
+    pub output: TableOrJson,
+}
+
+/// `ghostip soak-score`.
+#[derive(Debug, Args)]
+pub struct SoakScoreArgs {
+    /// The soak's directory: `ground-truth.json`, `ledgers/*.db`, and
+    /// `metrics/<source>/<unix-seconds>.prom` (docs/SOAK.md).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Also write the score as a self-contained SVG chart to this file: faults as lanes,
+    /// findings as ticks, RSS per process as lines.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// Largest `ground-truth.json` or scraped `.prom` file read (bytes, or with a Ki, Mi, Gi
+    /// suffix); a larger one is an error naming it. A scrape of the watch at 150 000
+    /// endpoints is under 1 MiB, so the default leaves room to spare (docs/SOAK.md).
+    #[arg(long, value_name = "SIZE", default_value = "64Mi", value_parser = crate::input::parse_size)]
+    pub max_input_size: u64,
     /// Output format.
     #[command(flatten)]
     pub output: TableOrJson,

@@ -1,7 +1,7 @@
 //! Prometheus metrics with the names fixed in DESIGN.md; no IP or pod name is ever a label.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
+use std::sync::atomic::{AtomicI64, AtomicU64};
 
 use ghostip_core::engine::{Discrepancy, EngineEvent, Tracking, Verdict};
 use ghostip_core::{Layer, PathKind};
@@ -103,6 +103,10 @@ pub struct Metrics {
     pub drain_wait: Family<DrainLabels, Histogram, fn() -> Histogram>,
     /// `ghostip_ledger_write_errors_total`.
     pub ledger_write_errors: Family<LedgerErrorLabels, Counter>,
+    /// `process_resident_memory_bytes`, read from `/proc/self/status` at each encode (Linux).
+    pub process_rss: Gauge<i64, AtomicI64>,
+    /// `process_cpu_seconds_total`, read from `/proc/self/stat` at each encode (Linux).
+    pub process_cpu: Gauge<f64, AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -173,8 +177,24 @@ impl Metrics {
             "Ledger commits that failed, by reason (full, io, readonly, busy, corrupt, other: kept and retried; invalid: a bad write dropped alone), and writes dropped (reason dropped)",
             ledger_write_errors.clone(),
         );
+        let process_rss = Gauge::<i64, AtomicI64>::default();
+        let process_cpu = Gauge::<f64, AtomicU64>::default();
+        if cfg!(target_os = "linux") {
+            registry.register(
+                "process_resident_memory_bytes",
+                "Resident memory of this process in bytes (VmRSS of /proc/self/status, read at each scrape)",
+                process_rss.clone(),
+            );
+            registry.register(
+                "process_cpu_seconds_total",
+                "User and system CPU time of this process in seconds (/proc/self/stat, read at each scrape)",
+                process_cpu.clone(),
+            );
+        }
         Self {
             registry,
+            process_rss,
+            process_cpu,
             drain_wait,
             ledger_write_errors,
             stale_window,
@@ -192,12 +212,35 @@ impl Metrics {
         &mut self.registry
     }
 
-    /// Text exposition (OpenMetrics).
+    /// Text exposition (OpenMetrics), with the process's RSS and CPU read just before.
     pub fn encode(&self) -> String {
+        self.read_process();
         let mut out = String::new();
         // Encoding into a String cannot fail except on a formatter error, which it never returns.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// Sets `process_resident_memory_bytes` and `process_cpu_seconds_total` from `/proc/self`
+    /// (Linux; elsewhere, and when a file cannot be read, they keep their last value).
+    fn read_process(&self) {
+        if !cfg!(target_os = "linux") {
+            return;
+        }
+        if let Some(rss) = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .as_deref()
+            .and_then(vm_rss_bytes)
+        {
+            self.process_rss.set(i64::try_from(rss).unwrap_or(i64::MAX));
+        }
+        if let Some(cpu) = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .as_deref()
+            .and_then(cpu_seconds)
+        {
+            self.process_cpu.set(cpu);
+        }
     }
 
     /// The ledger writer's error hook: counts into `ghostip_ledger_write_errors_total`.
@@ -239,6 +282,32 @@ impl Metrics {
 
 /// Shared handle.
 pub type SharedMetrics = Arc<Metrics>;
+
+/// `VmRSS:` of `/proc/self/status` (kB) in bytes.
+fn vm_rss_bytes(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let mut fields = line["VmRSS:".len()..].split_whitespace();
+    let kb: u64 = fields.next()?.parse().ok()?;
+    match fields.next() {
+        Some("kB") | None => kb.checked_mul(1024),
+        Some(_) => None,
+    }
+}
+
+/// Clock ticks per second of the times in `/proc/*/stat`: Linux's `USER_HZ`, 100 on every
+/// architecture ghostip is built for (x86_64, aarch64).
+const USER_HZ: f64 = 100.0;
+
+/// utime + stime of `/proc/self/stat` (fields 14 and 15), in seconds. The command name, field
+/// 2, may hold spaces and parentheses, so the fields are counted after its last `)`.
+fn cpu_seconds(stat: &str) -> Option<f64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    // rest starts at field 3 (state): utime is the 12th field after it, stime the 13th.
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / USER_HZ)
+}
 
 #[cfg(test)]
 mod tests {
@@ -302,5 +371,34 @@ mod tests {
         ] {
             assert!(text.contains(name), "{name} missing in\n{text}");
         }
+    }
+
+    /// On Linux the process's own RSS and CPU are read at each encode, so a soak can follow
+    /// them from the scrapes.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn process_rss_and_cpu_are_read_at_encode() {
+        let text = Metrics::new().encode();
+        let samples = ghostip_session::components::parse_exposition(&text).unwrap();
+        let value = |n: &str| samples.iter().find(|s| s.name == n).map(|s| s.value);
+        let rss = value("process_resident_memory_bytes").unwrap();
+        assert!(
+            rss > 1_000_000.0,
+            "a test binary has more than 1 MB resident: {rss}"
+        );
+        assert!(value("process_cpu_seconds_total").unwrap() >= 0.0);
+    }
+
+    #[test]
+    fn proc_files_are_parsed() {
+        assert_eq!(
+            vm_rss_bytes("Name:\tghostip\nVmRSS:\t   18236 kB\nVmSwap:\t0 kB\n"),
+            Some(18_236 * 1024)
+        );
+        assert_eq!(vm_rss_bytes("Name:\tghostip\n"), None);
+        let stat =
+            "4242 (gh ost) ip) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 125 0 0 20 0 5 0 1 2 3";
+        assert_eq!(cpu_seconds(stat), Some(3.75));
+        assert_eq!(cpu_seconds("4242 (x) S 1"), None);
     }
 }

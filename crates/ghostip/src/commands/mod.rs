@@ -8,6 +8,7 @@ pub mod drain_wait;
 mod explain;
 mod rollout;
 mod simulate_load;
+pub mod soak_score;
 mod watch;
 mod whois;
 
@@ -52,6 +53,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Explain(args) => explain::run(&cli.global, args),
         Command::DrainWait(args) => drain_wait::run(&cli.global, args).await,
         Command::SimulateLoad(args) => simulate_load::run(&cli.global, args),
+        Command::SoakScore(args) => soak_score::run(&cli.global, args),
         Command::Completions(args) => {
             crate::printer::write_stdout(&crate::cli::completion_script(args.shell));
             Ok(Outcome::Clean)

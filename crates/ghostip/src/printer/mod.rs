@@ -16,6 +16,7 @@ pub mod datapath;
 pub mod explain;
 pub mod rollout;
 pub mod sanitize;
+pub mod soak;
 pub mod table;
 pub mod whois;
 

@@ -51,3 +51,4 @@ mod ledger_lock;
 mod ledger_props;
 mod ledger_write_failures;
 mod ledger_writer;
+mod soak_score_cli;

@@ -1,0 +1,474 @@
+//! Matching ghostip's findings and gaps against the faults of the ground truth, and the process metrics' verdict.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use ghostip_core::Time;
+use serde::Serialize;
+
+use super::model::{Fault, GroundTruth, MetricSample, SoakFinding, SoakGap, is_judged};
+
+/// RSS is judged against its level this long after the soak started (start-up allocations,
+/// caches filling).
+pub const RSS_SETTLE: Duration = Duration::from_secs(5 * 60);
+/// How far RSS may move from its level after [`RSS_SETTLE`], in percent, before the verdict
+/// says it grew.
+pub const RSS_TOLERANCE_PCT: f64 = 5.0;
+
+/// Everything the scorer reads, parsed.
+#[derive(Clone, Debug)]
+pub struct ScoreInput {
+    /// `ground-truth.json`.
+    pub truth: GroundTruth,
+    /// Every finding of every ledger.
+    pub findings: Vec<SoakFinding>,
+    /// Every truth gap of every ledger.
+    pub gaps: Vec<SoakGap>,
+    /// Every scrape of every process.
+    pub samples: Vec<MetricSample>,
+}
+
+/// The first finding (or, for an API server fault, the first gap) that caught a fault.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Detection {
+    /// When ghostip flagged it (see [`SoakFinding::flagged_at`]) or opened the gap.
+    pub at: Time,
+    /// Seconds from `stale_from` (or `start`) to `at`, at least 0.
+    pub after_secs: f64,
+    /// The ledger file.
+    pub ledger: String,
+    /// The path (or `truth-gap`).
+    pub path_id: String,
+    /// The target IP, for a finding.
+    pub target: Option<IpAddr>,
+}
+
+/// One fault's score.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FaultScore {
+    /// The fault as the ground truth gives it.
+    #[serde(flatten)]
+    pub fault: Fault,
+    /// Whether it counts in `faults detected`: detectable and of a known kind.
+    pub scored: bool,
+    /// `detected`, `late` (flagged only after the fault ended: counted as missed), `missed`,
+    /// `gap recorded`, `no gap recorded` (API server faults not scored) or `context`.
+    pub status: String,
+    /// The first detection, if any.
+    pub detection: Option<Detection>,
+    /// Judged findings this fault explains (not false positives).
+    pub explained: usize,
+}
+
+/// A judged finding no fault explains.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FalsePositive {
+    /// The finding, with the ledger it came from.
+    pub finding: SoakFinding,
+    /// When ghostip flagged it.
+    pub flagged_at: Time,
+    /// Why it is false.
+    pub reason: String,
+}
+
+/// A DNS window judged over its lag while a `corefile-changed` fault promised a longer cache:
+/// listed apart, not a false positive (ghostip's expected lag had not followed the Corefile).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LagUnderCache {
+    /// The `corefile-changed` fault.
+    pub fault_id: String,
+    /// Its `cache` seconds.
+    pub cache_secs: u64,
+    /// The finding.
+    pub finding: SoakFinding,
+}
+
+/// RSS and CPU of one process over the soak.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProcessScore {
+    /// `watch` or `agent-node-N`.
+    pub source: String,
+    /// Scrapes read.
+    pub scrapes: usize,
+    /// RSS bytes over time.
+    pub rss: Vec<(Time, f64)>,
+    /// RSS at the first scrape at or after minute 5.
+    pub rss_level: Option<f64>,
+    /// The largest move from that level afterwards, signed, percent.
+    pub rss_change_pct: Option<f64>,
+    /// The largest RSS seen.
+    pub rss_max: Option<f64>,
+    /// CPU seconds used between the first and the last scrape.
+    pub cpu_seconds: Option<f64>,
+    /// Mean CPU between the first and the last scrape, percent of one core.
+    pub cpu_mean_pct: Option<f64>,
+    /// Whether RSS stayed within [`RSS_TOLERANCE_PCT`] of its level (`None`: no scrape after
+    /// minute 5 with RSS).
+    pub rss_ok: Option<bool>,
+}
+
+/// The whole score.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Score {
+    /// The answer in one line.
+    pub headline: String,
+    /// Exit 0: every scored fault detected, no false positive.
+    pub clean: bool,
+    /// Seed of the schedule.
+    pub seed: Option<u64>,
+    /// Start of the soak.
+    pub started: Time,
+    /// End of the soak as written (`None`: interrupted).
+    pub ended: Option<Time>,
+    /// The end used: `ended`, else the last record read.
+    pub soak_end: Time,
+    /// Scored faults detected.
+    pub detected: usize,
+    /// Scored faults.
+    pub scored: usize,
+    /// The longest time to detection of a detected fault, seconds.
+    pub max_detection_secs: Option<f64>,
+    /// Per fault.
+    pub faults: Vec<FaultScore>,
+    /// Judged findings no fault explains.
+    pub false_positives: Vec<FalsePositive>,
+    /// Over-lag DNS windows under a longer `corefile-changed` cache.
+    pub lag_under_cache: Vec<LagUnderCache>,
+    /// Findings read in all (judged or not).
+    pub findings: usize,
+    /// Judged findings (over expected lag or stuck).
+    pub judged: usize,
+    /// Truth gaps the ledgers recorded.
+    pub truth_gaps: Vec<SoakGap>,
+    /// Per process.
+    pub processes: Vec<ProcessScore>,
+    /// Every judged finding, for the chart: (flagged at, layer, node).
+    pub ticks: Vec<(Time, String, Option<String>)>,
+}
+
+fn secs_between(from: Time, to: Time) -> f64 {
+    (to.as_millisecond() - from.as_millisecond()) as f64 / 1000.0
+}
+
+/// The layer a fault shows in: its `layer`, else the one its kind implies (`None`: any).
+fn fault_layer(f: &Fault) -> Option<&str> {
+    if let Some(l) = f.layer.as_deref() {
+        return Some(l);
+    }
+    match f.kind.as_str() {
+        "kube-proxy-stopped" | "datapath-frozen" => Some("datapath"),
+        "coredns-replaced" | "corefile-changed" => Some("dns"),
+        _ => None,
+    }
+}
+
+/// Whether `fault` explains finding `f`: same layer, node and target where the fault names
+/// them, and the finding's stale interval meets the fault's window.
+fn explains(fault: &Fault, f: &SoakFinding, soak_end: Time) -> bool {
+    if fault_layer(fault).is_some_and(|l| l != f.layer) {
+        return false;
+    }
+    if fault
+        .node
+        .as_deref()
+        .is_some_and(|n| f.node.as_deref() != Some(n))
+    {
+        return false;
+    }
+    if !fault.stale_ips.is_empty()
+        && !fault
+            .stale_ips
+            .iter()
+            .any(|ip| ip.to_canonical() == f.target.to_canonical())
+    {
+        return false;
+    }
+    f.t0 <= fault.end_or(soak_end) && f.until(soak_end) >= fault.start
+}
+
+fn within(t: Time, start: Time, end: Time) -> bool {
+    start <= t && t <= end
+}
+
+/// The end of an interrupted soak: the last time any record names.
+fn last_record(input: &ScoreInput, started: Time) -> Time {
+    let mut end = started;
+    for f in &input.findings {
+        end = end.max(f.flagged_at()).max(f.converged_by.unwrap_or(f.t0));
+    }
+    for g in &input.gaps {
+        end = end.max(g.end.unwrap_or(g.start));
+    }
+    for s in &input.samples {
+        end = end.max(s.at);
+    }
+    end
+}
+
+/// Scores a soak.
+pub fn score(input: &ScoreInput) -> Score {
+    let truth = &input.truth;
+    let soak_end = truth
+        .ended
+        .unwrap_or_else(|| last_record(input, truth.started));
+    let mut faults: Vec<FaultScore> = truth
+        .faults
+        .iter()
+        .map(|f| FaultScore {
+            fault: f.clone(),
+            scored: f.scored(),
+            status: String::new(),
+            detection: None,
+            explained: 0,
+        })
+        .collect();
+    let mut false_positives = Vec::new();
+    let mut lag_under_cache = Vec::new();
+    let mut ticks = Vec::new();
+    let mut judged = 0;
+    let mut sorted: Vec<&SoakFinding> = input.findings.iter().collect();
+    sorted.sort_by_key(|f| (f.flagged_at(), f.t0));
+    for f in sorted {
+        if !is_judged(&f.verdict) {
+            continue;
+        }
+        judged += 1;
+        let flagged = f.flagged_at();
+        ticks.push((flagged, f.layer.clone(), f.node.clone()));
+        let gap = truth.faults.iter().find(|g| {
+            g.is_truth_gap()
+                && (within(flagged, g.start, g.end_or(soak_end))
+                    || within(f.t0, g.start, g.end_or(soak_end)))
+        });
+        if let Some(g) = gap {
+            false_positives.push(FalsePositive {
+                finding: f.clone(),
+                flagged_at: flagged,
+                reason: format!(
+                    "judged during {} ({}): a truth gap must be a gap",
+                    g.id, g.kind
+                ),
+            });
+            continue;
+        }
+        let under_cache = truth.faults.iter().find_map(|c| {
+            let cache = c.cache?;
+            let promise = Duration::from_secs(cache);
+            (c.kind == "corefile-changed"
+                && f.layer == "dns"
+                && within(f.t0, c.start, c.end_or(soak_end))
+                && f.expected_lag.is_none_or(|l| l < promise)
+                && f.window.is_none_or(|w| w <= promise))
+            .then(|| (c.id.clone(), cache))
+        });
+        if let Some((fault_id, cache_secs)) = under_cache {
+            lag_under_cache.push(LagUnderCache {
+                fault_id,
+                cache_secs,
+                finding: f.clone(),
+            });
+            continue;
+        }
+        let mut explained = false;
+        for fs in faults.iter_mut() {
+            let fault = &fs.fault;
+            if !fault.known() || fault.is_truth_gap() || !explains(fault, f, soak_end) {
+                continue;
+            }
+            explained = true;
+            fs.explained += 1;
+            if fs.detection.is_none() {
+                fs.detection = Some(Detection {
+                    at: flagged,
+                    after_secs: secs_between(fault.visible_from(), flagged).max(0.0),
+                    ledger: f.ledger.clone(),
+                    path_id: f.path_id.clone(),
+                    target: Some(f.target),
+                });
+            }
+        }
+        if !explained {
+            let rollout = truth
+                .rollouts
+                .iter()
+                .filter(|r| r.removed_ips.contains(&f.target) && r.at <= flagged)
+                .max_by_key(|r| r.at);
+            let reason = match rollout {
+                Some(r) => format!(
+                    "no fault explains it (removed by rollout {} at {})",
+                    r.deployment, r.at
+                ),
+                None => "no fault explains it".to_string(),
+            };
+            false_positives.push(FalsePositive {
+                finding: f.clone(),
+                flagged_at: flagged,
+                reason,
+            });
+        }
+    }
+    for fs in faults.iter_mut() {
+        let end = fs.fault.end_or(soak_end);
+        if fs.fault.is_truth_gap() {
+            let gap = input
+                .gaps
+                .iter()
+                .filter(|g| g.start <= end && g.end.unwrap_or(soak_end) >= fs.fault.start)
+                .min_by_key(|g| g.start);
+            fs.detection = gap.map(|g| Detection {
+                at: g.start,
+                after_secs: secs_between(fs.fault.start, g.start).max(0.0),
+                ledger: g.ledger.clone(),
+                path_id: "truth-gap".to_string(),
+                target: None,
+            });
+        }
+        fs.status = match (&fs.detection, fs.fault.is_truth_gap(), fs.scored) {
+            (Some(_), true, false) => "gap recorded",
+            (None, true, false) => "no gap recorded",
+            (_, _, false) => "context",
+            (Some(d), _, true) if d.at > end => "late",
+            (Some(_), _, true) => "detected",
+            (None, _, true) => "missed",
+        }
+        .to_string();
+    }
+    let scored = faults.iter().filter(|f| f.scored).count();
+    let detected_faults: Vec<&FaultScore> =
+        faults.iter().filter(|f| f.status == "detected").collect();
+    let detected = detected_faults.len();
+    let max_detection_secs = detected_faults
+        .iter()
+        .filter_map(|f| f.detection.as_ref().map(|d| d.after_secs))
+        .reduce(f64::max);
+    let processes = processes(&input.samples, truth.started);
+    let clean = detected == scored && false_positives.is_empty();
+    let headline = headline(
+        detected,
+        scored,
+        false_positives.len(),
+        max_detection_secs,
+        &processes,
+        lag_under_cache.len(),
+    );
+    Score {
+        headline,
+        clean,
+        seed: truth.seed,
+        started: truth.started,
+        ended: truth.ended,
+        soak_end,
+        detected,
+        scored,
+        max_detection_secs,
+        faults,
+        false_positives,
+        lag_under_cache,
+        findings: input.findings.len(),
+        judged,
+        truth_gaps: input.gaps.clone(),
+        processes,
+        ticks,
+    }
+}
+
+fn headline(
+    detected: usize,
+    scored: usize,
+    fps: usize,
+    max_detection: Option<f64>,
+    processes: &[ProcessScore],
+    under_cache: usize,
+) -> String {
+    let mut parts = vec![
+        format!("faults detected {detected}/{scored}"),
+        format!("false positives {fps}"),
+    ];
+    if let Some(s) = max_detection {
+        parts.push(format!("flagged in {s:.1} s (max)"));
+    }
+    // The process whose RSS moved most after minute 5 (the first one on a tie).
+    let judged: Vec<(&str, f64)> = processes
+        .iter()
+        .filter_map(|p| p.rss_change_pct.map(|c| (p.source.as_str(), c)))
+        .collect();
+    if let Some((source, pct)) = judged
+        .iter()
+        .copied()
+        .reduce(|a, b| if b.1.abs() > a.1.abs() { b } else { a })
+    {
+        let of = if judged.len() > 1 {
+            format!(" (worst of {})", judged.len())
+        } else {
+            String::new()
+        };
+        parts.push(format!(
+            "{source} RSS {pct:+.1} % after minute {}{of}",
+            RSS_SETTLE.as_secs() / 60
+        ));
+    }
+    if under_cache > 0 {
+        parts.push(format!(
+            "{under_cache} over-lag DNS windows under a longer cache"
+        ));
+    }
+    parts.join(", ")
+}
+
+fn processes(samples: &[MetricSample], started: Time) -> Vec<ProcessScore> {
+    let mut by_source: BTreeMap<&str, Vec<&MetricSample>> = BTreeMap::new();
+    for s in samples {
+        by_source.entry(s.source.as_str()).or_default().push(s);
+    }
+    let settle = jiff::SignedDuration::try_from(RSS_SETTLE)
+        .ok()
+        .and_then(|d| started.checked_add(d).ok())
+        .unwrap_or(started);
+    by_source
+        .into_iter()
+        .map(|(source, mut v)| {
+            v.sort_by_key(|s| s.at);
+            let rss: Vec<(Time, f64)> = v
+                .iter()
+                .filter_map(|s| s.rss_bytes.map(|r| (s.at, r)))
+                .collect();
+            let level = rss
+                .iter()
+                .find(|(t, r)| *t >= settle && *r > 0.0)
+                .map(|(_, r)| *r);
+            let change = level.and_then(|base| {
+                rss.iter()
+                    .filter(|(t, _)| *t >= settle)
+                    .map(|(_, r)| (r - base) / base * 100.0)
+                    .reduce(|a, b| if b.abs() > a.abs() { b } else { a })
+            });
+            let cpu: Vec<(Time, f64)> = v
+                .iter()
+                .filter_map(|s| s.cpu_seconds.map(|c| (s.at, c)))
+                .collect();
+            let (cpu_seconds, cpu_mean_pct) = match (cpu.first(), cpu.last()) {
+                (Some(a), Some(b)) if b.0 > a.0 => {
+                    let used = (b.1 - a.1).max(0.0);
+                    (Some(used), Some(used / secs_between(a.0, b.0) * 100.0))
+                }
+                _ => (None, None),
+            };
+            ProcessScore {
+                source: source.to_string(),
+                scrapes: v.len(),
+                rss_max: rss.iter().map(|(_, r)| *r).reduce(f64::max),
+                rss,
+                rss_level: level,
+                rss_change_pct: change,
+                cpu_seconds,
+                cpu_mean_pct,
+                rss_ok: change.map(|c| c.abs() <= RSS_TOLERANCE_PCT),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

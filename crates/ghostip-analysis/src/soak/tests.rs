@@ -1,0 +1,338 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use super::*;
+use crate::soak::model::{Fault, GroundTruth, MetricSample, Rollout, SoakFinding, SoakGap};
+
+fn t(hms: &str) -> Time {
+    format!("2026-12-05T{hms}Z").parse().unwrap()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn truth(faults: Vec<Fault>) -> GroundTruth {
+    GroundTruth {
+        seed: Some(7),
+        started: t("10:00:00"),
+        ended: Some(t("10:30:00")),
+        nodes: vec!["node-1".into(), "node-2".into(), "node-3".into()],
+        faults,
+        rollouts: vec![Rollout {
+            deployment: "default/web-h".into(),
+            at: t("10:20:00"),
+            removed_ips: vec![ip("10.244.3.9")],
+        }],
+    }
+}
+
+fn kube_proxy(start: &str, end: Option<&str>) -> Fault {
+    Fault {
+        id: "f3".into(),
+        kind: "kube-proxy-stopped".into(),
+        node: Some("node-2".into()),
+        start: t(start),
+        end: end.map(t),
+        stale_ips: vec![ip("10.244.1.6")],
+        stale_from: Some(t("10:04:31")),
+        detectable: true,
+        layer: Some("datapath".into()),
+        cache: None,
+    }
+}
+
+fn fault(id: &str, kind: &str, start: &str, end: &str) -> Fault {
+    Fault {
+        id: id.into(),
+        kind: kind.into(),
+        node: None,
+        start: t(start),
+        end: Some(t(end)),
+        stale_ips: vec![],
+        stale_from: None,
+        detectable: false,
+        layer: None,
+        cache: None,
+    }
+}
+
+fn finding(layer: &str, node: &str, target: &str, t0: &str, lag_ms: u64) -> SoakFinding {
+    SoakFinding {
+        ledger: format!("agent-{node}.db"),
+        kind: "stale".into(),
+        layer: layer.into(),
+        path_id: format!("iptables/{node}"),
+        node: Some(node.into()),
+        service: "default/web-h".into(),
+        target: ip(target),
+        t0: t(t0),
+        received: t(t0),
+        converged_by: None,
+        expected_lag: Some(Duration::from_millis(lag_ms)),
+        window: None,
+        verdict: "over expected lag".into(),
+    }
+}
+
+fn input(truth: GroundTruth, findings: Vec<SoakFinding>) -> ScoreInput {
+    ScoreInput {
+        truth,
+        findings,
+        gaps: vec![],
+        samples: vec![],
+    }
+}
+
+#[test]
+fn a_stale_node_flagged_after_its_lag_is_detected_with_the_time_it_took() {
+    let mut f = finding("datapath", "node-2", "10.244.1.6", "10:04:31", 2_000);
+    f.received = t("10:04:31.4");
+    f.converged_by = Some(t("10:05:41"));
+    let s = score(&input(
+        truth(vec![kube_proxy("10:04:10", Some("10:05:40"))]),
+        vec![f],
+    ));
+    assert_eq!(s.faults[0].status, "detected");
+    let d = s.faults[0].detection.as_ref().unwrap();
+    assert_eq!(d.at, t("10:04:33"));
+    assert_eq!(d.after_secs, 2.0);
+    assert_eq!(d.ledger, "agent-node-2.db");
+    assert_eq!((s.detected, s.scored), (1, 1));
+    assert!(s.false_positives.is_empty());
+    assert!(s.clean);
+    assert!(
+        s.headline
+            .starts_with("faults detected 1/1, false positives 0, flagged in 2.0 s (max)"),
+        "{}",
+        s.headline
+    );
+}
+
+#[test]
+fn a_fault_no_finding_matches_is_missed() {
+    // Right node and IP, wrong layer; right layer and IP, wrong node.
+    let findings = vec![
+        finding("dns", "node-2", "10.244.1.6", "10:04:31", 1_000),
+        finding("datapath", "node-1", "10.244.1.6", "10:04:31", 1_000),
+    ];
+    let s = score(&input(
+        truth(vec![kube_proxy("10:04:10", Some("10:05:40"))]),
+        findings,
+    ));
+    assert_eq!(s.faults[0].status, "missed");
+    assert_eq!((s.detected, s.scored), (0, 1));
+    assert_eq!(s.false_positives.len(), 2);
+    assert!(!s.clean);
+}
+
+#[test]
+fn a_finding_flagged_only_after_the_fault_ended_is_late_and_not_detected() {
+    // Lag of 80 s: flagged at 10:05:51, the fault ended at 10:05:40.
+    let f = finding("datapath", "node-2", "10.244.1.6", "10:04:31", 80_000);
+    let s = score(&input(
+        truth(vec![kube_proxy("10:04:10", Some("10:05:40"))]),
+        vec![f],
+    ));
+    assert_eq!(s.faults[0].status, "late");
+    assert_eq!(s.faults[0].detection.as_ref().unwrap().at, t("10:05:51"));
+    assert_eq!(s.detected, 0);
+    assert!(s.false_positives.is_empty(), "explained, not false");
+    assert!(!s.clean);
+}
+
+#[test]
+fn a_finding_judged_during_an_api_server_outage_is_a_false_positive() {
+    let gap = fault("f4", "apiserver-stopped", "10:10:00", "10:12:00");
+    let f = finding("datapath", "node-1", "10.244.2.2", "10:10:30", 1_000);
+    let mut inp = input(truth(vec![gap]), vec![f]);
+    inp.gaps.push(SoakGap {
+        ledger: "watch.db".into(),
+        start: t("10:10:02.5"),
+        end: Some(t("10:12:03")),
+        reason: "watch error: connection refused".into(),
+    });
+    let s = score(&inp);
+    assert_eq!(s.faults[0].status, "gap recorded");
+    assert_eq!(s.faults[0].detection.as_ref().unwrap().after_secs, 2.5);
+    assert!(!s.faults[0].scored);
+    assert_eq!(s.false_positives.len(), 1);
+    assert!(
+        s.false_positives[0]
+            .reason
+            .contains("f4 (apiserver-stopped)"),
+        "{}",
+        s.false_positives[0].reason
+    );
+    assert_eq!(s.truth_gaps.len(), 1);
+    assert!(!s.clean);
+    // Without a gap recorded, the fault says so.
+    let s = score(&input(
+        truth(vec![fault(
+            "f4",
+            "apiserver-stopped",
+            "10:10:00",
+            "10:12:00",
+        )]),
+        vec![],
+    ));
+    assert_eq!(s.faults[0].status, "no gap recorded");
+    assert!(s.clean, "an API server fault is not scored");
+}
+
+#[test]
+fn an_unexplained_finding_is_a_false_positive_with_its_evidence() {
+    let mut rolled = finding("datapath", "node-3", "10.244.3.9", "10:20:01", 1_000);
+    rolled.ledger = "agent-node-3.db".into();
+    let mut within = finding("datapath", "node-3", "10.244.3.8", "10:20:01", 1_000);
+    within.verdict = "within expected lag".into();
+    let mut unjudged = finding("dns", "node-1", "10.244.3.7", "10:20:01", 1_000);
+    unjudged.verdict = "unjudged (truth gap)".into();
+    let s = score(&input(truth(vec![]), vec![rolled, within, unjudged]));
+    assert_eq!((s.findings, s.judged), (3, 1));
+    assert_eq!(s.false_positives.len(), 1);
+    let fp = &s.false_positives[0];
+    assert_eq!(fp.flagged_at, t("10:20:02"));
+    assert_eq!(fp.finding.ledger, "agent-node-3.db");
+    assert_eq!(
+        fp.reason,
+        "no fault explains it (removed by rollout default/web-h at 2026-12-05T10:20:00Z)"
+    );
+    assert!(!s.clean);
+}
+
+#[test]
+fn an_interrupted_soak_ends_at_its_last_record_and_open_faults_stay_open() {
+    let mut tr = truth(vec![kube_proxy("10:04:10", None)]);
+    tr.ended = None;
+    let f = finding("datapath", "node-2", "10.244.1.6", "10:04:31", 3_000);
+    let mut inp = input(tr, vec![f]);
+    inp.samples.push(MetricSample {
+        source: "watch".into(),
+        at: t("10:06:15"),
+        rss_bytes: Some(1e8),
+        cpu_seconds: Some(1.0),
+    });
+    let s = score(&inp);
+    assert_eq!(s.ended, None);
+    assert_eq!(s.soak_end, t("10:06:15"));
+    assert_eq!(s.faults[0].status, "detected");
+    assert_eq!(s.faults[0].detection.as_ref().unwrap().after_secs, 3.0);
+    assert!(s.clean);
+}
+
+#[test]
+fn over_lag_dns_windows_under_a_longer_cache_are_listed_apart() {
+    let mut c = fault("f5", "corefile-changed", "10:15:00", "10:25:00");
+    c.cache = Some(30);
+    let mut f = finding("dns", "node-1", "10.244.2.9", "10:16:00", 5_000);
+    f.path_id = "dns-pod/10.244.0.3:53".into();
+    f.window = Some(Duration::from_secs(25));
+    let mut beyond = f.clone();
+    beyond.window = Some(Duration::from_secs(45));
+    let s = score(&input(truth(vec![c]), vec![f, beyond]));
+    assert_eq!(s.lag_under_cache.len(), 1);
+    assert_eq!(s.lag_under_cache[0].cache_secs, 30);
+    // 45 s is beyond even the new promise: explained by the Corefile change, which is not
+    // scored, so not false either.
+    assert!(s.false_positives.is_empty());
+    assert_eq!(s.faults[0].explained, 1);
+    assert_eq!(s.faults[0].status, "context");
+}
+
+#[test]
+fn an_unknown_fault_kind_is_context_and_explains_nothing() {
+    let mut f = fault("f9", "disk-filled", "10:01:00", "10:02:00");
+    f.detectable = true;
+    f.node = Some("node-1".into());
+    let s = score(&input(
+        truth(vec![f]),
+        vec![finding(
+            "datapath",
+            "node-1",
+            "10.244.0.5",
+            "10:01:10",
+            1_000,
+        )],
+    ));
+    assert_eq!(s.faults[0].status, "context");
+    assert!(!s.faults[0].scored);
+    assert_eq!(s.scored, 0);
+    assert_eq!(s.false_positives.len(), 1);
+}
+
+fn sample(source: &str, at: &str, rss_mb: f64, cpu: f64) -> MetricSample {
+    MetricSample {
+        source: source.into(),
+        at: t(at),
+        rss_bytes: Some(rss_mb * 1e6),
+        cpu_seconds: Some(cpu),
+    }
+}
+
+#[test]
+fn rss_is_judged_against_its_level_after_minute_5() {
+    let samples = vec![
+        sample("watch", "10:00:00", 50.0, 0.0),
+        sample("watch", "10:05:00", 200.0, 3.0),
+        sample("watch", "10:10:00", 204.0, 6.0),
+        sample("watch", "10:30:00", 209.0, 18.0),
+        sample("agent-node-1", "10:00:00", 40.0, 0.0),
+        sample("agent-node-1", "10:05:00", 100.0, 1.0),
+        sample("agent-node-1", "10:30:00", 106.0, 2.0),
+        sample("agent-node-2", "10:01:00", 40.0, 0.0),
+    ];
+    let mut inp = input(truth(vec![]), vec![]);
+    inp.samples = samples;
+    let s = score(&inp);
+    let by = |src: &str| s.processes.iter().find(|p| p.source == src).unwrap();
+    let w = by("watch");
+    assert_eq!(w.rss_level, Some(200e6));
+    assert!((w.rss_change_pct.unwrap() - 4.5).abs() < 1e-9);
+    assert_eq!(w.rss_ok, Some(true));
+    assert_eq!(w.cpu_seconds, Some(18.0));
+    assert!((w.cpu_mean_pct.unwrap() - 1.0).abs() < 1e-9);
+    let a = by("agent-node-1");
+    assert!((a.rss_change_pct.unwrap() - 6.0).abs() < 1e-9);
+    assert_eq!(a.rss_ok, Some(false));
+    assert_eq!(by("agent-node-2").rss_ok, None, "no scrape after minute 5");
+    assert!(
+        s.headline
+            .ends_with("agent-node-1 RSS +6.0 % after minute 5 (worst of 2)"),
+        "{}",
+        s.headline
+    );
+    assert!(s.clean, "RSS does not change the exit code");
+}
+
+#[test]
+fn the_chart_is_escaped_and_balanced() {
+    let mut f = kube_proxy("10:04:10", Some("10:05:40"));
+    f.id = "f<3>&".into();
+    let mut inp = input(
+        truth(vec![f]),
+        vec![finding(
+            "datapath",
+            "node-2",
+            "10.244.1.6",
+            "10:04:31",
+            2_000,
+        )],
+    );
+    inp.samples = vec![
+        sample("watch", "10:00:00", 50.0, 0.0),
+        sample("watch", "10:10:00", 60.0, 1.0),
+    ];
+    let svg = crate::soak::svg::render(&score(&inp));
+    assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    assert!(svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("f&lt;3&gt;&amp; kube-proxy-stopped node-2 — detected"));
+    assert!(svg.contains("<polyline"));
+    assert_eq!(svg.matches("<text").count(), svg.matches("</text>").count());
+    assert_eq!(
+        svg.matches("<title>").count(),
+        svg.matches("</title>").count()
+    );
+}
