@@ -189,6 +189,8 @@ pub struct WatchOutput {
 }
 
 /// Subcommands.
+// Parsed once per process and moved into its command: the agent's many flags cost nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Watch the truth, keep the ledger and probe every DNS path continuously; serve /metrics.
