@@ -635,9 +635,10 @@ pub struct AgentArgs {
     /// `off` disables. The default is kube-proxy's own --metrics-bind-address (the agent is
     /// hostNetwork). One scrape reads at most 4 MiB within 2s (kube-proxy serves about
     /// 100 KB). kube-proxy is `component-stalled` when a Service change waited longer than
-    /// --kube-proxy-min-sync-period + the scrape period + one sync for a sync, or once its
-    /// endpoint refuses (the process is gone) after it answered; never while it never
-    /// answered.
+    /// --kube-proxy-min-sync-period + the scrape period + one sync for a sync; once its
+    /// endpoint refuses after it answered (the process is gone), longer than
+    /// --kube-proxy-min-sync-period + one sync (a change brings the next scrape forward);
+    /// never while it never answered.
     #[arg(
         long,
         default_value = "http://127.0.0.1:10249/metrics",

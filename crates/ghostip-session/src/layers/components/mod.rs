@@ -16,9 +16,11 @@
 //!   counts as synced (kube-proxy may be handed the change before ghostip).
 //! - **Answering**: judged at the scrape's time with the last-sync timestamp it reported.
 //! - **Refused** (nothing listens on the metrics address, after it answered before): the
-//!   process is gone, so no sync happened since the last good scrape; judged at the current
-//!   time with that scrape's timestamp. The strongest evidence: its rules stay in place
-//!   and age with every change.
+//!   process is gone, so no sync happened since the last good scrape; judged at the last
+//!   refused scrape with that good scrape's timestamp, and without the scrape period in the
+//!   allowed wait: the adapter scrapes again as soon as a change has waited
+//!   `--min-sync-period` + one sync ([`KubeProxyModel::rescrape_at`]). The strongest
+//!   evidence: its rules stay in place and age with every change.
 //! - **Failing otherwise** (a timeout, a bad answer): judged as of the last good scrape, no
 //!   more; a slow endpoint is not a stopped one.
 //! - **Never answered** (no kube-proxy on this node, or another metrics address): unknown,
@@ -150,6 +152,8 @@ pub struct KubeProxyModel {
     programming: VecDeque<(Time, Histogram)>,
     endpoint: Endpoint,
     failing_since: Option<Time>,
+    /// The last scrape that failed.
+    last_failed: Option<Time>,
     error: Option<String>,
 }
 
@@ -168,6 +172,7 @@ impl KubeProxyModel {
             programming: VecDeque::new(),
             endpoint: Endpoint::NotScraped,
             failing_since: None,
+            last_failed: None,
             error: None,
         }
     }
@@ -216,6 +221,7 @@ impl KubeProxyModel {
                     Endpoint::Failing
                 };
                 self.failing_since.get_or_insert(at);
+                self.last_failed = Some(at);
                 self.error = Some(f.error);
             }
         }
@@ -236,17 +242,44 @@ impl KubeProxyModel {
         }
     }
 
-    /// The judgement at `now`.
-    pub fn judge(&self, now: Time) -> Judgement {
+    /// The bounds once the endpoint refuses: no scrape lag, the adapter scrapes again when
+    /// a change has waited long enough ([`Self::rescrape_at`]).
+    fn gone_bounds(&self) -> StallBounds {
+        StallBounds {
+            audit_period: Duration::ZERO,
+            ..self.bounds()
+        }
+    }
+
+    /// When the endpoint refuses and a Service change waits for a sync: the time a scrape
+    /// settles whether it waited too long (100 ms past the allowed wait), unless a refused
+    /// scrape already came after it.
+    pub fn rescrape_at(&self) -> Option<Time> {
+        let (_, m) = self.last_good.as_ref()?;
+        if self.endpoint != Endpoint::Refused {
+            return None;
+        }
+        let bounds = self.gone_bounds();
+        let synced = m.last_sync.and_then(unix_time)?;
+        let up_to = synced.checked_add(bounds.change_slack).unwrap_or(synced);
+        let oldest = self.changes.iter().map(|(t, _)| *t).find(|t| *t > up_to)?;
+        let at = oldest
+            .checked_add(bounds.allowed() + Duration::from_millis(100))
+            .ok()?;
+        (self.last_failed.is_none_or(|f| f < at)).then_some(at)
+    }
+
+    /// The judgement as of the last scrapes: their times decide, not the caller's clock.
+    pub fn judge(&self) -> Judgement {
         let bounds = self.bounds();
         let times: Vec<Time> = self.changes.iter().map(|(t, _)| *t).collect();
-        let (verdict, evidence) = match (&self.last_good, self.endpoint) {
-            (None, _) => (ProxyVerdict::Unknown, ""),
-            (Some((_, m)), Endpoint::Refused) => (
-                component_stalled(now, m.last_sync, &times, bounds),
+        let (verdict, evidence) = match (&self.last_good, self.endpoint, self.last_failed) {
+            (None, _, _) => (ProxyVerdict::Unknown, ""),
+            (Some((_, m)), Endpoint::Refused, Some(failed)) => (
+                component_stalled(failed, m.last_sync, &times, self.gone_bounds()),
                 "endpoint-gone",
             ),
-            (Some((at, m)), _) => (
+            (Some((at, m)), _, _) => (
                 component_stalled(*at, m.last_sync, &times, bounds),
                 "sync-not-advancing",
             ),
@@ -296,7 +329,11 @@ impl KubeProxyModel {
             failing_since: self.failing_since,
             error: self.error.clone(),
             last_sync,
-            allowed_s: bounds.allowed().as_secs_f64(),
+            allowed_s: if self.endpoint == Endpoint::Refused {
+                self.gone_bounds().allowed().as_secs_f64()
+            } else {
+                bounds.allowed().as_secs_f64()
+            },
             pending_changes: pending,
             stalled,
             programming_p99_s,

@@ -54,44 +54,52 @@ fn a_healthy_proxy_with_changes_and_an_advancing_sync_is_never_stalled() {
             let sync = s - (s - 1).rem_euclid(3);
             m.on_scrape(t(s), Ok(said(sync)));
         }
-        let j = m.judge(t(s));
+        let j = m.judge();
         assert_eq!(j.stalled, None, "at {s}s: {j:?}");
     }
     // The kept changes stay bounded by what the last sync did not cover.
-    assert!(m.judge(t(3600)).pending_changes <= 4);
+    assert!(m.judge().pending_changes <= 4);
 }
 
 #[test]
-fn a_stopped_proxy_and_one_service_change_is_stalled_after_min_sync_plus_the_scrape_period() {
+fn a_stopped_proxy_and_one_service_change_is_stalled_after_min_sync_without_the_scrape_lag() {
     let mut m = KubeProxyModel::new(MIN_SYNC, SCRAPE);
     m.on_scrape(t(0), Ok(said(-5)));
+    assert_eq!(m.rescrape_at(), None, "answering: the period decides");
     // Stopped at 5 s: its metrics endpoint refuses from the next scrape on.
     m.on_scrape(t(10), refused());
-    assert_eq!(m.judge(t(10)).endpoint, Endpoint::Refused);
-    assert_eq!(m.judge(t(500)).stalled, None, "no change: nothing to sync");
-    // A CoreDNS pod replaced at 600 s.
+    assert_eq!(m.judge().endpoint, Endpoint::Refused);
+    m.on_scrape(t(500), refused());
+    assert_eq!(m.judge().stalled, None, "no change: nothing to sync");
+    assert_eq!(m.rescrape_at(), None);
+    // A CoreDNS pod replaced at 600 s: a scrape is due once it waited 1 s (+ 100 ms).
     m.on_change(t(600), dns());
-    m.on_scrape(t(610), refused());
-    // Allowed: 1 s + 10 s. At exactly 11 s it is still within.
-    assert_eq!(m.judge(t(611)).stalled, None);
-    let j = m.judge(t(612));
+    let due = t(600).checked_add(Duration::from_millis(1100)).unwrap();
+    assert_eq!(m.rescrape_at(), Some(due));
+    // Refused at exactly 1 s: still within.
+    m.on_scrape(t(601), refused());
+    assert_eq!(m.judge().stalled, None);
+    assert_eq!(m.rescrape_at(), Some(due));
+    m.on_scrape(due, refused());
+    assert_eq!(m.rescrape_at(), None, "settled");
+    let j = m.judge();
     assert_eq!(
         j.stalled,
         Some(Stalled {
             component: KUBE_PROXY,
             last_sync: t(-5),
             oldest_change: t(600),
-            waited_s: 12.0,
-            allowed_s: 11.0,
+            waited_s: 1.1,
+            allowed_s: 1.0,
             missed_changes: 1,
             missed_services: vec!["kube-system/kube-dns".into()],
             evidence: "endpoint-gone",
         })
     );
-    assert_eq!(j.failing_since, Some(t(10)));
+    assert_eq!((j.failing_since, j.allowed_s), (Some(t(10)), 1.0));
     // Restarted: it syncs everything and answers again.
     m.on_scrape(t(620), Ok(said(615)));
-    let j = m.judge(t(620));
+    let j = m.judge();
     assert_eq!((j.stalled, j.pending_changes), (None, 0));
 }
 
@@ -102,10 +110,10 @@ fn a_proxy_answering_with_a_sync_that_does_not_advance_is_stalled() {
     m.on_change(t(3), dns());
     m.on_change(t(4), ServiceKey::new("prod", "web"));
     m.on_scrape(t(10), Ok(said(0)));
-    assert_eq!(m.judge(t(13)).stalled, None, "7 s waited, as of the scrape");
+    assert_eq!(m.judge().stalled, None, "7 s waited, as of the scrape");
     m.on_scrape(t(20), Ok(said(0)));
     // Judged as of the scrape at 20 s, however late the judgement runs.
-    let s = m.judge(t(100)).stalled.unwrap();
+    let s = m.judge().stalled.unwrap();
     assert_eq!((s.waited_s, s.evidence), (17.0, "sync-not-advancing"));
     assert_eq!(s.missed_changes, 2);
     assert_eq!(s.missed_services, ["kube-system/kube-dns", "prod/web"]);
@@ -115,9 +123,11 @@ fn a_proxy_answering_with_a_sync_that_does_not_advance_is_stalled() {
 fn without_service_changes_it_is_never_stalled_however_old_the_sync() {
     let mut m = KubeProxyModel::new(MIN_SYNC, SCRAPE);
     m.on_scrape(t(0), Ok(said(-86_400)));
-    m.on_scrape(t(10), refused());
+    assert_eq!(m.judge().stalled, None, "answering, a day old");
     for s in [10, 3600, 86_400 * 30] {
-        assert_eq!(m.judge(t(s)).stalled, None);
+        m.on_scrape(t(s), refused());
+        assert_eq!(m.judge().stalled, None, "refused at {s}s");
+        assert_eq!(m.rescrape_at(), None);
     }
 }
 
@@ -127,7 +137,7 @@ fn a_slow_or_never_answering_endpoint_is_not_stalled_by_itself() {
     let mut m = KubeProxyModel::new(MIN_SYNC, SCRAPE);
     m.on_scrape(t(0), refused());
     m.on_change(t(1), dns());
-    assert_eq!(m.judge(t(1000)).stalled, None);
+    assert_eq!(m.judge().stalled, None);
     // Timing out after a good scrape: judged as of that scrape only.
     let mut m = KubeProxyModel::new(MIN_SYNC, SCRAPE);
     m.on_scrape(t(0), Ok(said(0)));
@@ -139,7 +149,7 @@ fn a_slow_or_never_answering_endpoint_is_not_stalled_by_itself() {
             error: "timed out after 2s".into(),
         }),
     );
-    let j = m.judge(t(1000));
+    let j = m.judge();
     assert_eq!((j.endpoint, j.stalled), (Endpoint::Failing, None));
 }
 
@@ -155,14 +165,14 @@ fn one_sync_as_long_as_kube_proxy_measured_it_is_allowed_too() {
     m.on_scrape(t(0), Ok(KubeProxyMetrics::from_text(text).unwrap()));
     m.on_change(t(2), dns());
     m.on_scrape(t(21), Ok(KubeProxyMetrics::from_text(text).unwrap()));
-    let j = m.judge(t(21));
+    let j = m.judge();
     assert_eq!(
         (j.allowed_s, j.stalled),
         (19.0, None),
         "waited 19 s: within"
     );
     m.on_scrape(t(22), Ok(KubeProxyMetrics::from_text(text).unwrap()));
-    assert_eq!(m.judge(t(22)).stalled.unwrap().waited_s, 20.0);
+    assert_eq!(m.judge().stalled.unwrap().waited_s, 20.0);
 }
 
 #[test]
@@ -174,7 +184,7 @@ fn changes_past_the_bound_are_counted_not_kept() {
     }
     assert_eq!(m.changes.len(), MAX_CHANGES);
     m.on_scrape(t(20), Ok(said(0)));
-    let s = m.judge(t(20)).stalled.unwrap();
+    let s = m.judge().stalled.unwrap();
     assert_eq!(s.missed_changes, MAX_CHANGES as u64 + 10);
     assert_eq!(s.missed_services.len(), MAX_NAMED);
 }
@@ -197,17 +207,13 @@ fn programming_p99_over_the_window_of_scrapes() {
         t(0),
         Ok(KubeProxyMetrics::from_text(&text(100, 0)).unwrap()),
     );
-    assert_eq!(
-        m.judge(t(0)).programming_p99_s,
-        None,
-        "one scrape: no window"
-    );
+    assert_eq!(m.judge().programming_p99_s, None, "one scrape: no window");
     // 100 more, all in (1, 4]: their p99 is 1 + 3 × 0.99.
     m.on_scrape(
         t(10),
         Ok(KubeProxyMetrics::from_text(&text(100, 100)).unwrap()),
     );
-    let j = m.judge(t(10));
+    let j = m.judge();
     assert_eq!(j.programming_window, Some((t(0), t(10))));
     assert!((j.programming_p99_s.unwrap() - 3.97).abs() < 1e-9);
     // Scrapes beyond the window drop out: the slow ones are 6 minutes old.
@@ -217,7 +223,7 @@ fn programming_p99_over_the_window_of_scrapes() {
             Ok(KubeProxyMetrics::from_text(&text(100 + s as u32, 100)).unwrap()),
         );
     }
-    let j = m.judge(t(400));
+    let j = m.judge();
     assert!(j.programming_window.unwrap().0 >= t(100));
     assert_eq!(
         j.programming_p99_s,

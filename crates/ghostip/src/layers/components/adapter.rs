@@ -1,8 +1,9 @@
 //! The agent's components adapter: scrapes this node's kube-proxy metrics every `--kube-proxy-scrape-period`, feeds each scrape to the pure [`KubeProxyModel`], and reports `component-stalled` in `/status`, the metrics and the JSON lines.
 //!
 //! One scrape at a time, off the agent's loop (a task), bounded by
-//! [`scrape::TIMEOUT`] and [`scrape::MAX_BODY`]. The model is judged at every step with the
-//! wall clock, so an endpoint that went away is judged as time passes, not only at scrapes.
+//! [`scrape::TIMEOUT`] and [`scrape::MAX_BODY`]. While kube-proxy's endpoint refuses, a
+//! Service change brings the next scrape forward to when its wait settles
+//! ([`KubeProxyModel::rescrape_at`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -146,8 +147,8 @@ impl LayerAdapter for KubeProxyScrapes {
     ) -> LocalBoxFuture<'a, ()> {
         Box::pin(async move {
             self.finish(p).await;
-            self.start_due(now);
-            self.judge(p, now);
+            self.start_due(p, now);
+            self.judge(p);
         })
     }
 
@@ -163,8 +164,18 @@ impl LayerAdapter for KubeProxyScrapes {
 }
 
 impl KubeProxyScrapes {
-    fn start_due(&mut self, now: Time) {
-        if self.inflight.is_some() || self.next.is_some_and(|n| now < n) {
+    /// Starts a scrape every period, and at once when kube-proxy's endpoint refuses and a
+    /// Service change has waited long enough to settle whether it is stalled.
+    fn start_due(&mut self, p: &Pipeline, now: Time) {
+        let settle = p
+            .session
+            .layer::<KubeProxyModel>()
+            .and_then(KubeProxyModel::rescrape_at);
+        let due = match (self.next, settle) {
+            (Some(n), Some(s)) => Some(n.min(s)),
+            (n, _) => n,
+        };
+        if self.inflight.is_some() || due.is_some_and(|d| now < d) {
             return;
         }
         let url = self.url.clone();
@@ -231,12 +242,12 @@ impl KubeProxyScrapes {
         }
     }
 
-    /// Judges the model at `now`; reports a stalled kube-proxy when it starts and ends.
-    fn judge(&mut self, p: &Pipeline, now: Time) {
+    /// Judges the model; reports a stalled kube-proxy when it starts and ends.
+    fn judge(&mut self, p: &Pipeline) {
         let Some(model) = p.session.layer::<KubeProxyModel>() else {
             return;
         };
-        let judgement = model.judge(now);
+        let judgement = model.judge();
         let labels = ComponentLabels {
             node: self.node.clone(),
             component: KUBE_PROXY.into(),
