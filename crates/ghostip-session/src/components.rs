@@ -1,7 +1,8 @@
 //! The components' own word: kube-proxy's metrics read from Prometheus text exposition, the p99 of its network programming latency over a window, and the judgement that a kube-proxy stalled.
 //!
-//! Pure: the caller scrapes `/metrics` and passes the text and the times. Not wired into
-//! any command yet.
+//! Pure: the caller scrapes `/metrics` and passes the text and the times. The agent's
+//! `components` layer (`layers::components`) keeps the scrapes and the Service changes and
+//! judges with them.
 //!
 //! - [`parse_exposition`] reads the text format (`# HELP`/`# TYPE` and comments skipped, labels
 //!   with `\\`, `\"`, `\n` escapes, `+Inf`/`-Inf`/`NaN`, an optional timestamp); a line it
@@ -22,6 +23,8 @@ use ghostip_core::Time;
 pub const LAST_SYNC: &str = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
 /// From an endpoint change to the rules programmed, seconds (a histogram).
 pub const PROGRAMMING: &str = "kubeproxy_network_programming_duration_seconds";
+/// How long one sync of the rules took, seconds (a histogram).
+pub const SYNC_DURATION: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
 
 /// One sample line.
 #[derive(Clone, Debug, PartialEq)]
@@ -248,6 +251,26 @@ impl Histogram {
         Some(lower)
     }
 
+    /// The upper bound of the bucket that holds the `q` quantile of every observation (the
+    /// highest finite bound when it is in `+Inf`); `None` when nothing was observed.
+    pub fn bucket_bound(&self, q: f64) -> Option<f64> {
+        let total = self.buckets.last()?.1;
+        if total <= 0.0 || !(0.0..=1.0).contains(&q) {
+            return None;
+        }
+        let rank = q * total;
+        let finite = self
+            .buckets
+            .iter()
+            .filter(|(le, _)| le.is_finite())
+            .map(|(le, _)| *le)
+            .reduce(f64::max);
+        self.buckets
+            .iter()
+            .find(|(_, c)| *c >= rank)
+            .and_then(|(le, _)| if le.is_finite() { Some(*le) } else { finite })
+    }
+
     /// The 99th percentile since `earlier` ([`Histogram::quantile_since`]).
     pub fn p99_since(&self, earlier: Option<&Histogram>) -> Option<f64> {
         self.quantile_since(earlier, 0.99)
@@ -261,6 +284,8 @@ pub struct KubeProxyMetrics {
     pub last_sync: Option<f64>,
     /// [`PROGRAMMING`].
     pub programming: Option<Histogram>,
+    /// [`SYNC_DURATION`].
+    pub sync_duration: Option<Histogram>,
 }
 
 impl KubeProxyMetrics {
@@ -275,6 +300,7 @@ impl KubeProxyMetrics {
                 .filter(|v| v.is_finite())
                 .reduce(f64::max),
             programming: Histogram::from_samples(&samples, PROGRAMMING),
+            sync_duration: Histogram::from_samples(&samples, SYNC_DURATION),
         })
     }
 }
@@ -287,6 +313,9 @@ pub struct StallBounds {
     pub min_sync_period: Duration,
     /// How often the metrics are scraped: a sync is seen at most this late.
     pub audit_period: Duration,
+    /// How long before ghostip received a change a sync may have carried it: kube-proxy
+    /// watches the same API server and may be handed the change first.
+    pub change_slack: Duration,
 }
 
 impl StallBounds {
@@ -319,8 +348,8 @@ pub enum ProxyVerdict {
 }
 
 /// Whether the kube-proxy scraped at `scraped_at` (reporting `last_sync`, Unix seconds)
-/// stalled: a Service change at or before the scrape, after its last sync, that waited
-/// longer than `bounds.allowed()`. `changes` are the times this node's Services changed, in
+/// stalled: a Service change at or before the scrape, later than its last sync plus
+/// `bounds.change_slack`, that waited longer than `bounds.allowed()`. `changes` are the times this node's Services changed, in
 /// any order. The last sync is kube-proxy's node clock; a node clock behind by more than the
 /// allowed wait reads as a stall.
 pub fn component_stalled(
@@ -336,9 +365,12 @@ pub fn component_stalled(
         return ProxyVerdict::Unknown;
     };
     let allowed = bounds.allowed();
+    let synced_up_to = last_sync
+        .checked_add(bounds.change_slack)
+        .unwrap_or(last_sync);
     let oldest = changes
         .iter()
-        .filter(|c| **c > last_sync && **c <= scraped_at)
+        .filter(|c| **c > synced_up_to && **c <= scraped_at)
         .min();
     let Some(change) = oldest else {
         return ProxyVerdict::Syncing;
@@ -401,6 +433,16 @@ kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.8000000123e+09
         assert_eq!(h.quantile_since(None, 0.5), Some(1.0));
         // Rank 30: 20 of the 40 in (0.5, 1].
         assert_eq!(h.quantile_since(None, 0.3), Some(0.75));
+        assert_eq!(h.bucket_bound(0.99), Some(5.0));
+        assert_eq!(
+            h.bucket_bound(0.995),
+            Some(5.0),
+            "in +Inf: the highest finite bound"
+        );
+        assert_eq!(h.bucket_bound(0.5), Some(1.0));
+        // The sync durations: 7 syncs, none under 1 ms, no other bucket written.
+        let sync = m.sync_duration.unwrap();
+        assert_eq!(sync.count, 7.0);
     }
 
     #[test]
@@ -476,6 +518,7 @@ kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.8000000123e+09
         let bounds = StallBounds {
             min_sync_period: Duration::from_secs(1),
             audit_period: Duration::from_secs(10),
+            change_slack: Duration::ZERO,
         };
         let last = Some(1_800_000_000.0);
         // A change 5 s after the last sync, scraped 11 s after the change: just allowed.
@@ -522,5 +565,19 @@ kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.8000000123e+09
             component_stalled(t(1_800_000_030), None, &[t(1_800_000_001)], bounds),
             ProxyVerdict::Unknown
         );
+        // A sync up to the slack before ghostip received a change carried it: kube-proxy's
+        // watch delivered it first.
+        let slack = StallBounds {
+            change_slack: Duration::from_secs(1),
+            ..bounds
+        };
+        assert_eq!(
+            component_stalled(t(1_800_000_030), last, &[t(1_800_000_001)], slack),
+            ProxyVerdict::Syncing
+        );
+        assert!(matches!(
+            component_stalled(t(1_800_000_030), last, &[t(1_800_000_002)], slack),
+            ProxyVerdict::Stalled { .. }
+        ));
     }
 }

@@ -269,15 +269,21 @@ impl Session {
         // Owners of the endpoints a slice event may remove, read before the truth forgets them.
         let owners = self.owners_before(&r.event);
         // Service labels only serve `-l`: without a selector the truth does not keep them
-        // (a BTreeMap node per Service is 5 MB at 10 k Services).
+        // (a BTreeMap node per Service is 5 MB at 10 k Services), but for the one that says
+        // another proxy than kube-proxy programs the Service (the components layer).
         let unlabeled;
         let r = match &r.event {
             TruthEvent::InitApply(TruthObject::Service(svc))
             | TruthEvent::Apply(TruthObject::Service(svc))
-                if self.cfg.filter.selector.is_empty() && !svc.labels.is_empty() =>
+                if self.cfg.filter.selector.is_empty()
+                    && svc
+                        .labels
+                        .keys()
+                        .any(|k| k != crate::layers::components::PROXY_NAME) =>
             {
                 let mut svc = svc.clone();
-                svc.labels = BTreeMap::new();
+                svc.labels
+                    .retain(|k, _| k == crate::layers::components::PROXY_NAME);
                 let object = TruthObject::Service(svc);
                 unlabeled = Received {
                     at: r.at,

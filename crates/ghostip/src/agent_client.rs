@@ -183,6 +183,28 @@ pub struct AgentDnsHealth {
     pub pods_answering: Option<u64>,
 }
 
+/// A component of the agent's node judged `component-stalled` (`layers.components`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct AgentComponentStalled {
+    /// `kube-proxy`.
+    pub component: String,
+    /// Its last sync, as it reported it.
+    pub last_sync: Option<Time>,
+    /// The oldest Service change after it.
+    pub oldest_change: Option<Time>,
+    /// From that change to the judgement (s).
+    pub waited_s: f64,
+    /// What it was allowed to wait (s).
+    pub allowed_s: f64,
+    /// Service changes since its last sync.
+    pub missed_changes: u64,
+    /// Their Services, at most 10.
+    pub missed_services: Vec<String>,
+    /// `endpoint-gone` or `sync-not-advancing`.
+    pub evidence: String,
+}
+
 /// What an agent's `/status` says, as far as `check` reads it: the layers' sections
 /// (`layers.datapath`, `layers.dns`) or, from an agent of an earlier version, the same fields
 /// at the top level.
@@ -201,6 +223,8 @@ pub struct AgentStatus {
     pub open: Vec<AgentTracking>,
     /// DNS health from its node.
     pub dns: Option<AgentDnsHealth>,
+    /// Its node's components judged stalled.
+    pub stalled_components: Vec<AgentComponentStalled>,
 }
 
 /// `/status` as served: one section per layer; sections of layers `check` does not know
@@ -234,6 +258,11 @@ impl From<RawStatus> for AgentStatus {
             dns: section("dns", "health")
                 .and_then(|v| serde_json::from_value(v).ok())
                 .or(r.dns),
+            stalled_components: section("components", "kube_proxy")
+                .and_then(|v| v.get("stalled").cloned())
+                .and_then(|v| serde_json::from_value(v).ok())
+                .into_iter()
+                .collect(),
             node: r.node,
             truth_synced: r.truth_synced,
             open: r.open,

@@ -189,6 +189,8 @@ pub struct WatchOutput {
 }
 
 /// Subcommands.
+// Parsed once per process and moved into its command: the agent's many flags cost nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Watch the truth, keep the ledger and probe every DNS path continuously; serve /metrics.
@@ -636,6 +638,29 @@ pub struct AgentArgs {
     /// Container of the Cilium agent pod to exec into (with --cilium-read exec).
     #[arg(long, default_value = "cilium-agent", value_name = "NAME")]
     pub cilium_container: String,
+    /// kube-proxy's metrics on this node (`http://HOST:PORT/PATH`, plain HTTP), scraped every
+    /// --kube-proxy-scrape-period for its last sync and its network-programming latency;
+    /// `off` disables. The default is kube-proxy's own --metrics-bind-address (the agent is
+    /// hostNetwork). One scrape reads at most 4 MiB within 2s (kube-proxy serves about
+    /// 100 KB). kube-proxy is `component-stalled` when a Service change waited longer than
+    /// --kube-proxy-min-sync-period + the scrape period + one sync for a sync; once its
+    /// endpoint refuses after it answered (the process is gone), longer than
+    /// --kube-proxy-min-sync-period + one sync (a change brings the next scrape forward);
+    /// never while it never answered.
+    #[arg(
+        long,
+        default_value = "http://127.0.0.1:10249/metrics",
+        value_name = "URL"
+    )]
+    pub kube_proxy_metrics: String,
+    /// Period of the kube-proxy scrapes (1s to 5m); part of how long a Service change may
+    /// wait for kube-proxy's sync before it is stalled.
+    #[arg(long, default_value = "10s", value_parser = parse_scrape_period, value_name = "DURATION")]
+    pub kube_proxy_scrape_period: Duration,
+    /// kube-proxy's --min-sync-period (its config's minSyncPeriod): the longest it holds a
+    /// change before syncing. Set it to the cluster's value when changed there.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub kube_proxy_min_sync_period: Duration,
     /// How long the ledger keeps closed history.
     #[arg(long, default_value = "7d", value_parser = parse_duration, value_name = "DURATION")]
     pub retention: Duration,
@@ -1062,6 +1087,12 @@ pub fn parse_sweep(s: &str) -> Result<Duration, String> {
 /// `--query-timeout`: 10ms to 30s.
 pub fn parse_query_timeout(s: &str) -> Result<Duration, String> {
     parse_duration_in(s, Duration::from_millis(10), Duration::from_secs(30))
+}
+
+/// `--kube-proxy-scrape-period`: 1s to 5m (a scrape more often than once a second would
+/// load kube-proxy for nothing; less often than every 5 minutes says nothing of a sync).
+pub fn parse_scrape_period(s: &str) -> Result<Duration, String> {
+    parse_duration_in(s, Duration::from_secs(1), Duration::from_secs(300))
 }
 
 /// `--dns-health-interval`: 100ms to 1h.

@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use ghostip_core::engine::Discrepancy;
 use ghostip_core::{Observation, ObservationResult, PathIdx, ServiceKey, Target, Time};
+use ghostip_session::layers::components::COMPONENTS;
 use ghostip_session::layers::dns::{DNS, DnsModel};
 use ghostip_session::{Session, SyncState};
 use serde::Serialize;
@@ -495,6 +496,35 @@ fn judge_agents(
                 )),
             });
         }
+        for c in &st.stalled_components {
+            findings.push(NodeFinding {
+                node: agent.node.clone(),
+                path: format!("{}/{}", c.component, agent.node),
+                layer: COMPONENTS.to_string(),
+                service: match c.missed_services.as_slice() {
+                    [] => "-".into(),
+                    [one] => one.clone(),
+                    [first, ..] => format!("{first} (+{})", c.missed_changes.saturating_sub(1)),
+                },
+                target: None,
+                kind: "component-stalled".into(),
+                verdict: "component-stalled".into(),
+                former_pod: None,
+                since: c.last_sync,
+                last_seen: None,
+                detail: Some(format!(
+                    "{} stalled ({}): last sync {}, {} Service change{} since, the oldest waited {:.0}s (allowed {:.0}s): {}",
+                    c.component,
+                    c.evidence,
+                    c.last_sync.map_or_else(|| "-".into(), |t| t.to_string()),
+                    c.missed_changes,
+                    if c.missed_changes == 1 { "" } else { "s" },
+                    c.waited_s,
+                    c.allowed_s,
+                    c.missed_services.join(", ")
+                )),
+            });
+        }
         let state = if !st.truth_synced {
             "unsynced"
         } else if findings.len() > before {
@@ -937,6 +967,61 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("invalid bearer token"), "{table}");
+    }
+
+    /// A stalled kube-proxy in an agent's `/status` (`layers.components`) is a node finding
+    /// on its own, with no stale backend: the agent's row says `findings` and check exits 1.
+    #[test]
+    fn a_stalled_kube_proxy_is_a_node_finding() {
+        let asked = vec![
+            (
+                agent("node-2", 2),
+                Ok(status(serde_json::json!({
+                    "node": "node-2", "truth_synced": true, "open": [],
+                    "layers": {"components": {"kube_proxy": {
+                        "url": "http://127.0.0.1:10249/metrics", "endpoint": "refused",
+                        "stalled": {"component": "kube-proxy",
+                                    "last_sync": "2026-03-19T08:00:00Z",
+                                    "oldest_change": "2026-03-19T08:10:00Z",
+                                    "waited_s": 12.0, "allowed_s": 11.0, "missed_changes": 2,
+                                    "missed_services": ["kube-system/kube-dns", "prod/web"],
+                                    "evidence": "endpoint-gone"}}}}
+                }))),
+            ),
+            (
+                agent("node-1", 1),
+                Ok(status(serde_json::json!({
+                    "node": "node-1", "truth_synced": true, "open": [],
+                    "layers": {"components": {"kube_proxy": {"endpoint": "answering", "stalled": null}}}
+                }))),
+            ),
+        ];
+        let (rows, findings) = judge_agents(asked, &ServiceFilter::default(), &Truth::new());
+        let states: Vec<_> = rows.iter().map(|r| (r.node.as_str(), r.state)).collect();
+        assert_eq!(states, [("node-2", "findings"), ("node-1", "ok")]);
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        let f = &findings[0];
+        assert_eq!(
+            (
+                f.kind.as_str(),
+                f.layer.as_str(),
+                f.path.as_str(),
+                f.service.as_str()
+            ),
+            (
+                "component-stalled",
+                "components",
+                "kube-proxy/node-2",
+                "kube-system/kube-dns (+1)"
+            )
+        );
+        assert_eq!(f.since, Some("2026-03-19T08:00:00Z".parse().unwrap()));
+        assert_eq!(count_findings(&[], &rows, &findings), 1);
+        let table = render(&[], &rows, &findings, &[], 0, 0, &Layout::WIDE);
+        assert!(
+            table.contains("endpoint-gone") && table.contains("prod/web"),
+            "{table}"
+        );
     }
 
     /// A tracking of a Service outside `-n` is left out; the node's DNS health is kept.

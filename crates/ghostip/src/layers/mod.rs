@@ -16,10 +16,12 @@
 //! | [`datapath`] | a node's load-balancer backends against the truth, read pacing | dump readers (processes), Cilium exec | the agent |
 //! | [`conntrack`] | flows of this node's pods to removed endpoints | a netlink dump | the agent |
 //! | [`channelz`] | opted-in gRPC clients' subchannels to removed endpoints | channelz reads (gRPC) of client pods | `watch`; drain-wait's part |
+//! | [`components`] | kube-proxy's last sync against the Service changes (`component-stalled`) | bounded scrapes of its `/metrics` | the agent |
 //!
 //! [`LayerModel`]: ghostip_session::LayerModel
 
 pub mod channelz;
+pub mod components;
 pub mod conntrack;
 pub mod datapath;
 pub mod dns;
@@ -216,6 +218,7 @@ pub const LAYERS: &[Registration] = &[
     datapath::LAYER,
     conntrack::LAYER,
     channelz::LAYER,
+    components::LAYER,
 ];
 
 /// Registers every layer's model that has one from the start with `session`.

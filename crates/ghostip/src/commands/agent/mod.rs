@@ -244,6 +244,11 @@ fn validate(args: &AgentArgs) -> anyhow::Result<()> {
             anyhow::bail!("invalid {flag} 0s: expected a duration above zero");
         }
     }
+    if args.kube_proxy_metrics != "off" {
+        crate::layers::components::scrape::MetricsUrl::parse(&args.kube_proxy_metrics).map_err(
+            |e| anyhow::anyhow!("invalid --kube-proxy-metrics: {e} (`off` disables the scrapes)"),
+        )?;
+    }
     if args.node_name.trim().is_empty() {
         anyhow::bail!(
             "--node-name is empty: pass the node's name (NODE_NAME from the downward API)"

@@ -1,0 +1,63 @@
+//! The components layer's metrics: whether this node's kube-proxy is stalled, its scrapes, and the network-programming p99 it reports.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+
+use crate::metrics::Metrics;
+
+/// Labels of the per-component gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ComponentLabels {
+    /// The `node` label.
+    pub node: String,
+    /// The `component` label (`kube-proxy`).
+    pub component: String,
+}
+
+/// Labels of the scrape counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScrapeLabels {
+    /// The `component` label (`kube-proxy`).
+    pub component: String,
+    /// The `result` label (`ok`, `refused`, `failed`).
+    pub result: String,
+}
+
+/// The components layer's metrics.
+#[derive(Clone, Default)]
+pub struct ComponentMetrics {
+    /// `ghostip_component_stalled`.
+    pub stalled: Family<ComponentLabels, Gauge>,
+    /// `ghostip_component_scrapes_total`.
+    pub scrapes: Family<ScrapeLabels, Counter>,
+    /// `ghostip_component_programming_p99_seconds`.
+    pub programming_p99: Family<ComponentLabels, Gauge<f64, AtomicU64>>,
+}
+
+impl ComponentMetrics {
+    /// Registers them in `m`'s registry.
+    pub fn register(m: &mut Metrics) -> Self {
+        let a = Self::default();
+        let r = m.registry_mut();
+        r.register(
+            "ghostip_component_stalled",
+            "1 while the component is component-stalled: a Service change waited longer than its min-sync-period + the scrape period + one sync for its last sync to advance",
+            a.stalled.clone(),
+        );
+        r.register(
+            "ghostip_component_scrapes",
+            "Scrapes of the component's metrics endpoint, by result (ok, refused, failed)",
+            a.scrapes.clone(),
+        );
+        r.register(
+            "ghostip_component_programming_p99_seconds",
+            "p99 of the component's own network programming latency over the last 5 minutes of scrapes (kubeproxy_network_programming_duration_seconds)",
+            a.programming_p99.clone(),
+        );
+        a
+    }
+}
