@@ -91,13 +91,12 @@ fn grpc_clients_fail_on_removed_ips_inside_the_windows_of_their_own_balancers() 
                 .as_array()
                 .unwrap()
                 .iter()
-                .filter_map(move |x| {
-                    (x["failures"].as_u64().unwrap() > 0).then(|| {
-                        (
-                            c["pod"].as_str().unwrap().to_string(),
-                            x["ip"].as_str().unwrap().to_string(),
-                        )
-                    })
+                .filter(|x| x["failures"].as_u64().unwrap() > 0)
+                .map(move |x| {
+                    (
+                        c["pod"].as_str().unwrap().to_string(),
+                        x["ip"].as_str().unwrap().to_string(),
+                    )
                 })
         })
         .collect();
