@@ -142,7 +142,8 @@ impl HeldSummary {
     }
 
     /// "the gRPC balancer of grpcdemo/grpcclient (channelz) held 10.244.2.7:50051 for 31.2 s
-    /// after it left; 412 failures within".
+    /// after it left; 412 of these failures fall within it". A log does not say which client
+    /// wrote it: every client's window over the address is listed.
     pub fn sentence(&self) -> String {
         let held = match self.window.until {
             Some(u) => format!(
@@ -152,7 +153,7 @@ impl HeldSummary {
             None => "after it left, still when the ledger was read".to_owned(),
         };
         format!(
-            "the gRPC balancer of {} ({}) held {} {held}; {} failure(s) within",
+            "the gRPC balancer of {} ({}) held {} {held}; {} of these failures fall within it",
             self.holder, self.window.layer, self.window.target, self.failures_within
         )
     }

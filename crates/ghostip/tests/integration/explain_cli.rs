@@ -1461,7 +1461,7 @@ fn failures_within_a_balancers_window_are_the_balancers() {
     let table = String::from_utf8(table).unwrap();
     assert!(
         table.contains(
-            "the gRPC balancer of shop/grpc-client (channelz) held 10.244.1.10:8080 for 31.0 s after it left; 3 failure(s) within"
+            "the gRPC balancer of shop/grpc-client (channelz) held 10.244.1.10:8080 for 31.0 s after it left; 3 of these failures fall within it"
         ),
         "{table}"
     );
