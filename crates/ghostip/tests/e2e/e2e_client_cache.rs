@@ -22,7 +22,7 @@ use std::process::Command;
 
 use crate::lab_support;
 use lab_support::agent::{Agent, AgentOptions};
-use lab_support::{lab, require_lab, run, start_watch, stop};
+use lab_support::{require_lab, run, start_watch, stop};
 
 use ghostip::ledger::FindingKind;
 use serde_json::Value;
@@ -50,14 +50,7 @@ fn client_node_agent(dir: &Path) -> Agent {
 
 /// Runs the scenario; returns its exit code and its `RESULT` JSON.
 fn scenario(args: &[&str]) -> (i32, Value) {
-    let (code, out, err) = run(lab("scenarios/client-cache").args(args));
-    eprintln!("{out}");
-    let result = out
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("RESULT "))
-        .unwrap_or_else(|| panic!("no RESULT line (exit {code}):\n{err}"));
-    (code, serde_json::from_str(result).unwrap())
+    lab_support::scenario("client-cache", args)
 }
 
 fn explain(history: &[&str], log: &Path) -> (i32, Value) {

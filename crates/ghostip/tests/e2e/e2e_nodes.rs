@@ -420,10 +420,30 @@ fn ghostip_installed_from_deploy_runs_on_every_node_and_check_names_a_stale_node
             .any(|l| l.contains("node-2") && l.contains(&target))
     );
 
-    // The agent on node-2 killed as the OOM killer would: the kubelet restarts its container,
-    // which reopens the ledger in its emptyDir (the history from before is there) and finds
-    // the open finding again.
-    let agent_pod = kubectl(&[
+    // kube-proxy's own word: node-2's stopped kube-proxy missed the CoreDNS change, a
+    // `component-stalled` finding of node-2 only, raised by its agent before the datapath's
+    // first stale backend.
+    wait_until(
+        "check -A names node-2's kube-proxy stalled",
+        Duration::from_secs(30),
+        || {
+            let (_, out, _) = check(true);
+            report = serde_json::from_str(&out).unwrap_or(Value::Null);
+            report["node_findings"].as_array().is_some_and(|f| {
+                f.iter()
+                    .any(|f| f["node"] == "node-2" && f["kind"] == "component-stalled")
+            })
+        },
+    );
+    assert!(
+        !report["node_findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["node"] != "node-2" && f["kind"] == "component-stalled"),
+        "only node-2's kube-proxy stalled: {report}"
+    );
+    let node2_agent = kubectl(&[
         "-n",
         "ghostip-agent",
         "get",
@@ -433,6 +453,31 @@ fn ghostip_installed_from_deploy_runs_on_every_node_and_check_names_a_stale_node
         "-o",
         "jsonpath={.items[0].metadata.name}",
     ]);
+    let agent_log = kubectl(&["-n", "ghostip-agent", "logs", &node2_agent]);
+    let line_of = |pred: &dyn Fn(&Value) -> bool| {
+        agent_log
+            .lines()
+            .position(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| pred(&v)))
+    };
+    let message = |v: &Value, m: &str| v["message"].as_str().is_some_and(|x| x.starts_with(m));
+    let stalled_at = line_of(&|v| message(v, "component-stalled:"));
+    let stale_at = line_of(&|v| {
+        message(v, "still serving past its expected lag")
+            && v["layer"] == "datapath"
+            && v["target"].as_str().is_some_and(|t| t.starts_with(dead))
+    });
+    eprintln!(
+        "node-2's agent log: component-stalled at line {stalled_at:?}, the datapath's first over-lag backend {dead} at line {stale_at:?}"
+    );
+    assert!(
+        stalled_at.is_some() && (stale_at.is_none() || stalled_at < stale_at),
+        "component-stalled logged before the datapath flags the stale backend:\n{agent_log}"
+    );
+
+    // The agent on node-2 killed as the OOM killer would: the kubelet restarts its container,
+    // which reopens the ledger in its emptyDir (the history from before is there) and finds
+    // the open finding again.
+    let agent_pod = node2_agent;
     let whois = || {
         let (code, out, err) = run(lab("kubectl").args([
             "-n",

@@ -37,6 +37,19 @@ pub fn run(cmd: &mut Command) -> (i32, String, String) {
 }
 
 /// A lab script, e.g. `lab("scenarios/coredns-cache")`.
+/// Runs `lab/scenarios/NAME ARGS…`, prints its output, and returns its exit code and the JSON
+/// of its last `RESULT` line.
+pub fn scenario(name: &str, args: &[&str]) -> (i32, serde_json::Value) {
+    let (code, out, err) = run(lab(&format!("scenarios/{name}")).args(args));
+    eprintln!("{out}");
+    let result = out
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| panic!("{name}: no RESULT line (exit {code}):\n{err}"));
+    (code, serde_json::from_str(result).unwrap())
+}
+
 pub fn lab(script: &str) -> Command {
     Command::new(repo().join("lab").join(script))
 }
