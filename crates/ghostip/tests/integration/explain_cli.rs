@@ -1230,6 +1230,37 @@ fn conntrack_finding() -> ghostip::ledger::FindingRecord {
     }
 }
 
+/// `ghostip --db DB explain LOG -o json`, which finds staleness (exit 1).
+fn joined_json(db: &Path, log: &Path) -> Value {
+    let out = ghostip_wide()
+        .arg("--db")
+        .arg(db)
+        .args(["explain", "-o", "json"])
+        .arg(log)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    json(&out)
+}
+
+/// `ghostip --db DB explain LOG` as a table 1000 columns wide (exit 1).
+fn joined_table(db: &Path, log: &Path) -> String {
+    let out = ghostip_wide()
+        .env("COLUMNS", "1000")
+        .arg("--db")
+        .arg(db)
+        .arg("explain")
+        .arg(log)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    String::from_utf8(out).unwrap()
+}
+
 /// A ledger kept by a node's agent also holds its conntrack findings: the flows to web-a's IP
 /// that outlived its endpoint. explain joins the failures with them.
 #[test]
@@ -1243,17 +1274,7 @@ fn failures_are_joined_with_the_flows_an_agent_saw_outlive_the_endpoint() {
         .unwrap();
     let log = dir.path().join("client.log");
     std::fs::write(&log, client_log()).unwrap();
-    let out = ghostip_wide()
-        .arg("--db")
-        .arg(&db)
-        .args(["explain", "-o", "json"])
-        .arg(&log)
-        .assert()
-        .code(1)
-        .get_output()
-        .stdout
-        .clone();
-    let x = json(&out);
+    let x = joined_json(&db, &log);
     let target = |a: &str| {
         x["targets"]
             .as_array()
@@ -1279,18 +1300,7 @@ fn failures_are_joined_with_the_flows_an_agent_saw_outlive_the_endpoint() {
     );
     // web-b's IP: no flows were seen, nothing is claimed.
     assert!(target("10.244.1.11").get("agent_flows").is_none());
-    let table = ghostip_wide()
-        .env("COLUMNS", "1000")
-        .arg("--db")
-        .arg(&db)
-        .arg("explain")
-        .arg(&log)
-        .assert()
-        .code(1)
-        .get_output()
-        .stdout
-        .clone();
-    let table = String::from_utf8(table).unwrap();
+    let table = joined_table(&db, &log);
     assert!(
         table.contains(
             "5 failure(s) (1 resets), all on flows the agent on node-1 saw outlive pod shop/web-a by 7 s"
@@ -1322,17 +1332,7 @@ fn a_finding_of_an_unknown_layer_does_not_stop_explain_or_whois() {
     assert_eq!(changed, 1);
     let log = dir.path().join("client.log");
     std::fs::write(&log, client_log()).unwrap();
-    let out = ghostip_wide()
-        .arg("--db")
-        .arg(&db)
-        .args(["explain", "-o", "json"])
-        .arg(&log)
-        .assert()
-        .code(1)
-        .get_output()
-        .stdout
-        .clone();
-    let x = json(&out);
+    let x = joined_json(&db, &log);
     let web_a = x["targets"]
         .as_array()
         .unwrap()
@@ -1409,17 +1409,7 @@ fn failures_within_a_balancers_window_are_the_balancers() {
     log_text.push_str(&line(140.0, "10.244.1.10:8080"));
     let log = dir.path().join("client.log");
     std::fs::write(&log, log_text).unwrap();
-    let out = ghostip_wide()
-        .arg("--db")
-        .arg(&db)
-        .args(["explain", "-o", "json"])
-        .arg(&log)
-        .assert()
-        .code(1)
-        .get_output()
-        .stdout
-        .clone();
-    let x = json(&out);
+    let x = joined_json(&db, &log);
     let got = classes(&x);
     assert_eq!(
         got.get(&("10.244.1.10".to_owned(), "stale_client_balancer".to_owned())),
@@ -1447,18 +1437,7 @@ fn failures_within_a_balancers_window_are_the_balancers() {
     assert_eq!(held["failures_within"], 3);
     assert_eq!(held["first_failure"], "2023-11-14T22:15:01Z");
     assert_eq!(held["last_failure"], "2023-11-14T22:15:29.5Z");
-    let table = ghostip_wide()
-        .env("COLUMNS", "1000")
-        .arg("--db")
-        .arg(&db)
-        .arg("explain")
-        .arg(&log)
-        .assert()
-        .code(1)
-        .get_output()
-        .stdout
-        .clone();
-    let table = String::from_utf8(table).unwrap();
+    let table = joined_table(&db, &log);
     assert!(
         table.contains(
             "the gRPC balancer of shop/grpc-client (channelz) held 10.244.1.10:8080 for 31.0 s after it left; 3 of these failures fall within it"
