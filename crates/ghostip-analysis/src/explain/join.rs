@@ -195,11 +195,17 @@ fn held_at(h: &IpHistory, target: &str, t: Time) -> bool {
 }
 
 /// A failure to an endpoint the client's own balancer still held is that balancer's
-/// staleness, whatever else is true of the IP; an IP reused by a live pod, an
-/// application-level failure or a pooled connection keep their class.
+/// staleness, whatever else is true of the IP: refused, or timed out once the dead IP stops
+/// answering at all (blackholed). An IP reused by a live pod, an application-level failure or
+/// a pooled connection keep their class.
 fn balancer_class(class: Class, held: bool) -> Class {
     match class {
-        Class::StaleClientCache | Class::StaleTarget | Class::TerminatingTarget if held => {
+        Class::StaleClientCache
+        | Class::StaleTarget
+        | Class::TerminatingTarget
+        | Class::Blackholed
+            if held =>
+        {
             Class::StaleClientBalancer
         }
         other => other,

@@ -1406,6 +1406,11 @@ fn failures_within_a_balancers_window_are_the_balancers() {
     for at in [101.0, 110.0, 129.5] {
         log_text.push_str(&line(at, "10.244.1.10:8080"));
     }
+    // Once the dead IP stops answering at all, the dial times out: still the balancer's.
+    log_text.push_str(&format!(
+        "{} grpcclient: target=dns:///web.shop.svc.cluster.local:8080 call failed: rpc error: code = Unavailable desc = connection error: desc = \"transport: Error while dialing: dial tcp 10.244.1.10:8080: i/o timeout\"\n",
+        lt(120.0)
+    ));
     log_text.push_str(&line(140.0, "10.244.1.10:8080"));
     let log = dir.path().join("client.log");
     std::fs::write(&log, log_text).unwrap();
@@ -1413,7 +1418,7 @@ fn failures_within_a_balancers_window_are_the_balancers() {
     let got = classes(&x);
     assert_eq!(
         got.get(&("10.244.1.10".to_owned(), "stale_client_balancer".to_owned())),
-        Some(&3),
+        Some(&4),
         "{got:?}"
     );
     assert_eq!(
@@ -1434,13 +1439,13 @@ fn failures_within_a_balancers_window_are_the_balancers() {
     assert_eq!(held["target"], "10.244.1.10:8080");
     assert_eq!(held["since"], "2023-11-14T22:15:00Z");
     assert_eq!(held["until"], "2023-11-14T22:15:31Z");
-    assert_eq!(held["failures_within"], 3);
+    assert_eq!(held["failures_within"], 4);
     assert_eq!(held["first_failure"], "2023-11-14T22:15:01Z");
     assert_eq!(held["last_failure"], "2023-11-14T22:15:29.5Z");
     let table = joined_table(&db, &log);
     assert!(
         table.contains(
-            "the gRPC balancer of shop/grpc-client (channelz) held 10.244.1.10:8080 for 31.0 s after it left; 3 of these failures fall within it"
+            "the gRPC balancer of shop/grpc-client (channelz) held 10.244.1.10:8080 for 31.0 s after it left; 4 of these failures fall within it"
         ),
         "{table}"
     );
