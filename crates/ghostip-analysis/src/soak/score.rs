@@ -163,18 +163,27 @@ fn fault_layer(f: &Fault) -> Option<&str> {
     }
 }
 
-/// Whether `fault` explains finding `f`: same layer, node and target where the fault names
-/// them, and the finding's stale interval meets the fault's window.
-fn explains(fault: &Fault, f: &SoakFinding, soak_end: Time) -> bool {
+/// How `fault` explains finding `f`, if it does: same layer and node where the fault names
+/// them, and the finding's stale interval meets the fault's window. A stale (or stuck) finding
+/// must also aim at one of the fault's `stale_ips`, when it names some: only such a finding
+/// detects the fault. A `missing` finding (the layer lacks an endpoint that joined) is
+/// explained without a target: a frozen layer misses what joins as it keeps what left.
+fn explains(fault: &Fault, f: &SoakFinding, soak_end: Time) -> Option<Explains> {
     if fault_layer(fault).is_some_and(|l| l != f.layer) {
-        return false;
+        return None;
     }
     if fault
         .node
         .as_deref()
         .is_some_and(|n| f.node.as_deref() != Some(n))
     {
-        return false;
+        return None;
+    }
+    if !(f.t0 <= fault.end_or(soak_end) && f.until(soak_end) >= fault.start) {
+        return None;
+    }
+    if f.kind == "missing" {
+        return Some(Explains::Missing);
     }
     if !fault.stale_ips.is_empty()
         && !fault
@@ -182,9 +191,18 @@ fn explains(fault: &Fault, f: &SoakFinding, soak_end: Time) -> bool {
             .iter()
             .any(|ip| ip.to_canonical() == f.target.to_canonical())
     {
-        return false;
+        return None;
     }
-    f.t0 <= fault.end_or(soak_end) && f.until(soak_end) >= fault.start
+    Some(Explains::Detects)
+}
+
+/// How a fault explains a finding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Explains {
+    /// A stale (or stuck) finding on what the fault made a layer keep: a detection.
+    Detects,
+    /// A `missing` finding of the frozen layer: explained, not a detection.
+    Missing,
 }
 
 fn within(t: Time, start: Time, end: Time) -> bool {
@@ -273,12 +291,15 @@ pub fn score(input: &ScoreInput) -> Score {
         let mut explained = false;
         for fs in faults.iter_mut() {
             let fault = &fs.fault;
-            if !fault.known() || fault.is_truth_gap() || !explains(fault, f, soak_end) {
+            if !fault.known() || fault.is_truth_gap() {
                 continue;
             }
+            let Some(how) = explains(fault, f, soak_end) else {
+                continue;
+            };
             explained = true;
             fs.explained += 1;
-            if fs.detection.is_none() {
+            if how == Explains::Detects && fs.detection.is_none() {
                 fs.detection = Some(Detection {
                     at: flagged,
                     after_secs: secs_between(fault.visible_from(), flagged).max(0.0),

@@ -129,6 +129,41 @@ fn a_fault_no_finding_matches_is_missed() {
 }
 
 #[test]
+fn a_frozen_nodes_missing_endpoints_are_explained_but_do_not_detect_it() {
+    // The node's datapath lacks the pod that joined (10.244.3.8) as it keeps the one that
+    // left: explained by the fault, never a false positive, and not its detection; the same
+    // finding on another node, or after the fault, is false.
+    let mut missing = finding("datapath", "node-2", "10.244.3.8", "10:04:45", 2_000);
+    missing.kind = "missing".into();
+    missing.converged_by = Some(t("10:05:41"));
+    let mut elsewhere = missing.clone();
+    elsewhere.node = Some("node-1".into());
+    elsewhere.ledger = "agent-node-1.db".into();
+    let mut after = missing.clone();
+    after.t0 = t("10:06:00");
+    after.received = t("10:06:00");
+    after.converged_by = Some(t("10:06:30"));
+    let s = score(&input(
+        truth(vec![kube_proxy("10:04:10", Some("10:05:40"))]),
+        vec![missing.clone(), elsewhere, after],
+    ));
+    assert_eq!(s.faults[0].explained, 1);
+    assert_eq!(s.faults[0].status, "missed");
+    assert_eq!(s.false_positives.len(), 2, "{:#?}", s.false_positives);
+    // With the stale one, it is detected by that one.
+    let stale = finding("datapath", "node-2", "10.244.1.6", "10:04:31", 2_000);
+    let s = score(&input(
+        truth(vec![kube_proxy("10:04:10", Some("10:05:40"))]),
+        vec![missing, stale],
+    ));
+    assert_eq!(s.faults[0].status, "detected");
+    assert_eq!(s.faults[0].explained, 2);
+    let d = s.faults[0].detection.as_ref().unwrap();
+    assert_eq!(d.target, Some(ip("10.244.1.6")));
+    assert!(s.clean);
+}
+
+#[test]
 fn a_finding_flagged_only_after_the_fault_ended_is_late_and_not_detected() {
     // Lag of 80 s: flagged at 10:05:51, the fault ended at 10:05:40.
     let f = finding("datapath", "node-2", "10.244.1.6", "10:04:31", 80_000);
