@@ -582,6 +582,16 @@ pub struct AgentArgs {
     /// (kube-proxy's minSyncPeriod plus one sync).
     #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
     pub datapath_lag: Duration,
+    /// Pods of this namespace are not clients of the conntrack layer: their flows are
+    /// ghostip's own (the watch asks every CoreDNS pod straight, so a CoreDNS pod that left
+    /// keeps its probes' entries for up to 120 s). Repeat for more namespaces; the Helm
+    /// chart and deploy/ pass the watch's namespace.
+    #[arg(
+        long = "conntrack-ignore-namespace",
+        default_value = "ghostip",
+        value_name = "NAMESPACE"
+    )]
+    pub conntrack_ignore_namespaces: Vec<String>,
     /// Interval of the DNS health probe of the kube-dns ClusterIP through this node's
     /// datapath (100ms to 1h). Each round also asks one CoreDNS pod IP in turn when the
     /// share of --cluster-qps pays for it (every round up to 3029 nodes at the default), and

@@ -260,6 +260,16 @@ impl ConntrackModel {
         self.pods.keys().copied().collect()
     }
 
+    /// The addresses of this node's pods outside `ignored` namespaces: the clients whose
+    /// flows count when the pods of those namespaces are ghostip's own probers.
+    pub fn client_ips_outside(&self, ignored: &[String]) -> Vec<IpAddr> {
+        self.pods
+            .iter()
+            .filter(|(_, p)| !ignored.contains(&p.namespace))
+            .map(|(ip, _)| *ip)
+            .collect()
+    }
+
     /// Whether an endpoint left a Service since the last call (read the table soon).
     pub fn take_removed(&mut self) -> bool {
         std::mem::take(&mut self.removed)

@@ -540,6 +540,26 @@ fn clients_follow_this_nodes_pods() {
     assert_eq!(out.flows, 0);
 }
 
+/// ghostip's own prober (the watch, in its namespace) asks CoreDNS pods straight: with its
+/// namespace ignored, its pod is no client, and every other pod of the node still is.
+#[test]
+fn the_pods_of_an_ignored_namespace_are_no_clients() {
+    let (mut s, _) = session();
+    let watch = pod_record(pod("ghostip", "ghostip-watch-5d9"), &["10.244.1.20"], false);
+    feed(&mut s, TruthEvent::Apply(TruthObject::Pod(watch)), t(1));
+    let model = s.layer::<ConntrackModel>().unwrap();
+    let mut all = model.client_ips();
+    all.sort();
+    assert_eq!(all, vec![ip("10.244.1.10"), ip("10.244.1.20")]);
+    assert_eq!(
+        model.client_ips_outside(&["ghostip".to_string()]),
+        vec![ip("10.244.1.10")]
+    );
+    let mut none_ignored = model.client_ips_outside(&[]);
+    none_ignored.sort();
+    assert_eq!(none_ignored, all);
+}
+
 /// The table becomes unreadable: the path is dropped and its open trackings close
 /// unjudged; read again later, it comes back with every Service's set and judges anew.
 #[test]

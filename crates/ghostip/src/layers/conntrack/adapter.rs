@@ -152,6 +152,13 @@ pub(super) fn start<'a>(
         let adapter = ConntrackReads {
             node: setup.node.to_string(),
             lag: setup.args.datapath_lag,
+            ignored: setup
+                .args
+                .conntrack_ignore_namespaces
+                .iter()
+                .filter(|n| !n.is_empty())
+                .cloned()
+                .collect(),
             reads: Reads::new(
                 setup.args,
                 setup.dns_service.clone(),
@@ -170,6 +177,8 @@ pub(super) fn start<'a>(
 struct ConntrackReads {
     node: String,
     lag: Duration,
+    /// Namespaces whose pods are ghostip's own probers, not clients.
+    ignored: Vec<String>,
     reads: Reads<Result<FlowRead, ReadError>>,
     /// Stale flows reported, as last seen, to report their end.
     reported: BTreeMap<FlowId, StaleFlow>,
@@ -229,7 +238,7 @@ impl ConntrackReads {
         };
         let busy = model.unconverged(p.session.engine()) || model.pending();
         if let Some(reason) = self.reads.begin(now, synced, busy) {
-            let clients = model.client_ips();
+            let clients = model.client_ips_outside(&self.ignored);
             let timeout = self.reads.timeout;
             let kill = Arc::clone(&self.reads.kill);
             self.reads.spawn_blocking(reason, now, move || {
