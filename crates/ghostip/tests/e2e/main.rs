@@ -26,3 +26,4 @@ mod e2e_fidelity;
 mod e2e_grpc;
 mod e2e_lab;
 mod e2e_nodes;
+mod e2e_soak;
