@@ -402,7 +402,18 @@ pub struct ChannelzArgs {
     /// not be read during it.
     #[arg(long, default_value = "60s", value_parser = parse_channelz_discovery, value_name = "DURATION")]
     pub channelz_discovery_interval: Duration,
+    /// Channelz gRPC requests per second, summed over every client (1 to 100000): each
+    /// GetTopChannels page and each GetSubchannel is one. 500 covers 500 clients of up to 9
+    /// subchannels each once per 10 s interval (500 × 10 requests / 10 s); past that, reads
+    /// stretch (the effective interval grows, shown in /status and
+    /// ghostip_channelz_effective_interval_seconds) and no client is skipped. It bounds the
+    /// load watch puts on the clients and its own CPU, not the API server's.
+    #[arg(long, default_value_t = DEFAULT_CHANNELZ_QPS, value_parser = clap::value_parser!(u32).range(1..=100_000), value_name = "N")]
+    pub channelz_qps: u32,
 }
+
+/// `--channelz-qps`'s default: 500 clients × (1 page + 9 subchannels) per 10 s.
+pub const DEFAULT_CHANNELZ_QPS: u32 = 500;
 
 /// `--auth` of the HTTP endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
