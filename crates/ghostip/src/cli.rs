@@ -402,8 +402,9 @@ pub struct ChannelzArgs {
     /// not be read during it.
     #[arg(long, default_value = "60s", value_parser = parse_channelz_discovery, value_name = "DURATION")]
     pub channelz_discovery_interval: Duration,
-    /// Channelz gRPC requests per second, summed over every client (1 to 100000): each
-    /// GetTopChannels page and each GetSubchannel is one. 500 covers 500 clients of up to 9
+    /// Channelz gRPC requests per second, summed over every client (1 to 100000; each
+    /// GetTopChannels page and each GetSubchannel is one; a read's GetSubchannel requests go
+    /// in batches of up to 32, so one second may hold 32 more). 500 covers 500 clients of up to 9
     /// subchannels each once per 10 s interval (500 × 10 requests / 10 s); past that, reads
     /// stretch (the effective interval grows, shown in /status and
     /// ghostip_channelz_effective_interval_seconds) and no client is skipped. It bounds the

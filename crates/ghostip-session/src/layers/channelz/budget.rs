@@ -5,7 +5,10 @@
 //! channelz read sends (each `GetTopChannels` page, each `GetSubchannel`) reserves one slot
 //! with [`RequestBudget::reserve`] and is sent at the slot it was given. The period is
 //! rounded *up* to whole nanoseconds, so any one-second window holds at most `qps` slots;
-//! an idle budget saves nothing up (burst 1), so no window ever holds more.
+//! an idle budget saves nothing up (burst 1), so no window ever holds more. A batch of `n`
+//! requests ([`RequestBudget::reserve_many`]) takes `n` consecutive slots and is sent at
+//! the last: requests are never sent before their slot, so any window of `t` seconds holds
+//! at most `qps × t + n` of them.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -54,6 +57,19 @@ impl RequestBudget {
         self.granted = self.granted.saturating_add(1);
         self.waited = self.waited.saturating_add(at.saturating_sub(now));
         at
+    }
+
+    /// Reserves `n` consecutive slots (at least one) for a batch asked at `now`: returns
+    /// the last, when the whole batch may be sent.
+    pub fn reserve_many(&mut self, now: Duration, n: u32) -> Duration {
+        let first = self.next.max(now);
+        let last = first.saturating_add(self.period.saturating_mul(n.max(1) - 1));
+        self.next = last.saturating_add(self.period);
+        self.granted = self.granted.saturating_add(u64::from(n.max(1)));
+        self.waited = self
+            .waited
+            .saturating_add(last.saturating_sub(now).saturating_mul(n.max(1)));
+        last
     }
 
     /// Slots given out so far.
@@ -128,6 +144,43 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_batch_takes_consecutive_slots_and_goes_at_the_last() {
+        let mut b = RequestBudget::new(qps(200));
+        assert_eq!(b.reserve(ms(0)), ms(0));
+        // 20 slots from 5 ms: the batch goes at 100 ms; each of the 20 waited 100 ms.
+        assert_eq!(b.reserve_many(ms(0), 20), ms(100));
+        assert_eq!(b.reserve(ms(0)), ms(105));
+        assert_eq!(b.granted(), 22);
+        assert_eq!(b.waited(), ms(20 * 100 + 105));
+        // A batch of none is one.
+        assert_eq!(b.reserve_many(ms(1000), 0), ms(1000));
+        assert_eq!(b.granted(), 23);
+    }
+
+    /// Batches of up to 32 sent at their last slot: any one-second window holds at most
+    /// `qps + 32` requests, and the long run stays within `qps`.
+    #[test]
+    fn batches_stay_within_qps_plus_a_batch() {
+        let mut b = RequestBudget::new(qps(500));
+        let mut sent: Vec<Duration> = Vec::new();
+        for i in 0..2000u32 {
+            let n = 1 + (i * 7) % 32;
+            let at = b.reserve_many(Duration::from_micros(u64::from(i) * 9_000), n);
+            sent.extend(std::iter::repeat_n(at, n as usize));
+        }
+        for w in sent.windows(500 + 32 + 1) {
+            if let (Some(first), Some(last)) = (w.first(), w.last()) {
+                assert!(*last - *first >= Duration::from_secs(1));
+            }
+        }
+        let (Some(first), Some(last)) = (sent.first(), sent.last()) else {
+            return;
+        };
+        let span = (*last - *first).as_secs_f64();
+        assert!(sent.len() as f64 <= 500.0 * span + 32.0);
     }
 
     #[test]

@@ -41,6 +41,18 @@ impl ReadBudget {
         (asked, slot)
     }
 
+    /// Waits for `n` consecutive slots, the batch sent at the last: returns when it was
+    /// asked and that slot.
+    pub async fn acquire_many(&self, n: u32) -> (Instant, Instant) {
+        let asked = Instant::now();
+        let slot =
+            self.origin + self.with(|b| b.reserve_many(asked.duration_since(self.origin), n));
+        if slot > asked {
+            tokio::time::sleep_until(slot).await;
+        }
+        (asked, slot)
+    }
+
     /// Requests per second.
     pub fn qps(&self) -> NonZeroU32 {
         self.with(|b| b.qps())

@@ -9,8 +9,10 @@
 //! as a [`ReadError`] naming what failed.
 //!
 //! With a [`ReadBudget`] ([`read_within`], what `watch` uses), every request waits for its
-//! slot in the budget first, and the deadline does not count that wait: it bounds the
-//! client's answers, not the budget's queue.
+//! slot in the budget first (each page alone, the `GetSubchannel` requests in batches of
+//! up to [`ReadBounds::concurrency`], sent together at the batch's last slot: fewer
+//! wakeups and syscalls than one at a time), and the deadline does not count that wait: it
+//! bounds the client's answers, not the budget's queue.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -203,6 +205,7 @@ async fn read_unbounded(
     let mut pending: Vec<(usize, i64)> = Vec::new();
     let mut start = 0i64;
     'pages: loop {
+        client.pace(1).await;
         let page = client
             .unary::<_, proto::GetTopChannelsResponse>(
                 proto::GET_TOP_CHANNELS,
@@ -238,7 +241,21 @@ async fn read_unbounded(
             _ => break,
         }
     }
-    let subchannels: Vec<(usize, Vec<SubchannelRead>)> = futures::stream::iter(pending)
+    // In batches of `concurrency`, each after its slots in the budget.
+    let batch = bounds.concurrency.max(1);
+    let batches: Vec<Vec<(usize, i64)>> = pending.chunks(batch).map(<[_]>::to_vec).collect();
+    let ids = futures::stream::iter(batches)
+        .then(|ids| {
+            let client = client.clone();
+            async move {
+                client
+                    .pace(u32::try_from(ids.len()).unwrap_or(u32::MAX))
+                    .await;
+                futures::stream::iter(ids)
+            }
+        })
+        .flatten();
+    let subchannels: Vec<(usize, Vec<SubchannelRead>)> = ids
         .map(|(idx, id)| {
             let client = client.clone();
             async move {
@@ -262,7 +279,7 @@ async fn read_unbounded(
                 }
             }
         })
-        .buffer_unordered(bounds.concurrency.max(1))
+        .buffer_unordered(batch)
         .try_filter_map(|r| async move { Ok(r) })
         .try_collect()
         .await?;
@@ -307,6 +324,18 @@ struct Client {
 }
 
 impl Client {
+    /// Waits for `n` slots in the budget, when there is one.
+    async fn pace(&self, n: u32) {
+        if let Some(p) = &self.pace {
+            let (asked, slot) = if n <= 1 {
+                p.budget.acquire().await
+            } else {
+                p.budget.acquire_many(n).await
+            };
+            lock(&p.deadline).waited(asked, slot);
+        }
+    }
+
     async fn unary<Req, Resp>(&self, method: &'static str, req: Req) -> Result<Resp, ReadError>
     where
         Req: prost::Message + Send + Sync + 'static,
@@ -318,10 +347,6 @@ impl Client {
             code: s.code(),
             message: s.message().chars().take(200).collect(),
         };
-        if let Some(p) = &self.pace {
-            let (asked, slot) = p.budget.acquire().await;
-            lock(&p.deadline).waited(asked, slot);
-        }
         let mut grpc = self.grpc.clone();
         grpc.ready().await.map_err(|e| ReadError::Connect {
             addr: self.addr,
