@@ -1251,6 +1251,20 @@ mod tests {
     }
 
     #[test]
+    fn channelz_qps_defaults_to_500_and_takes_1_to_100000() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
+        let qps = |c: Cli| match c.command {
+            Command::Watch(w) => Some(w.channelz.channelz_qps),
+            _ => None,
+        };
+        assert_eq!(qps(parse(&["ghostip", "watch"]).unwrap()), Some(500));
+        let c = parse(&["ghostip", "watch", "--channelz-qps", "100000"]).unwrap();
+        assert_eq!(qps(c), Some(100_000));
+        assert!(parse(&["ghostip", "watch", "--channelz-qps", "0"]).is_err());
+        assert!(parse(&["ghostip", "watch", "--channelz-qps", "100001"]).is_err());
+    }
+
+    #[test]
     fn output_formats_per_command() {
         let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
         // After the command: what the command writes, nothing else.

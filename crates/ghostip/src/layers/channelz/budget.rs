@@ -33,20 +33,22 @@ impl ReadBudget {
 
     /// Waits for the next request's slot: returns when it was asked and the slot.
     pub async fn acquire(&self) -> (Instant, Instant) {
+        self.acquire_many(1).await
+    }
+
+    /// Reserves `n` consecutive slots now, without waiting: returns when they were asked
+    /// and the last, when the batch may be sent (so a caller can move its deadline first).
+    pub fn reserve_many(&self, n: u32) -> (Instant, Instant) {
         let asked = Instant::now();
-        let slot = self.origin + self.with(|b| b.reserve(asked.duration_since(self.origin)));
-        if slot > asked {
-            tokio::time::sleep_until(slot).await;
-        }
+        let slot =
+            self.origin + self.with(|b| b.reserve_many(asked.duration_since(self.origin), n));
         (asked, slot)
     }
 
     /// Waits for `n` consecutive slots, the batch sent at the last: returns when it was
     /// asked and that slot.
     pub async fn acquire_many(&self, n: u32) -> (Instant, Instant) {
-        let asked = Instant::now();
-        let slot =
-            self.origin + self.with(|b| b.reserve_many(asked.duration_since(self.origin), n));
+        let (asked, slot) = self.reserve_many(n);
         if slot > asked {
             tokio::time::sleep_until(slot).await;
         }

@@ -327,12 +327,12 @@ impl Client {
     /// Waits for `n` slots in the budget, when there is one.
     async fn pace(&self, n: u32) {
         if let Some(p) = &self.pace {
-            let (asked, slot) = if n <= 1 {
-                p.budget.acquire().await
-            } else {
-                p.budget.acquire_many(n).await
-            };
+            // The deadline moves before the wait, so the wait never times the read out.
+            let (asked, slot) = p.budget.reserve_many(n);
             lock(&p.deadline).waited(asked, slot);
+            if slot > asked {
+                tokio::time::sleep_until(slot).await;
+            }
         }
     }
 
