@@ -402,7 +402,19 @@ pub struct ChannelzArgs {
     /// not be read during it.
     #[arg(long, default_value = "60s", value_parser = parse_channelz_discovery, value_name = "DURATION")]
     pub channelz_discovery_interval: Duration,
+    /// Channelz gRPC requests per second, summed over every client (1 to 100000; each
+    /// GetTopChannels page and each GetSubchannel is one; a read's GetSubchannel requests go
+    /// in batches of up to 32, so one second may hold 32 more). 500 covers 500 clients of up to 9
+    /// subchannels each once per 10 s interval (500 × 10 requests / 10 s); past that, reads
+    /// stretch (the effective interval grows, shown in /status and
+    /// ghostip_channelz_effective_interval_seconds) and no client is skipped. It bounds the
+    /// load watch puts on the clients and its own CPU, not the API server's.
+    #[arg(long, default_value_t = DEFAULT_CHANNELZ_QPS, value_parser = clap::value_parser!(u32).range(1..=100_000), value_name = "N")]
+    pub channelz_qps: u32,
 }
+
+/// `--channelz-qps`'s default: 500 clients × (1 page + 9 subchannels) per 10 s.
+pub const DEFAULT_CHANNELZ_QPS: u32 = 500;
 
 /// `--auth` of the HTTP endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -1246,6 +1258,20 @@ mod tests {
         assert!(parse_sweep("24h").is_ok() && parse_sweep("1s").is_ok());
         assert!(parse_query_timeout("5ms").is_err() && parse_query_timeout("10ms").is_ok());
         assert!(parse_dns_health_interval("50ms").is_err());
+    }
+
+    #[test]
+    fn channelz_qps_defaults_to_500_and_takes_1_to_100000() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
+        let qps = |c: Cli| match c.command {
+            Command::Watch(w) => Some(w.channelz.channelz_qps),
+            _ => None,
+        };
+        assert_eq!(qps(parse(&["ghostip", "watch"]).unwrap()), Some(500));
+        let c = parse(&["ghostip", "watch", "--channelz-qps", "100000"]).unwrap();
+        assert_eq!(qps(c), Some(100_000));
+        assert!(parse(&["ghostip", "watch", "--channelz-qps", "0"]).is_err());
+        assert!(parse(&["ghostip", "watch", "--channelz-qps", "100001"]).is_err());
     }
 
     #[test]

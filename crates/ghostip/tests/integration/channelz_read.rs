@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ghostip::layers::channelz::reader::{ReadBounds, ReadError, read};
+use ghostip::layers::channelz::budget::ReadBudget;
+use ghostip::layers::channelz::reader::{ReadBounds, ReadError, read, read_within};
 use ghostip_core::{ServiceKey, Time};
 use ghostip_session::layers::channelz::drain::holders;
 use ghostip_session::layers::channelz::{ChannelzModel, ClientPod, ClientRead, ConnState};
@@ -109,6 +110,31 @@ async fn a_silent_port_ends_at_the_deadline() {
     let took = started.elapsed();
     assert!(matches!(e, ReadError::Timeout { .. }), "{e}");
     assert!(took < Duration::from_secs(3), "{took:?}");
+}
+
+/// A read waiting for the budget is not timed out by its deadline: with the budget's next
+/// slot 1 s away and a 300 ms deadline, the silent port's read ends 300 ms after its slot,
+/// not 300 ms after it started. The port speaks HTTP/2 (an empty SETTINGS frame), so the
+/// connection is made and the read reaches its first request; then it never answers.
+#[tokio::test]
+async fn waiting_for_the_budget_does_not_count_against_the_deadline() {
+    let addr = fake_server(Some(b"\0\0\0\x04\0\0\0\0\0")).await;
+    let budget = ReadBudget::new(std::num::NonZeroU32::MIN);
+    // Takes the slot of now: the next is 1 s away.
+    budget.acquire().await;
+    let started = Instant::now();
+    let e = read_within(addr, &bounds(Duration::from_millis(300)), Some(&budget))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(e, ReadError::Timeout { .. }), "{e}");
+    assert!(
+        took >= Duration::from_millis(1200),
+        "{took:?} {e} {}",
+        budget.granted()
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(budget.granted(), 2);
 }
 
 /// Where the lab's programs are.

@@ -17,6 +17,7 @@
 //! subchannel address the Service no longer lists opens a stale window from the moment it
 //! left (t0) to the first read without it, judged against the path's expected lag.
 
+pub mod budget;
 pub mod drain;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -3,24 +3,31 @@
 //! Bounded everywhere: pods are listed every `--channelz-discovery-interval` (pages of 500, at most
 //! [`MAX_LIST_PAGES`](super::discovery::MAX_LIST_PAGES)); at most `--channelz-max-clients` pods are read, each at most once per
 //! `--channelz-interval`, `--channelz-concurrency` reads in flight, each read within its
-//! own [`ReadBounds`]. A pod that cannot be read is an error for that pod (logged when it
+//! own [`ReadBounds`], every gRPC request of every read within `--channelz-qps` (the
+//! schedule and the budget: [`Poller`]). A pod that cannot be read is an error for that pod (logged when it
 //! changes, counted, shown in the snapshot); the other pods and layers keep going.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 use ghostip_core::{Layer, Time};
 use ghostip_session::layers::channelz::{
-    CHANNELZ, ChannelzModel, ClientPod, ClientRead, ReadOutcome, StaleSubchannel,
+    CHANNELZ, ChannelzModel, ClientPod, ReadOutcome, StaleSubchannel,
 };
 use serde::Serialize;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
+use super::budget::ReadBudget;
 use super::discovery::{ListError, OptedIn, list_opted_in};
 use super::metrics::{ChannelzMetrics, ChannelzReadLabels};
-use super::reader::{ReadBounds, ReadError, read};
+use super::poll::{PollConfig, PolledRead, Poller, grpc_reader};
+use super::reader::ReadBounds;
 use crate::cli::ChannelzArgs;
 use crate::layers::{ClusterSetup, LayerAdapter, LayerSnapshot};
 use crate::ledger::LedgerOp;
@@ -41,6 +48,9 @@ pub struct ClientStatus {
     pub subchannels: usize,
     /// It stopped at a bound.
     pub truncated: bool,
+    /// Seconds between its last two reads: the effective interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval_seconds: Option<f64>,
     /// Why the pod cannot be read now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -58,6 +68,25 @@ pub struct ChannelzStatus {
     pub discovery_error: Option<String>,
     /// Opted-in pods left out by `--channelz-max-clients`.
     pub skipped: usize,
+    /// The request budget and what it costs.
+    pub budget: BudgetStatus,
+}
+
+/// The request budget in a snapshot.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BudgetStatus {
+    /// `--channelz-qps`.
+    pub qps: u32,
+    /// Requests sent.
+    pub requests: u64,
+    /// Time requests waited for their slot, summed.
+    pub waited_seconds: f64,
+    /// `--channelz-interval`.
+    pub interval_seconds: f64,
+    /// The longest time between two reads of one client, over the clients' last reads:
+    /// above `interval_seconds` when the budget cannot cover every client once per interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effective_interval_seconds: Option<f64>,
 }
 
 impl LayerSnapshot for ChannelzStatus {
@@ -70,19 +99,24 @@ impl LayerSnapshot for ChannelzStatus {
     }
 }
 
-type ReadResult = (ClientPod, Time, Result<ClientRead, ReadError>);
-
 /// The adapter.
 pub struct ChannelzReads {
     client: kube::Client,
     cfg: ChannelzArgs,
-    bounds: ReadBounds,
     pods: BTreeMap<ClientPod, OptedIn>,
-    next_read: BTreeMap<ClientPod, Time>,
+    /// The pods last handed to the poller differ from `pods`.
+    pods_changed: bool,
     next_discovery: Option<Time>,
     discovery: Option<JoinHandle<Result<Vec<OptedIn>, ListError>>>,
-    inflight: JoinSet<ReadResult>,
-    reading: BTreeMap<ClientPod, ()>,
+    to_poller: watch::Sender<BTreeMap<ClientPod, SocketAddr>>,
+    from_poller: mpsc::Receiver<PolledRead>,
+    poller: JoinHandle<()>,
+    cancel: CancellationToken,
+    budget: ReadBudget,
+    /// Requests and wait already counted in the metrics.
+    counted: (u64, Duration),
+    /// Each pod's last effective interval.
+    intervals: BTreeMap<ClientPod, Duration>,
     metrics: Arc<ChannelzMetrics>,
     status: Arc<ChannelzStatus>,
 }
@@ -90,7 +124,7 @@ pub struct ChannelzReads {
 /// Starts `watch`'s channelz adapter.
 pub(crate) fn start<'a>(
     setup: &'a ClusterSetup<'a>,
-    _p: &'a mut Pipeline,
+    p: &'a mut Pipeline,
 ) -> LocalBoxFuture<'a, anyhow::Result<Option<Box<dyn LayerAdapter>>>> {
     Box::pin(async move {
         let cfg = setup.channelz.clone();
@@ -99,18 +133,46 @@ pub(crate) fn start<'a>(
             max_subchannels: cfg.channelz_max_subchannels as usize,
             ..ReadBounds::default()
         };
+        let qps = NonZeroU32::new(cfg.channelz_qps).unwrap_or(NonZeroU32::MIN);
+        let budget = ReadBudget::new(qps);
+        let poll = PollConfig {
+            interval: cfg.channelz_interval,
+            concurrency: cfg.channelz_concurrency as usize,
+            bounds,
+        };
+        let (to_poller, pods_rx) = watch::channel(BTreeMap::new());
+        // Bounded: a read waits here while the pipeline is busy.
+        let (out, from_poller) = mpsc::channel(256);
+        let cancel = p.cancel_token().child_token();
+        let poller = tokio::spawn(Poller::new(poll, Some(budget.clone()), grpc_reader()).run(
+            pods_rx,
+            out,
+            cancel.clone(),
+        ));
+        let status = ChannelzStatus {
+            budget: BudgetStatus {
+                qps: qps.get(),
+                interval_seconds: cfg.channelz_interval.as_secs_f64(),
+                ..BudgetStatus::default()
+            },
+            ..ChannelzStatus::default()
+        };
         Ok(Some(Box::new(ChannelzReads {
             client: setup.client.clone(),
             cfg,
-            bounds,
             pods: BTreeMap::new(),
-            next_read: BTreeMap::new(),
+            pods_changed: false,
             next_discovery: None,
             discovery: None,
-            inflight: JoinSet::new(),
-            reading: BTreeMap::new(),
+            to_poller,
+            from_poller,
+            poller,
+            cancel,
+            budget,
+            counted: (0, Duration::ZERO),
+            intervals: BTreeMap::new(),
             metrics: setup.metrics_of(CHANNELZ),
-            status: Arc::new(ChannelzStatus::default()),
+            status: Arc::new(status),
         }) as Box<dyn LayerAdapter>))
     })
 }
@@ -128,14 +190,18 @@ impl LayerAdapter for ChannelzReads {
     ) -> LocalBoxFuture<'a, ()> {
         Box::pin(async move {
             self.finish_discovery(p, now).await;
-            while let Some(done) = self.inflight.try_join_next() {
-                if let Ok((pod, at, result)) = done {
-                    self.reading.remove(&pod);
-                    self.read_done(p, pod, at, result).await;
-                }
+            while let Ok(done) = self.from_poller.try_recv() {
+                self.read_done(p, done).await;
             }
-            if synced {
-                self.start_due(now);
+            self.count_budget();
+            if synced && self.pods_changed {
+                let pods = self
+                    .pods
+                    .iter()
+                    .filter_map(|(k, o)| o.channelz.as_ref().ok().map(|a| (k.clone(), *a)))
+                    .collect();
+                self.to_poller.send_replace(pods);
+                self.pods_changed = false;
             }
         })
     }
@@ -145,7 +211,8 @@ impl LayerAdapter for ChannelzReads {
     }
 
     fn shutdown(&mut self) {
-        self.inflight.abort_all();
+        self.cancel.cancel();
+        self.poller.abort();
         if let Some(d) = self.discovery.take() {
             d.abort();
         }
@@ -207,7 +274,7 @@ impl ChannelzReads {
             .cloned()
             .collect();
         for pod in gone {
-            self.next_read.remove(&pod);
+            self.intervals.remove(&pod);
             status.clients.remove(&pod.to_string());
             if let Some(((), actions)) = p
                 .session
@@ -229,43 +296,47 @@ impl ChannelzReads {
         self.metrics
             .clients
             .set(i64::try_from(next.len()).unwrap_or(i64::MAX));
-        self.pods = next;
-    }
-
-    fn start_due(&mut self, now: Time) {
-        let limit = self.cfg.channelz_concurrency as usize;
-        for (pod, o) in &self.pods {
-            if self.inflight.len() >= limit {
-                break;
-            }
-            let Ok(addr) = o.channelz else { continue };
-            if self.reading.contains_key(pod) || self.next_read.get(pod).is_some_and(|t| now < *t) {
-                continue;
-            }
-            self.next_read.insert(
-                pod.clone(),
-                now.checked_add(self.cfg.channelz_interval).unwrap_or(now),
-            );
-            self.reading.insert(pod.clone(), ());
-            let (pod, bounds) = (pod.clone(), self.bounds.clone());
-            self.inflight
-                .spawn(async move { (pod, now, read(addr, &bounds).await) });
+        if self.pods != next {
+            self.pods = next;
+            self.pods_changed = true;
         }
     }
 
-    async fn read_done(
-        &mut self,
-        p: &mut Pipeline,
-        pod: ClientPod,
-        at: Time,
-        result: Result<ClientRead, ReadError>,
-    ) {
+    /// Brings the budget's figures to the metrics and the snapshot.
+    fn count_budget(&mut self) {
+        let (requests, waited) = (self.budget.granted(), self.budget.waited());
+        self.metrics
+            .requests
+            .inc_by(requests.saturating_sub(self.counted.0));
+        self.metrics
+            .budget_wait
+            .inc_by(waited.saturating_sub(self.counted.1).as_secs_f64());
+        self.counted = (requests, waited);
+        let longest = self.intervals.values().max().map(Duration::as_secs_f64);
+        self.metrics.effective_interval.set(longest.unwrap_or(0.0));
+        let b = &mut Arc::make_mut(&mut self.status).budget;
+        b.requests = requests;
+        b.waited_seconds = waited.as_secs_f64();
+        b.effective_interval_seconds = longest;
+    }
+
+    async fn read_done(&mut self, p: &mut Pipeline, done: PolledRead) {
+        let PolledRead {
+            pod,
+            at,
+            interval,
+            result,
+        } = done;
         let Some(opted) = self.pods.get(&pod) else {
             return;
         };
         let lag = opted.expected_lag;
+        if let Some(i) = interval {
+            self.intervals.insert(pod.clone(), i);
+        }
         let status = Arc::make_mut(&mut self.status);
         let entry = status.clients.entry(pod.to_string()).or_default();
+        entry.interval_seconds = interval.map(|i| i.as_secs_f64());
         let read = match result {
             Ok(r) => r,
             Err(e) => {

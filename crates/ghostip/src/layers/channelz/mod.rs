@@ -1,8 +1,10 @@
 //! The channelz layer's IO: one bounded gRPC read of an opted-in client pod's channelz ([`reader`]), the pods that opted in ([`discovery`]), and `watch`'s adapter that reads them at a bounded rate and feeds the pure model (`ghostip_session::layers::channelz`).
 
 pub(crate) mod adapter;
+pub mod budget;
 pub mod discovery;
 pub mod metrics;
+pub mod poll;
 pub mod proto;
 pub mod reader;
 

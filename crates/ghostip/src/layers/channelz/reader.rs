@@ -7,8 +7,15 @@
 //! flight, and responses of at most [`ReadBounds::max_message`] bytes. A port that is not
 //! a gRPC server, a server without channelz, one that answers slowly or with garbage all end
 //! as a [`ReadError`] naming what failed.
+//!
+//! With a [`ReadBudget`] ([`read_within`], what `watch` uses), every request waits for its
+//! slot in the budget first (each page alone, the `GetSubchannel` requests in batches of
+//! up to [`ReadBounds::concurrency`], sent together at the batch's last slot: fewer
+//! wakeups and syscalls than one at a time), and the deadline does not count that wait: it
+//! bounds the client's answers, not the budget's queue.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -16,8 +23,10 @@ use ghostip_session::layers::channelz::{
     ChannelRead, ClientRead, ConnState, SubchannelRead, parse_addresses,
 };
 use http::uri::PathAndQuery;
+use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
+use super::budget::ReadBudget;
 use super::proto;
 
 /// How much one read may do.
@@ -101,16 +110,79 @@ impl ReadError {
 
 /// Reads the channelz of the client serving it on `addr`, within `bounds`.
 pub async fn read(addr: SocketAddr, bounds: &ReadBounds) -> Result<ClientRead, ReadError> {
-    match tokio::time::timeout(bounds.deadline, read_unbounded(addr, bounds)).await {
-        Ok(r) => r,
-        Err(_) => Err(ReadError::Timeout {
-            addr,
-            deadline: bounds.deadline,
-        }),
+    read_within(addr, bounds, None).await
+}
+
+/// Reads as [`read`] does; with a budget, each request first waits for its slot, and the
+/// deadline is pushed back by the time the read spent waiting (overlapping waits of
+/// concurrent requests counted once).
+pub async fn read_within(
+    addr: SocketAddr,
+    bounds: &ReadBounds,
+    budget: Option<&ReadBudget>,
+) -> Result<ClientRead, ReadError> {
+    let now = Instant::now();
+    let deadline = Arc::new(Mutex::new(Deadline {
+        end: now + bounds.deadline,
+        covered: now,
+    }));
+    let pace = budget.map(|b| Pace {
+        budget: b.clone(),
+        deadline: Arc::clone(&deadline),
+    });
+    let work = read_unbounded(addr, bounds, pace);
+    tokio::pin!(work);
+    loop {
+        let end = lock(&deadline).end;
+        match tokio::time::timeout_at(end, &mut work).await {
+            Ok(r) => return r,
+            // Pushed back by a budget wait meanwhile: keep going until the new end.
+            Err(_) if lock(&deadline).end > end => {}
+            Err(_) => {
+                return Err(ReadError::Timeout {
+                    addr,
+                    deadline: bounds.deadline,
+                });
+            }
+        }
     }
 }
 
-async fn read_unbounded(addr: SocketAddr, bounds: &ReadBounds) -> Result<ClientRead, ReadError> {
+/// The end of one read, and up to when budget waits already pushed it back.
+#[derive(Debug)]
+struct Deadline {
+    end: Instant,
+    covered: Instant,
+}
+
+impl Deadline {
+    /// A request asked at `asked` waited until `slot`: the part of that not already
+    /// counted moves the end.
+    fn waited(&mut self, asked: Instant, slot: Instant) {
+        let from = asked.max(self.covered);
+        if slot > from {
+            self.end += slot - from;
+            self.covered = slot;
+        }
+    }
+}
+
+fn lock(d: &Mutex<Deadline>) -> std::sync::MutexGuard<'_, Deadline> {
+    d.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A read's share of the budget.
+#[derive(Clone, Debug)]
+struct Pace {
+    budget: ReadBudget,
+    deadline: Arc<Mutex<Deadline>>,
+}
+
+async fn read_unbounded(
+    addr: SocketAddr,
+    bounds: &ReadBounds,
+    pace: Option<Pace>,
+) -> Result<ClientRead, ReadError> {
     let channel = Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| ReadError::Connect {
             addr,
@@ -125,6 +197,7 @@ async fn read_unbounded(addr: SocketAddr, bounds: &ReadBounds) -> Result<ClientR
         })?;
     let client = Client {
         addr,
+        pace,
         grpc: tonic::client::Grpc::new(channel).max_decoding_message_size(bounds.max_message),
     };
     let mut out = ClientRead::default();
@@ -132,6 +205,7 @@ async fn read_unbounded(addr: SocketAddr, bounds: &ReadBounds) -> Result<ClientR
     let mut pending: Vec<(usize, i64)> = Vec::new();
     let mut start = 0i64;
     'pages: loop {
+        client.pace(1).await;
         let page = client
             .unary::<_, proto::GetTopChannelsResponse>(
                 proto::GET_TOP_CHANNELS,
@@ -167,7 +241,21 @@ async fn read_unbounded(addr: SocketAddr, bounds: &ReadBounds) -> Result<ClientR
             _ => break,
         }
     }
-    let subchannels: Vec<(usize, Vec<SubchannelRead>)> = futures::stream::iter(pending)
+    // In batches of `concurrency`, each after its slots in the budget.
+    let batch = bounds.concurrency.max(1);
+    let batches: Vec<Vec<(usize, i64)>> = pending.chunks(batch).map(<[_]>::to_vec).collect();
+    let ids = futures::stream::iter(batches)
+        .then(|ids| {
+            let client = client.clone();
+            async move {
+                client
+                    .pace(u32::try_from(ids.len()).unwrap_or(u32::MAX))
+                    .await;
+                futures::stream::iter(ids)
+            }
+        })
+        .flatten();
+    let subchannels: Vec<(usize, Vec<SubchannelRead>)> = ids
         .map(|(idx, id)| {
             let client = client.clone();
             async move {
@@ -191,7 +279,7 @@ async fn read_unbounded(addr: SocketAddr, bounds: &ReadBounds) -> Result<ClientR
                 }
             }
         })
-        .buffer_unordered(bounds.concurrency.max(1))
+        .buffer_unordered(batch)
         .try_filter_map(|r| async move { Ok(r) })
         .try_collect()
         .await?;
@@ -231,10 +319,23 @@ fn subchannel_reads(data: Option<proto::ChannelData>) -> Vec<SubchannelRead> {
 #[derive(Clone)]
 struct Client {
     addr: SocketAddr,
+    pace: Option<Pace>,
     grpc: tonic::client::Grpc<Channel>,
 }
 
 impl Client {
+    /// Waits for `n` slots in the budget, when there is one.
+    async fn pace(&self, n: u32) {
+        if let Some(p) = &self.pace {
+            // The deadline moves before the wait, so the wait never times the read out.
+            let (asked, slot) = p.budget.reserve_many(n);
+            lock(&p.deadline).waited(asked, slot);
+            if slot > asked {
+                tokio::time::sleep_until(slot).await;
+            }
+        }
+    }
+
     async fn unary<Req, Resp>(&self, method: &'static str, req: Req) -> Result<Resp, ReadError>
     where
         Req: prost::Message + Send + Sync + 'static,
@@ -281,6 +382,26 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overlapping_budget_waits_push_the_deadline_once() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut d = Deadline {
+            end: at(2000),
+            covered: t0,
+        };
+        // Two requests asked together, slots at 100 and 200 ms: 200 ms waited in all.
+        d.waited(at(0), at(100));
+        d.waited(at(0), at(200));
+        assert_eq!(d.end, at(2200));
+        // Asked after the last slot, sent at once: nothing.
+        d.waited(at(300), at(300));
+        assert_eq!(d.end, at(2200));
+        // Asked at 300, slot at 350: 50 more.
+        d.waited(at(300), at(350));
+        assert_eq!(d.end, at(2250));
+    }
 
     fn data(target: &str, state: i32) -> Option<proto::ChannelData> {
         Some(proto::ChannelData {
