@@ -19,6 +19,7 @@ pub use model::{
     Fault, GroundTruth, MetricSample, Rollout, SoakFinding, SoakGap, finding_node, is_judged,
 };
 pub use score::{
-    Detection, FalsePositive, FaultScore, LagUnderCache, ProcessScore, RSS_SETTLE,
-    RSS_TOLERANCE_PCT, Score, ScoreInput, score,
+    ComponentStalled, Detection, FalsePositive, FaultScore, LagUnderCache, ProcessScore,
+    RSS_SETTLE, RSS_TOLERANCE_PCT, STALLED_SLACK, Score, ScoreInput, StalledFault, StalledSample,
+    score,
 };

@@ -212,6 +212,9 @@ pub struct MetricSample {
     pub rss_bytes: Option<f64>,
     /// `process_cpu_seconds_total`.
     pub cpu_seconds: Option<f64>,
+    /// An agent's `ghostip_component_stalled`: whether any component of its node was
+    /// `component-stalled` at the scrape (`None`: the scrape has no such gauge).
+    pub component_stalled: Option<bool>,
 }
 
 pub(crate) mod opt_secs {

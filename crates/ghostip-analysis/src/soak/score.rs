@@ -27,6 +27,9 @@ pub struct ScoreInput {
     pub gaps: Vec<SoakGap>,
     /// Every scrape of every process.
     pub samples: Vec<MetricSample>,
+    /// The `component-stalled:` lines of the agents' logs: the exact time each node was
+    /// called stalled (the scrapes only bracket it).
+    pub stalled_logged: Vec<StalledSample>,
 }
 
 /// The first finding (or, for an API server fault, the first gap) that caught a fault.
@@ -108,6 +111,52 @@ pub struct ProcessScore {
     pub rss_ok: Option<bool>,
 }
 
+/// How long after a kube-proxy fault ended a node may still read `component-stalled`: a
+/// scrape period (15 s) and kube-proxy's restart and first sync.
+pub const STALLED_SLACK: Duration = Duration::from_secs(30);
+
+/// What the agents' `component-stalled` said over the soak: their log lines, and their scraped
+/// `ghostip_component_stalled` gauges.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ComponentStalled {
+    /// Agent scrapes that carried the gauge.
+    pub scrapes: usize,
+    /// Per kube-proxy fault on a node (`kube-proxy-stopped`, `datapath-frozen`).
+    pub faults: Vec<StalledFault>,
+    /// Log lines and scrapes that called a node stalled outside every kube-proxy fault on it
+    /// (and [`STALLED_SLACK`] after): a healthy node called stalled.
+    pub unexplained: Vec<StalledSample>,
+}
+
+/// `component-stalled` during one kube-proxy fault.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StalledFault {
+    /// The fault.
+    pub fault_id: String,
+    /// Its node.
+    pub node: String,
+    /// The first time within the fault the node was called stalled: its agent's log line,
+    /// else the first scrape that read the gauge at 1.
+    pub first_seen: Option<Time>,
+    /// Seconds from the fault's `stale_from` (else start) to that scrape, at least 0.
+    pub after_secs: Option<f64>,
+    /// Whether that came no later than the fault's detection (the first stale backend
+    /// flagged); `None` without both. From a scrape alone it is late by up to a scrape
+    /// period (15 s).
+    pub before_detection: Option<bool>,
+}
+
+/// One time a node was called stalled: a scrape, or a line of its agent's log.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StalledSample {
+    /// `agent-<node>` (a scrape) or `agent-<node>.log` (a log line).
+    pub source: String,
+    /// The node.
+    pub node: String,
+    /// The scrape's time.
+    pub at: Time,
+}
+
 /// The whole score.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Score {
@@ -143,6 +192,9 @@ pub struct Score {
     pub truth_gaps: Vec<SoakGap>,
     /// Per process.
     pub processes: Vec<ProcessScore>,
+    /// The agents' `component-stalled` against the kube-proxy faults (`None`: no scrape
+    /// carried the gauge).
+    pub component_stalled: Option<ComponentStalled>,
     /// Every judged finding, for the chart: (flagged at, layer, node).
     pub ticks: Vec<(Time, String, Option<String>)>,
 }
@@ -364,7 +416,13 @@ pub fn score(input: &ScoreInput) -> Score {
         .filter_map(|f| f.detection.as_ref().map(|d| d.after_secs))
         .reduce(f64::max);
     let processes = processes(&input.samples, truth.started);
-    let clean = detected == scored && false_positives.is_empty();
+    let component_stalled =
+        component_stalled(&input.samples, &input.stalled_logged, &faults, soak_end);
+    let clean = detected == scored
+        && false_positives.is_empty()
+        && component_stalled
+            .as_ref()
+            .is_none_or(|c| c.unexplained.is_empty());
     let headline = headline(
         detected,
         scored,
@@ -372,6 +430,7 @@ pub fn score(input: &ScoreInput) -> Score {
         max_detection_secs,
         &processes,
         lag_under_cache.len(),
+        component_stalled.as_ref(),
     );
     Score {
         headline,
@@ -390,8 +449,87 @@ pub fn score(input: &ScoreInput) -> Score {
         judged,
         truth_gaps: input.gaps.clone(),
         processes,
+        component_stalled,
         ticks,
     }
+}
+
+/// Whether a fault stops kube-proxy on its node.
+fn stops_kube_proxy(f: &Fault) -> bool {
+    matches!(f.kind.as_str(), "kube-proxy-stopped" | "datapath-frozen") && f.node.is_some()
+}
+
+fn component_stalled(
+    samples: &[MetricSample],
+    logged: &[StalledSample],
+    faults: &[FaultScore],
+    soak_end: Time,
+) -> Option<ComponentStalled> {
+    let slack = jiff::SignedDuration::try_from(STALLED_SLACK).unwrap_or_default();
+    let window = |f: &Fault| {
+        let end = f.end_or(soak_end);
+        (f.start, end.checked_add(slack).unwrap_or(end))
+    };
+    let mut scrapes = 0;
+    let mut stalled: Vec<StalledSample> = Vec::new();
+    for s in samples {
+        let (Some(flag), Some(node)) = (s.component_stalled, s.source.strip_prefix("agent-"))
+        else {
+            continue;
+        };
+        scrapes += 1;
+        if flag {
+            stalled.push(StalledSample {
+                source: s.source.clone(),
+                node: node.to_string(),
+                at: s.at,
+            });
+        }
+    }
+    if scrapes == 0 && logged.is_empty() {
+        return None;
+    }
+    stalled.extend(logged.iter().cloned());
+    stalled.sort_by_key(|s| s.at);
+    let kube_proxy: Vec<&FaultScore> = faults
+        .iter()
+        .filter(|f| stops_kube_proxy(&f.fault))
+        .collect();
+    let per_fault = kube_proxy
+        .iter()
+        .map(|fs| {
+            let f = &fs.fault;
+            let node = f.node.clone().unwrap_or_default();
+            let (from, to) = window(f);
+            let first_seen = stalled
+                .iter()
+                .find(|s| s.node == node && within(s.at, from, to))
+                .map(|s| s.at);
+            StalledFault {
+                fault_id: f.id.clone(),
+                node,
+                first_seen,
+                after_secs: first_seen.map(|t| secs_between(f.visible_from(), t).max(0.0)),
+                before_detection: first_seen
+                    .zip(fs.detection.as_ref())
+                    .map(|(t, d)| t <= d.at),
+            }
+        })
+        .collect();
+    let unexplained = stalled
+        .into_iter()
+        .filter(|s| {
+            !kube_proxy.iter().any(|fs| {
+                let (from, to) = window(&fs.fault);
+                fs.fault.node.as_deref() == Some(s.node.as_str()) && within(s.at, from, to)
+            })
+        })
+        .collect();
+    Some(ComponentStalled {
+        scrapes,
+        faults: per_fault,
+        unexplained,
+    })
 }
 
 fn headline(
@@ -401,6 +539,7 @@ fn headline(
     max_detection: Option<f64>,
     processes: &[ProcessScore],
     under_cache: usize,
+    stalled: Option<&ComponentStalled>,
 ) -> String {
     let mut parts = vec![
         format!("faults detected {detected}/{scored}"),
@@ -432,6 +571,14 @@ fn headline(
     if under_cache > 0 {
         parts.push(format!(
             "{under_cache} over-lag DNS windows under a longer cache"
+        ));
+    }
+    if let Some(c) = stalled {
+        let seen = c.faults.iter().filter(|f| f.first_seen.is_some()).count();
+        parts.push(format!(
+            "component-stalled in {seen}/{} kube-proxy faults, {} on a healthy node",
+            c.faults.len(),
+            c.unexplained.len()
         ));
     }
     parts.join(", ")

@@ -83,6 +83,7 @@ fn input(truth: GroundTruth, findings: Vec<SoakFinding>) -> ScoreInput {
         findings,
         gaps: vec![],
         samples: vec![],
+        stalled_logged: vec![],
     }
 }
 
@@ -245,6 +246,7 @@ fn an_interrupted_soak_ends_at_its_last_record_and_open_faults_stay_open() {
     let f = finding("datapath", "node-2", "10.244.1.6", "10:04:31", 3_000);
     let mut inp = input(tr, vec![f]);
     inp.samples.push(MetricSample {
+        component_stalled: None,
         source: "watch".into(),
         at: t("10:06:15"),
         rss_bytes: Some(1e8),
@@ -300,6 +302,7 @@ fn an_unknown_fault_kind_is_context_and_explains_nothing() {
 
 fn sample(source: &str, at: &str, rss_mb: f64, cpu: f64) -> MetricSample {
     MetricSample {
+        component_stalled: None,
         source: source.into(),
         at: t(at),
         rss_bytes: Some(rss_mb * 1e6),
@@ -370,4 +373,73 @@ fn the_chart_is_escaped_and_balanced() {
         svg.matches("<title>").count(),
         svg.matches("</title>").count()
     );
+}
+
+fn stalled_sample(source: &str, at: &str, stalled: bool) -> MetricSample {
+    MetricSample {
+        component_stalled: Some(stalled),
+        ..sample(source, at, 20.0, 1.0)
+    }
+}
+
+#[test]
+fn component_stalled_is_timed_from_the_agents_log_and_false_on_a_healthy_node() {
+    // node-2's kube-proxy stops 10:04:10–10:05:40; its stale backend is flagged at 10:04:33.
+    let mut inp = input(
+        truth(vec![kube_proxy("10:04:10", Some("10:05:40"))]),
+        vec![finding(
+            "datapath",
+            "node-2",
+            "10.244.1.6",
+            "10:04:31",
+            2_000,
+        )],
+    );
+    // Its agent logged component-stalled at 10:04:32.5; the scrapes saw it at 10:04:45 and,
+    // kube-proxy restarting, still at 10:06:05 (within the slack); node-1 was read stalled
+    // at 10:04:45 with no fault on it.
+    inp.stalled_logged.push(StalledSample {
+        source: "agent-node-2.log".into(),
+        node: "node-2".into(),
+        at: t("10:04:32.5"),
+    });
+    inp.samples.extend([
+        stalled_sample("agent-node-2", "10:04:30", false),
+        stalled_sample("agent-node-2", "10:04:45", true),
+        stalled_sample("agent-node-2", "10:06:05", true),
+        stalled_sample("agent-node-1", "10:04:45", true),
+        stalled_sample("agent-node-1", "10:05:00", false),
+    ]);
+    let s = score(&inp);
+    let c = s.component_stalled.as_ref().unwrap();
+    assert_eq!(c.scrapes, 5);
+    assert_eq!(c.faults.len(), 1);
+    let f = &c.faults[0];
+    assert_eq!(f.first_seen, Some(t("10:04:32.5")));
+    assert_eq!(f.after_secs, Some(1.5));
+    assert_eq!(f.before_detection, Some(true));
+    assert_eq!(c.unexplained.len(), 1);
+    assert_eq!(c.unexplained[0].node, "node-1");
+    assert_eq!(s.faults[0].status, "detected");
+    assert!(!s.clean, "a healthy node called stalled is a false alarm");
+    assert!(
+        s.headline
+            .ends_with("component-stalled in 1/1 kube-proxy faults, 1 on a healthy node"),
+        "{}",
+        s.headline
+    );
+    // Without the log line, the first scrape at 1 is all there is: after the detection.
+    inp.stalled_logged.clear();
+    inp.samples.retain(|x| x.source != "agent-node-1");
+    let s = score(&inp);
+    let f = &s.component_stalled.as_ref().unwrap().faults[0];
+    assert_eq!(f.first_seen, Some(t("10:04:45")));
+    assert_eq!(f.before_detection, Some(false));
+    assert!(s.clean);
+    // No gauge and no log line: nothing to say.
+    let s = score(&input(
+        truth(vec![kube_proxy("10:04:10", Some("10:05:40"))]),
+        vec![],
+    ));
+    assert!(s.component_stalled.is_none());
 }

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use ghostip_analysis::soak::{
-    GroundTruth, MetricSample, ScoreInput, SoakFinding, SoakGap, finding_node, score, svg,
+    GroundTruth, MetricSample, ScoreInput, SoakFinding, SoakGap, StalledSample, finding_node,
+    score, svg,
 };
 use ghostip_core::Time;
 
@@ -95,12 +96,60 @@ pub fn read_soak_dir(dir: &Path, limit: u64, now: Time) -> anyhow::Result<ScoreI
         }));
     }
     let samples = read_metrics(&dir.join("metrics"), limit)?;
+    let stalled_logged = read_agent_logs(&dir.join("logs"), limit)?;
     Ok(ScoreInput {
         truth,
         findings,
         gaps,
         samples,
+        stalled_logged,
     })
+}
+
+/// The `component-stalled:` lines of every `logs/agent-<node>.log` (the agent's JSON log, as
+/// `kubectl logs` gives it); lines that are not JSON (kubectl's own notes) are skipped; no
+/// `logs/` directory reads as no line.
+fn read_agent_logs(dir: &Path, limit: u64) -> anyhow::Result<Vec<StalledSample>> {
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for path in sorted_entries(dir, "log")? {
+        let name = file_name(&path);
+        let Some(file_node) = name
+            .strip_prefix("agent-")
+            .and_then(|n| n.strip_suffix(".log"))
+        else {
+            continue;
+        };
+        let bytes = crate::input::read_all(&path, limit)
+            .with_context(|| format!("reading {}", path.display()))?;
+        for (i, line) in String::from_utf8_lossy(&bytes).lines().enumerate() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let message = v["message"].as_str().unwrap_or_default();
+            if !message.starts_with("component-stalled:") {
+                continue;
+            }
+            let at: Time = v["timestamp"]
+                .as_str()
+                .and_then(|t| t.parse().ok())
+                .with_context(|| {
+                    format!(
+                        "reading {}: line {}: a component-stalled line without a timestamp",
+                        path.display(),
+                        i + 1
+                    )
+                })?;
+            out.push(StalledSample {
+                source: name.clone(),
+                node: v["node"].as_str().unwrap_or(file_node).to_string(),
+                at,
+            });
+        }
+    }
+    Ok(out)
 }
 
 fn file_name(path: &Path) -> String {
@@ -178,6 +227,16 @@ fn read_metrics(dir: &Path, limit: u64) -> anyhow::Result<Vec<MetricSample>> {
                 at,
                 rss_bytes: value("process_resident_memory_bytes"),
                 cpu_seconds: value("process_cpu_seconds_total"),
+                component_stalled: {
+                    let mut gauges = parsed
+                        .iter()
+                        .filter(|s| s.name == "ghostip_component_stalled")
+                        .peekable();
+                    gauges
+                        .peek()
+                        .is_some()
+                        .then(|| gauges.any(|s| s.value >= 1.0))
+                },
             });
         }
     }

@@ -182,6 +182,49 @@ pub fn render_soak_table(score: &Score, layout: &Layout) -> String {
         out.push_str(&t.render(layout));
     }
 
+    if let Some(c) = &score.component_stalled {
+        let _ = write!(
+            out,
+            "\nCOMPONENT-STALLED (the agents' ghostip_component_stalled, {} scrapes)\n",
+            c.scrapes
+        );
+        let mut t = Table::new();
+        t.set_columns(vec![
+            Column::keep("FAULT"),
+            Column::keep("NODE"),
+            Column::keep("STALLED-SEEN"),
+            Column::keep("AFTER"),
+            Column::wrap("BEFORE-DETECTION"),
+        ]);
+        for f in &c.faults {
+            t.add_row(vec![
+                f.fault_id.clone(),
+                f.node.clone(),
+                f.first_seen.map_or_else(|| "never".to_string(), at),
+                f.after_secs.map_or("-".into(), |a| format!("{a:.1}s")),
+                match f.before_detection {
+                    Some(true) => "yes".into(),
+                    Some(false) => "no".into(),
+                    None => "-".into(),
+                },
+            ]);
+        }
+        for u in &c.unexplained {
+            t.add_row(vec![
+                "-".into(),
+                u.node.clone(),
+                at(u.at),
+                "-".into(),
+                "a healthy node read stalled".into(),
+            ]);
+        }
+        if c.faults.is_empty() && c.unexplained.is_empty() {
+            out.push_str("(no kube-proxy fault, never stalled)\n");
+        } else {
+            out.push_str(&t.render(layout));
+        }
+    }
+
     let _ = write!(
         out,
         "\nPROCESSES (RSS judged against its level at minute {}, within {RSS_TOLERANCE_PCT} %)\n",
@@ -192,7 +235,7 @@ pub fn render_soak_table(score: &Score, layout: &Layout) -> String {
     } else {
         let mut t = Table::new();
         t.set_columns(vec![
-            Column::name("SOURCE"),
+            Column::keep("SOURCE"),
             Column::keep("SCRAPES"),
             Column::keep("RSS-LEVEL"),
             Column::keep("RSS-MAX"),

@@ -268,6 +268,71 @@ fn an_unexplained_finding_and_one_during_the_outage_exit_1_with_their_evidence()
     );
 }
 
+/// The agents' own word on kube-proxy: node-2's log line times component-stalled before the
+/// stale backend was flagged; a scrape that read node-3 stalled with no fault on it is a
+/// healthy node called stalled (exit 1). Lines of the log that are not JSON are skipped.
+#[test]
+fn component_stalled_is_read_from_the_agents_logs_and_scrapes() {
+    let d = tempfile::tempdir().unwrap();
+    clean_soak(d.path());
+    let logs = d.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    std::fs::write(
+        logs.join("agent-node-2.log"),
+        format!(
+            "unable to retrieve container logs for a previous container\n\
+             {{\"timestamp\":\"{}\",\"level\":\"INFO\",\"message\":\"agent started\",\"node\":\"node-2\"}}\n\
+             {{\"timestamp\":\"{}\",\"level\":\"WARN\",\"message\":\"component-stalled: kube-proxy's last sync does not advance past Service changes\",\"node\":\"node-2\",\"component\":\"kube-proxy\"}}\n",
+            t("10:00:01"),
+            t("10:04:32.5")
+        ),
+    )
+    .unwrap();
+    let out = ghostip_wide()
+        .arg("soak-score")
+        .arg(d.path())
+        .args(["-o", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &v["component_stalled"];
+    assert_eq!(c["faults"][0]["fault_id"], "f3", "{c}");
+    assert_eq!(
+        c["faults"][0]["first_seen"], "2026-12-05T10:04:32.5Z",
+        "{c}"
+    );
+    assert_eq!(c["faults"][0]["before_detection"], true, "{c}");
+    assert_eq!(c["unexplained"].as_array().unwrap().len(), 0, "{c}");
+    // A scrape of node-3's agent reads it stalled at 10:20: no fault there.
+    let m = d.path().join("metrics/agent-node-3");
+    std::fs::create_dir_all(&m).unwrap();
+    std::fs::write(
+        m.join(format!("{}.prom", t("10:20:00").as_second())),
+        "ghostip_component_stalled{node=\"node-3\",component=\"kube-proxy\"} 1\n",
+    )
+    .unwrap();
+    let out = ghostip_wide()
+        .arg("soak-score")
+        .arg(d.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .ends_with("component-stalled in 1/1 kube-proxy faults, 1 on a healthy node"),
+        "{text}"
+    );
+    let row = text
+        .lines()
+        .find(|l| l.contains("a healthy node read stalled"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(row.contains("node-3") && row.contains("+20m00s"), "{row}");
+}
+
 #[test]
 fn bad_inputs_exit_2_naming_the_file_and_line() {
     let d = tempfile::tempdir().unwrap();
