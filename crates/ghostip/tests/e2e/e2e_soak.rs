@@ -9,6 +9,8 @@
 //!   no finding is left that no fault explains.
 //! - The ground truth is the soak's own record: faults with their window and the IPs the
 //!   stopped node kept, rollouts with their removed IPs.
+//! - Every kube-proxy fault's node is called `component-stalled` by its agent (the log line
+//!   the soak collects), and no healthy node is.
 //! - The lab is whole afterwards: every node's kube-proxy runs and the Corefile the soak
 //!   found is back.
 //!
@@ -84,6 +86,18 @@ fn a_short_soak_detects_every_scored_fault_with_no_false_positive() {
             );
         }
     }
+    // The agents' own word on kube-proxy: every kube-proxy fault's node was called
+    // component-stalled (its agent's log line; how it compares with the detection is
+    // reported, not asserted: the two are a second or two apart), and no healthy node was.
+    let stalled = &score["component_stalled"];
+    eprintln!("component-stalled: {stalled:#}");
+    for f in stalled["faults"].as_array().unwrap() {
+        assert!(!f["first_seen"].is_null(), "{f}");
+    }
+    assert!(
+        stalled["unexplained"].as_array().unwrap().is_empty(),
+        "{stalled}"
+    );
     assert_eq!(code, 0, "{r}");
     // The lab is whole: kube-proxy on every node, the Corefile as the soak found it.
     for n in truth["nodes"].as_array().unwrap() {
