@@ -332,6 +332,23 @@ impl CoreDnsModel {
         })
     }
 
+    /// What CoreDNS said beside a DNS finding of `service` over [`t0`, `end`] (its
+    /// `converged_by`, or now while open): the p99 of the kind CoreDNS files the Service
+    /// under ([`service_kind`]; a Service the truth no longer has counts as headless with a
+    /// selector, the kind the DNS layer probes). Not a judgement: the finding stands as it is.
+    pub fn beside(
+        &self,
+        truth: &Truth,
+        service: &ServiceKey,
+        t0: Time,
+        end: Time,
+    ) -> Option<ComponentWord> {
+        let kind = truth.service(service).map_or(HEADLESS_WITH_SELECTOR, |s| {
+            service_kind(s.headless, s.has_selector)
+        });
+        self.p99_over(kind, t0, end.max(t0))
+    }
+
     /// Each pod's view for `/status`: its p99 per kind over the [`STATUS_WINDOW`] before its
     /// last good scrape.
     pub fn views(&self) -> Vec<PodView> {

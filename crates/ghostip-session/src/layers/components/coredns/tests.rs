@@ -282,6 +282,66 @@ fn coredns_pods_are_the_dns_service_endpoints_at_its_metrics_port() {
 }
 
 #[test]
+fn beside_a_finding_the_kind_of_its_service_over_its_window() {
+    let mut m = CoreDnsModel::new();
+    m.on_scrape(
+        "kube-system/coredns-a",
+        t(0),
+        Ok(said(&[(H, 0.004, 1), (CLUSTER_IP, 0.001, 1)])),
+    );
+    m.on_scrape(
+        "kube-system/coredns-a",
+        t(30),
+        Ok(said(&[
+            (H, 0.004, 1),
+            (H, 4.096, 5),
+            (CLUSTER_IP, 0.001, 9),
+        ])),
+    );
+    let mut truth = Truth::new();
+    let svc = |name: &str, headless: bool| ghostip_core::truth::ServiceRecord {
+        key: ServiceKey::new("prod", name),
+        cluster_ips: Vec::new(),
+        headless,
+        service_type: "ClusterIP".into(),
+        publish_not_ready: false,
+        internal_traffic_policy: Default::default(),
+        external_traffic_policy: Default::default(),
+        ports: Vec::new(),
+        has_selector: true,
+        labels: BTreeMap::new(),
+    };
+    truth.apply_service(svc("web", true), t(0));
+    truth.apply_service(svc("api", false), t(0));
+    let web = m
+        .beside(&truth, &ServiceKey::new("prod", "web"), t(5), t(20))
+        .unwrap();
+    assert_eq!(
+        (web.service_kind.as_str(), web.p99_s, web.observations),
+        (H, Some(4.096), 5.0)
+    );
+    let api = m
+        .beside(&truth, &ServiceKey::new("prod", "api"), t(5), t(20))
+        .unwrap();
+    assert_eq!(
+        (api.service_kind.as_str(), api.p99_s, api.observations),
+        (CLUSTER_IP, Some(0.001), 8.0)
+    );
+    // A Service gone from the truth: the headless kind, the one DNS findings are about.
+    let gone = m
+        .beside(&truth, &ServiceKey::new("prod", "gone"), t(5), t(20))
+        .unwrap();
+    assert_eq!(gone.service_kind, H);
+    // An end before t0 (clock skew) reads as the instant t0.
+    assert_eq!(
+        m.beside(&truth, &ServiceKey::new("prod", "web"), t(5), t(1))
+            .unwrap()
+            .to,
+        t(30)
+    );
+}
+
+#[test]
 fn a_service_is_filed_under_coredns_kind() {
     assert_eq!(service_kind(true, true), HEADLESS_WITH_SELECTOR);
     assert_eq!(service_kind(true, false), HEADLESS_WITHOUT_SELECTOR);
