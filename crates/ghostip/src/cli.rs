@@ -1290,6 +1290,29 @@ mod tests {
     }
 
     #[test]
+    fn coredns_metrics_interval_defaults_to_15s_0_turns_it_off() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
+        let interval = |c: Cli| match c.command {
+            Command::Watch(w) => Some(w.coredns_metrics_interval),
+            _ => None,
+        };
+        assert_eq!(
+            interval(parse(&["ghostip", "watch"]).unwrap()),
+            Some(Duration::from_secs(15))
+        );
+        let c = parse(&["ghostip", "watch", "--coredns-metrics-interval", "0"]).unwrap();
+        assert_eq!(interval(c), Some(Duration::ZERO));
+        let c = parse(&["ghostip", "watch", "--coredns-metrics-interval", "1h"]).unwrap();
+        assert_eq!(interval(c), Some(Duration::from_secs(3600)));
+        for bad in ["500ms", "2h", "x"] {
+            assert!(
+                parse(&["ghostip", "watch", "--coredns-metrics-interval", bad]).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn output_formats_per_command() {
         let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
         // After the command: what the command writes, nothing else.
