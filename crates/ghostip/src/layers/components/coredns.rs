@@ -13,7 +13,8 @@ use futures::future::LocalBoxFuture;
 use ghostip_core::{Layer, ServiceKey, Time};
 use ghostip_session::layers::components::COMPONENTS;
 use ghostip_session::layers::components::coredns::{
-    CoreDnsMetrics, CoreDnsModel, PodView, STATUS_WINDOW, ScrapeTarget, scrape_targets,
+    CLUSTER_IP, CoreDnsMetrics, CoreDnsModel, HEADLESS_WITH_SELECTOR, HEADLESS_WITHOUT_SELECTOR,
+    PodView, STATUS_WINDOW, ScrapeTarget, scrape_targets,
 };
 use serde::Serialize;
 use tokio::task::JoinHandle;
@@ -81,6 +82,8 @@ pub(crate) struct CoreDnsScrapes {
     period: Duration,
     /// The pods to scrape, from the truth.
     targets: Vec<ScrapeTarget>,
+    /// A truth event came since the pods were last read from the truth.
+    truth_changed: bool,
     /// When each pod's next scrape is due.
     next: BTreeMap<String, Time>,
     inflight: BTreeMap<String, Inflight>,
@@ -100,6 +103,7 @@ impl CoreDnsScrapes {
             dns_service,
             period,
             targets: Vec::new(),
+            truth_changed: true,
             next: BTreeMap::new(),
             inflight: BTreeMap::new(),
             last_error: BTreeMap::new(),
@@ -108,8 +112,11 @@ impl CoreDnsScrapes {
         }
     }
 
-    /// Follows the DNS Service's endpoints: forgets the pods that left it.
+    /// Follows the DNS Service's endpoints after a truth event: forgets the pods that left it.
     fn follow(&mut self, p: &mut Pipeline) {
+        if !std::mem::take(&mut self.truth_changed) {
+            return;
+        }
         let targets = scrape_targets(p.session.truth(), &self.dns_service);
         if targets == self.targets {
             return;
@@ -242,14 +249,24 @@ impl CoreDnsScrapes {
             })
             .collect();
         for s in &pods {
-            for (kind, v) in &s.view.p99_5m_s {
-                self.metrics
-                    .coredns_p99
-                    .get_or_create(&CoreDnsLabels {
-                        pod: s.view.pod.clone(),
-                        service_kind: kind.clone(),
-                    })
-                    .set(*v);
+            for kind in [
+                CLUSTER_IP,
+                HEADLESS_WITH_SELECTOR,
+                HEADLESS_WITHOUT_SELECTOR,
+            ] {
+                let labels = CoreDnsLabels {
+                    pod: s.view.pod.clone(),
+                    service_kind: kind.into(),
+                };
+                // No observation in the window: no series, rather than the last value.
+                match s.view.p99_5m_s.get(kind) {
+                    Some(v) => {
+                        self.metrics.coredns_p99.get_or_create(&labels).set(*v);
+                    }
+                    None => {
+                        self.metrics.coredns_p99.remove(&labels);
+                    }
+                }
             }
         }
         self.status = Arc::new(CoreDnsStatus {
@@ -263,6 +280,10 @@ impl CoreDnsScrapes {
 impl LayerAdapter for CoreDnsScrapes {
     fn layer(&self) -> Layer {
         COMPONENTS
+    }
+
+    fn on_truth(&mut self, _p: &mut Pipeline, _now: Time, _synced: bool) {
+        self.truth_changed = true;
     }
 
     fn step<'a>(

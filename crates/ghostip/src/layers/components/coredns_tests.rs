@@ -93,15 +93,16 @@ fn dns_slice(name: &str, pod: &str, metrics_port: u16) -> SliceRecord {
     }
 }
 
-/// Steps the adapter at `now` until no scrape is in flight (at most 5 s of 10 ms waits).
-async fn settle(a: &mut CoreDnsScrapes, p: &mut Pipeline, now: Time) {
+/// Steps the adapter at `now` until each of the `n` pods was scraped at `now` (at most 5 s
+/// of 10 ms waits).
+async fn settle(a: &mut CoreDnsScrapes, p: &mut Pipeline, now: Time, n: usize) {
     a.step(p, now, true).await;
     for _ in 0..500 {
         tokio::time::sleep(Duration::from_millis(10)).await;
         a.step(p, now, true).await;
         let model = p.session.layer::<CoreDnsModel>().unwrap();
         let pods = model.pods();
-        if pods.len() == 2 && pods.values().all(|s| s.last_scrape == Some(now)) {
+        if pods.len() == n && pods.values().all(|s| s.last_scrape == Some(now)) {
             return;
         }
     }
@@ -122,7 +123,7 @@ async fn scrapes_coredns_pods_from_the_dns_service_and_reports_their_p99() {
         .replace(r#"le="2.048"} 2"#, r#"le="2.048"} 100"#)
         .replace(r#"le="4.096"} 2"#, r#"le="4.096"} 100"#)
         .replace("} 2\n", "} 102\n");
-    let a_port = serve(vec![REAL.to_string(), later]).await;
+    let a_port = serve(vec![REAL.to_string(), later.clone(), later]).await;
     // coredns-b: nothing listens on its metrics port.
     let b_port = {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -161,10 +162,10 @@ async fn scrapes_coredns_pods_from_the_dns_service_and_reports_their_p99() {
         Duration::from_secs(15),
         metrics,
     );
-    settle(&mut a, &mut p, t(0)).await;
+    settle(&mut a, &mut p, t(0), 2).await;
     // Not due again before the period.
     a.step(&mut p, t(14), true).await;
-    settle(&mut a, &mut p, t(15)).await;
+    settle(&mut a, &mut p, t(15), 2).await;
 
     let model = p.session.layer::<CoreDnsModel>().unwrap();
     let w = model.p99_over(HEADLESS_WITH_SELECTOR, t(0), t(15)).unwrap();
@@ -211,12 +212,26 @@ async fn scrapes_coredns_pods_from_the_dns_service_and_reports_their_p99() {
             name: "kube-dns-b".into(),
         }),
     });
+    a.on_truth(&mut p, t(20), true);
     a.step(&mut p, t(20), true).await;
     let model = p.session.layer::<CoreDnsModel>().unwrap();
     assert_eq!(model.pods().len(), 1);
     assert_eq!(
         a.snapshot().to_json()["coredns"].as_array().unwrap().len(),
         1
+    );
+    // Nothing new over the next 5 minutes: no p99, and no series left at the old value.
+    settle(&mut a, &mut p, t(400), 1).await;
+    let status = a.snapshot().to_json();
+    assert_eq!(
+        status["coredns"][0]["p99_5m_s"],
+        serde_json::json!({}),
+        "{status}"
+    );
+    let text = registry.encode();
+    assert!(
+        !text.contains("ghostip_coredns_programming_duration_p99_seconds{"),
+        "{text}"
     );
     a.shutdown();
     cancel.cancel();
