@@ -208,6 +208,32 @@ mod tests {
         pod_record(pod, vec![std::net::IpAddr::V4((0x0a00_0000 + i).into())])
     }
 
+    /// `GET /status` answers the last published sections as JSON.
+    #[tokio::test]
+    async fn status_serves_the_published_sections() {
+        use tower::ServiceExt as _;
+        let status: WatchStatus = Arc::default();
+        let app = status_routes(Arc::clone(&status));
+        let get = |app: axum::Router| async move {
+            let req = axum::http::Request::builder()
+                .uri("/status")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let resp = app.oneshot(req).await.unwrap();
+            assert_eq!(resp.status(), axum::http::StatusCode::OK);
+            let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            serde_json::from_slice::<serde_json::Value>(&body).unwrap()
+        };
+        assert_eq!(get(app.clone()).await, serde_json::Value::Null);
+        *status.lock().unwrap() = serde_json::json!({"layers": {"components": {"coredns": [{"pod": "kube-system/coredns-a"}]}}});
+        assert_eq!(
+            get(app).await["layers"]["components"]["coredns"][0]["pod"],
+            "kube-system/coredns-a"
+        );
+    }
+
     /// `/readyz` follows the ledger: ready while writes succeed, not ready from the first
     /// failed commit, and an error naming the file once the failure outlasts the bound.
     #[test]
