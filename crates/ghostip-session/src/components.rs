@@ -271,6 +271,42 @@ impl Histogram {
             .and_then(|(le, _)| if le.is_finite() { Some(*le) } else { finite })
     }
 
+    /// What was observed since `earlier` (a scrape of the same histogram before; `None`:
+    /// since the process started): each bucket's count less `earlier`'s at the same bound, at
+    /// least 0. A count that went down (the process restarted) counts from zero.
+    pub fn since(&self, earlier: Option<&Histogram>) -> Histogram {
+        let base = earlier.filter(|e| e.count <= self.count);
+        let before = |le: f64| -> f64 {
+            base.and_then(|e| e.buckets.iter().find(|(b, _)| *b == le))
+                .map_or(0.0, |(_, c)| *c)
+        };
+        Histogram {
+            buckets: self
+                .buckets
+                .iter()
+                .map(|(le, c)| (*le, (c - before(*le)).max(0.0)))
+                .collect(),
+            count: (self.count - base.map_or(0.0, |e| e.count)).max(0.0),
+            sum: (self.sum - base.map_or(0.0, |e| e.sum)).max(0.0),
+        }
+    }
+
+    /// Adds `other`'s observations (another process's histogram of the same metric) bucket
+    /// by bucket; a bound only one of them has is kept with its own count.
+    pub fn add(&mut self, other: &Histogram) {
+        let mut by_le: BTreeMap<u64, (f64, f64)> = self
+            .buckets
+            .iter()
+            .map(|(le, c)| (le.max(0.0).to_bits(), (*le, *c)))
+            .collect();
+        for (le, c) in &other.buckets {
+            by_le.entry(le.max(0.0).to_bits()).or_insert((*le, 0.0)).1 += c;
+        }
+        self.buckets = by_le.into_values().collect();
+        self.count += other.count;
+        self.sum += other.sum;
+    }
+
     /// The 99th percentile since `earlier` ([`Histogram::quantile_since`]).
     pub fn p99_since(&self, earlier: Option<&Histogram>) -> Option<f64> {
         self.quantile_since(earlier, 0.99)

@@ -33,6 +33,7 @@ use crate::layers::dns::query::QueryConfig;
 use crate::ledger::{FindingKind, FindingRecord, LedgerOp, LedgerSender, LedgerWriter};
 use crate::metrics::{ErrorLabels, Metrics, QueryLabels, StaleLabels, StuckLabels};
 use ghostip_core::Clock;
+use ghostip_session::layers::components::coredns::CoreDnsModel;
 use ghostip_session::layers::dns::DnsModel;
 use ghostip_session::layers::dns::probe::ProbeCommand;
 use ghostip_session::{Actions, ConnectRequest, Session};
@@ -420,9 +421,41 @@ impl Pipeline {
             if let Some(l) = &self.ledger
                 && let Some(rec) = self.finding(t, matches!(ev, EngineEvent::Stuck(_)))
             {
+                self.log_beside_coredns(&rec);
                 let _ = l.send(LedgerOp::Finding(rec)).await;
             }
         }
+    }
+
+    /// Beside a DNS finding, what CoreDNS said over the same minutes (`watch` with
+    /// `--coredns-metrics-interval`): its `dns_programming_duration` p99 over [t0,
+    /// converged_by or now] for the Service's kind, in the log line only (the ledger's
+    /// findings keep their schema). Not a judgement.
+    fn log_beside_coredns(&self, rec: &FindingRecord) {
+        if rec.layer != ghostip_session::layers::dns::DNS.as_str() {
+            return;
+        }
+        let Some(model) = self.session.layer::<CoreDnsModel>() else {
+            return;
+        };
+        let end = rec.converged_by.unwrap_or_else(|| self.clock.now());
+        let word = model.beside(self.session.truth(), &rec.service, rec.t0, end);
+        tracing::info!(
+            path = %rec.path_id,
+            service = %rec.service,
+            target = %rec.target,
+            verdict = %rec.verdict,
+            t0 = %rec.t0,
+            converged_by = rec.converged_by.map(|t| t.to_string()).unwrap_or_default(),
+            component = "coredns",
+            service_kind = word.as_ref().map(|w| w.service_kind.as_str()).unwrap_or_default(),
+            component_p99_seconds = word.as_ref().and_then(|w| w.p99_s),
+            component_observations = word.as_ref().map(|w| w.observations),
+            component_from = word.as_ref().map(|w| w.from.to_string()).unwrap_or_default(),
+            component_to = word.as_ref().map(|w| w.to.to_string()).unwrap_or_default(),
+            component_pods = word.as_ref().map(|w| w.pods),
+            "DNS finding beside CoreDNS's own programming latency over the same minutes"
+        );
     }
 
     fn finding(&self, t: &Tracking, stuck: bool) -> Option<FindingRecord> {

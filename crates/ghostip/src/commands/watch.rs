@@ -1,4 +1,4 @@
-//! `ghostip watch`: the long-running observer with `/metrics`, `/healthz` and `/readyz`.
+//! `ghostip watch`: the long-running observer with `/metrics`, `/healthz`, `/readyz` and `/status`.
 //!
 //! Truth, ledger and DNS probes run until SIGTERM or Ctrl-C; shutdown finishes within 5 s
 //! (the ledger is flushed with a deadline, background tasks are cancelled). The endpoint is
@@ -39,13 +39,15 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
     )
     .context("starting the ledger writer")?;
     let ready = Arc::new(AtomicBool::new(false));
+    let status: WatchStatus = Arc::default();
     let cancel = CancellationToken::new();
 
     let server = crate::http::start(
         args.listen,
         &args.auth,
         &conn.client,
-        crate::http::router(Arc::clone(&metrics), Arc::clone(&ready)),
+        crate::http::router(Arc::clone(&metrics), Arc::clone(&ready))
+            .merge(status_routes(Arc::clone(&status))),
         &cancel,
     )?;
     // Drains recorded by `ghostip drain-wait` on terminating pods.
@@ -88,11 +90,13 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
         );
     }
 
-    // Cluster-wide layer adapters (the opted-in gRPC clients' channelz).
+    // Cluster-wide layer adapters (the opted-in gRPC clients' channelz, CoreDNS's metrics).
     let cluster = crate::layers::ClusterSetup {
         client: &conn.client,
         channelz: &args.channelz,
         metrics: &layer_metrics,
+        coredns_interval: args.coredns_metrics_interval,
+        dns_service: &dns_config(&args.dns).paths.dns_service,
     };
     crate::layers::start_cluster_adapters(&cluster, &mut p).await;
 
@@ -118,6 +122,7 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
             }
             Step::Tick(now) => {
                 pruner.tick(now, &writer.sender()).await;
+                publish(&p, &status);
             }
             Step::Probe => continue,
         }
@@ -132,6 +137,35 @@ pub(super) async fn run(g: &GlobalArgs, args: WatchArgs) -> anyhow::Result<Outco
     p.close(Duration::from_secs(3), server, writer).await;
     tracing::info!("ghostip watch stopped");
     failed.map(|()| Outcome::Clean)
+}
+
+/// What `GET /status` answers: `{"layers": {<layer>: <section>}}`, one section per running
+/// cluster-wide adapter (the components layer: each CoreDNS pod's last scrape, error and p99).
+type WatchStatus = Arc<std::sync::Mutex<serde_json::Value>>;
+
+/// `GET /status` on watch's endpoint (behind the same authentication as `/metrics`).
+fn status_routes(status: WatchStatus) -> axum::Router {
+    axum::Router::new().route(
+        "/status",
+        axum::routing::get(move || {
+            let body = status
+                .lock()
+                .map(|v| v.clone())
+                .unwrap_or(serde_json::Value::Null);
+            async move { axum::Json(body) }
+        }),
+    )
+}
+
+/// Publishes every adapter's section of `/status`.
+fn publish(p: &Pipeline, status: &WatchStatus) {
+    let layers: serde_json::Map<String, serde_json::Value> = crate::layers::snapshots(p)
+        .into_iter()
+        .map(|(layer, s)| (layer.to_string(), s.to_json()))
+        .collect();
+    if let Ok(mut v) = status.lock() {
+        *v = serde_json::json!({ "layers": layers });
+    }
 }
 
 /// Ready while the truth is judged and the ledger's writes succeed; an error (the command
@@ -172,6 +206,32 @@ mod tests {
             uid: format!("uid-{i}"),
         };
         pod_record(pod, vec![std::net::IpAddr::V4((0x0a00_0000 + i).into())])
+    }
+
+    /// `GET /status` answers the last published sections as JSON.
+    #[tokio::test]
+    async fn status_serves_the_published_sections() {
+        use tower::ServiceExt as _;
+        let status: WatchStatus = Arc::default();
+        let app = status_routes(Arc::clone(&status));
+        let get = |app: axum::Router| async move {
+            let req = axum::http::Request::builder()
+                .uri("/status")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let resp = app.oneshot(req).await.unwrap();
+            assert_eq!(resp.status(), axum::http::StatusCode::OK);
+            let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            serde_json::from_slice::<serde_json::Value>(&body).unwrap()
+        };
+        assert_eq!(get(app.clone()).await, serde_json::Value::Null);
+        *status.lock().unwrap() = serde_json::json!({"layers": {"components": {"coredns": [{"pod": "kube-system/coredns-a"}]}}});
+        assert_eq!(
+            get(app).await["layers"]["components"]["coredns"][0]["pod"],
+            "kube-system/coredns-a"
+        );
     }
 
     /// `/readyz` follows the ledger: ready while writes succeed, not ready from the first

@@ -16,7 +16,7 @@
 //! | [`datapath`] | a node's load-balancer backends against the truth, read pacing | dump readers (processes), Cilium exec | the agent |
 //! | [`conntrack`] | flows of this node's pods to removed endpoints | a netlink dump | the agent |
 //! | [`channelz`] | opted-in gRPC clients' subchannels to removed endpoints | channelz reads (gRPC) of client pods | `watch`; drain-wait's part |
-//! | [`components`] | kube-proxy's last sync against the Service changes (`component-stalled`) | bounded scrapes of its `/metrics` | the agent |
+//! | [`components`] | kube-proxy's last sync against the Service changes (`component-stalled`); CoreDNS's programming p99 over a range | bounded scrapes of their `/metrics` | the agent (kube-proxy); `watch` (CoreDNS) |
 //!
 //! [`LayerModel`]: ghostip_session::LayerModel
 
@@ -146,6 +146,10 @@ pub struct ClusterSetup<'a> {
     pub channelz: &'a crate::cli::ChannelzArgs,
     /// The cluster-wide layers' metrics ([`register_metrics`] with [`Runs::Cluster`]).
     pub metrics: &'a BTreeMap<Layer, LayerMetrics>,
+    /// `--coredns-metrics-interval` (zero: CoreDNS is not scraped).
+    pub coredns_interval: std::time::Duration,
+    /// The cluster DNS Service (`kube-system/kube-dns`): its endpoints are the CoreDNS pods.
+    pub dns_service: &'a ServiceKey,
 }
 
 impl ClusterSetup<'_> {

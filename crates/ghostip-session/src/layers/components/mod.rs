@@ -26,6 +26,7 @@
 //! - **Never answered** (no kube-proxy on this node, or another metrics address): unknown,
 //!   never stalled.
 
+pub mod coredns;
 #[cfg(test)]
 mod tests;
 

@@ -1,4 +1,4 @@
-//! The components layer's metrics: whether this node's kube-proxy is stalled, its scrapes, and the network-programming p99 it reports.
+//! The components layer's metrics: whether this node's kube-proxy is stalled, its scrapes, the network-programming p99 it reports, and CoreDNS's DNS-programming p99 per pod.
 
 use std::sync::atomic::AtomicU64;
 
@@ -18,10 +18,20 @@ pub struct ComponentLabels {
     pub component: String,
 }
 
+/// Labels of CoreDNS's per-pod p99.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CoreDnsLabels {
+    /// The `pod` label (`namespace/name`).
+    pub pod: String,
+    /// The `service_kind` label (`cluster_ip`, `headless_with_selector`,
+    /// `headless_without_selector`).
+    pub service_kind: String,
+}
+
 /// Labels of the scrape counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ScrapeLabels {
-    /// The `component` label (`kube-proxy`).
+    /// The `component` label (`kube-proxy`, `coredns`).
     pub component: String,
     /// The `result` label (`ok`, `refused`, `failed`).
     pub result: String,
@@ -36,6 +46,8 @@ pub struct ComponentMetrics {
     pub scrapes: Family<ScrapeLabels, Counter>,
     /// `ghostip_component_programming_p99_seconds`.
     pub programming_p99: Family<ComponentLabels, Gauge<f64, AtomicU64>>,
+    /// `ghostip_coredns_programming_duration_p99_seconds`.
+    pub coredns_p99: Family<CoreDnsLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl ComponentMetrics {
@@ -57,6 +69,11 @@ impl ComponentMetrics {
             "ghostip_component_programming_p99_seconds",
             "p99 of the component's own network programming latency over the last 5 minutes of scrapes (kubeproxy_network_programming_duration_seconds)",
             a.programming_p99.clone(),
+        );
+        r.register(
+            "ghostip_coredns_programming_duration_p99_seconds",
+            "p99 (bucket upper bound) of CoreDNS's own coredns_kubernetes_dns_programming_duration_seconds over the last 5 minutes of the pod's scrapes, by pod and service_kind (watch, --coredns-metrics-interval)",
+            a.coredns_p99.clone(),
         );
         a
     }
