@@ -579,7 +579,7 @@ mod tests {
     use super::*;
     use crate::layers::dns::DNS_NODE_LOCAL;
     use crate::layers::dns::paths::PathConfig;
-    use crate::layers::dns::{DnsConfig, DnsModel};
+    use crate::layers::dns::{DnsConfig, DnsModel, MIN_DNS_LAG};
     use crate::truth_event::{ConfigMapRef, ResourceKind};
     use ghostip_core::truth::SliceRecord;
     use ghostip_core::{HeldTarget, PathKind, PodRef, Target};
@@ -679,6 +679,33 @@ cluster.local:53 {
             .find(|(_, p)| p.kind == kind)
             .and_then(|(i, _)| s.engine.expected_lag(i))
             .expect("a path of that kind")
+    }
+
+    /// A Corefile that caches no cluster name still gives a DNS path the least lag CoreDNS's
+    /// informer needs ([`MIN_DNS_LAG`]), not 0 s.
+    #[test]
+    fn a_corefile_without_a_cluster_cache_gives_the_least_dns_lag() {
+        let (mut s, t) = session();
+        corefile(
+            &mut s,
+            t,
+            "coredns",
+            &CLASSIC.replace(
+                "cache 30",
+                "cache 30 {\n        disable success cluster.local\n        disable denial cluster.local\n    }",
+            ),
+        );
+        let coredns = s
+            .layer::<DnsModel>()
+            .unwrap()
+            .expected_lag()
+            .unwrap()
+            .unwrap()
+            .clone();
+        assert_eq!(coredns.cache_lag, Duration::ZERO);
+        assert_eq!(lag_of(&s, DNS_NODE_LOCAL), MIN_DNS_LAG);
+        corefile(&mut s, t, "coredns", CLASSIC);
+        assert_eq!(lag_of(&s, DNS_NODE_LOCAL), Duration::from_secs(30));
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub use model::{
     Fault, GroundTruth, MetricSample, Rollout, SoakFinding, SoakGap, finding_node, is_judged,
 };
 pub use score::{
-    ComponentStalled, Detection, FalsePositive, FaultScore, LagUnderCache, ProcessScore,
-    RSS_SETTLE, RSS_TOLERANCE_PCT, STALLED_SLACK, Score, ScoreInput, StalledFault, StalledSample,
-    score,
+    APISERVER_AFTERMATH, ComponentStalled, Detection, FalsePositive, FaultScore, LagUnderCache,
+    ProcessScore, RSS_SETTLE, RSS_TOLERANCE_PCT, STALLED_SLACK, Score, ScoreInput, StalledFault,
+    StalledSample, score,
 };

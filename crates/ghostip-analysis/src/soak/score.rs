@@ -111,6 +111,15 @@ pub struct ProcessScore {
     pub rss_ok: Option<bool>,
 }
 
+/// How long after an API server outage a DNS or datapath window may start late and still be
+/// the outage's: CoreDNS's and kube-proxy's informers come back with client-go's reflector
+/// backoff (800 ms doubling to 30 s, jitter 1.0: up to 60 s) and then relist.
+pub const APISERVER_AFTERMATH: Duration = Duration::from_secs(90);
+
+fn aftermath() -> jiff::SignedDuration {
+    jiff::SignedDuration::try_from(APISERVER_AFTERMATH).unwrap_or_default()
+}
+
 /// How long after a kube-proxy fault ended a node may still read `component-stalled`: a
 /// scrape period (15 s) and kube-proxy's restart and first sync.
 pub const STALLED_SLACK: Duration = Duration::from_secs(30);
@@ -360,6 +369,21 @@ pub fn score(input: &ScoreInput) -> Score {
                     target: Some(f.target),
                 });
             }
+        }
+        if !explained
+            && let Some(i) = faults.iter().position(|fs| {
+                let g = &fs.fault;
+                g.is_truth_gap()
+                    && matches!(f.layer.as_str(), "dns" | "datapath")
+                    && g.end.is_some_and(|end| {
+                        f.t0 > end && f.t0 <= end.checked_add(aftermath()).unwrap_or(end)
+                    })
+            })
+        {
+            // The components' own watches come back after the outage with client-go's
+            // backoff: a change right after it reaches them late.
+            faults[i].explained += 1;
+            explained = true;
         }
         if !explained {
             let rollout = truth

@@ -180,6 +180,27 @@ fn a_finding_flagged_only_after_the_fault_ended_is_late_and_not_detected() {
 }
 
 #[test]
+fn a_dns_window_right_after_an_api_server_outage_is_its_aftermath() {
+    // The outage ends at 10:12:00; CoreDNS's informer comes back late, so a rollout at
+    // 10:12:40 is answered late: the outage's, within 90 s of its end. The same window at
+    // 10:14:00, or a conntrack one at 10:12:40, is false.
+    let gap = fault("f4", "apiserver-stopped", "10:10:00", "10:12:00");
+    let findings = vec![
+        finding("dns", "node-1", "10.244.2.2", "10:12:40", 2_000),
+        finding("dns", "node-1", "10.244.2.3", "10:14:00", 2_000),
+        finding("conntrack", "node-1", "10.244.2.4", "10:12:40", 2_000),
+    ];
+    let s = score(&input(truth(vec![gap]), findings));
+    assert_eq!(s.faults[0].explained, 1);
+    let fps: Vec<_> = s
+        .false_positives
+        .iter()
+        .map(|f| f.finding.target.to_string())
+        .collect();
+    assert_eq!(fps, vec!["10.244.2.4", "10.244.2.3"]);
+}
+
+#[test]
 fn a_finding_judged_during_an_api_server_outage_is_a_false_positive() {
     let gap = fault("f4", "apiserver-stopped", "10:10:00", "10:12:00");
     let f = finding("datapath", "node-1", "10.244.2.2", "10:10:30", 1_000);

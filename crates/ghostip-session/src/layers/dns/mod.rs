@@ -41,6 +41,14 @@ use names::{
 use paths::{DnsPath, PathConfig, diff_with_truth};
 use probe::{ProbeCommand, ProbePath};
 
+/// The least expected lag of a DNS path, whatever the Corefile caches: CoreDNS answers
+/// cluster names from its informer, which follows an EndpointSlice change within its
+/// programming duration (`coredns_kubernetes_dns_programming_duration_seconds`, about a
+/// second), and t0 is known to the second. A Corefile that does not cache cluster names
+/// (kubeadm's `disable success cluster.local`) would otherwise give 0 s, and every 1-second
+/// window would be over it (found by the soak, `lab/scenarios/soak`).
+pub const MIN_DNS_LAG: Duration = Duration::from_secs(2);
+
 /// The DNS layer: answers of every DNS path.
 pub const DNS: Layer = Layer::new("dns");
 /// A CoreDNS (kube-dns) pod queried at its pod IP.
@@ -157,6 +165,7 @@ impl DnsModel {
         self.corefile
             .as_ref()
             .map_or(Duration::from_secs(5), |(_, l)| l.cache_lag)
+            .max(MIN_DNS_LAG)
     }
 
     /// NodeLocal DNSCache's expected lag: its own cache in front of the cluster's CoreDNS.
@@ -175,7 +184,7 @@ impl DnsModel {
     /// The expected lag of one path: NodeLocal DNSCache paths add their own cache.
     fn lag_for(&self, kind: PathKind) -> Duration {
         match (kind, self.node_local_lag()) {
-            (DNS_NODE_LOCAL, Some((_, l))) => l.cache_lag,
+            (DNS_NODE_LOCAL, Some((_, l))) => l.cache_lag.max(MIN_DNS_LAG),
             _ => self.lag_for_paths(),
         }
     }
