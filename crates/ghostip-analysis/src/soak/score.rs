@@ -440,8 +440,13 @@ pub fn score(input: &ScoreInput) -> Score {
         .filter_map(|f| f.detection.as_ref().map(|d| d.after_secs))
         .reduce(f64::max);
     let processes = processes(&input.samples, truth.started);
-    let component_stalled =
-        component_stalled(&input.samples, &input.stalled_logged, &faults, soak_end);
+    let component_stalled = component_stalled(
+        &input.samples,
+        &input.stalled_logged,
+        &faults,
+        truth.started,
+        soak_end,
+    );
     let clean = detected == scored
         && false_positives.is_empty()
         && component_stalled
@@ -487,6 +492,7 @@ fn component_stalled(
     samples: &[MetricSample],
     logged: &[StalledSample],
     faults: &[FaultScore],
+    started: Time,
     soak_end: Time,
 ) -> Option<ComponentStalled> {
     let slack = jiff::SignedDuration::try_from(STALLED_SLACK).unwrap_or_default();
@@ -513,7 +519,13 @@ fn component_stalled(
     if scrapes == 0 && logged.is_empty() {
         return None;
     }
-    stalled.extend(logged.iter().cloned());
+    // An agent's log goes back to its start, before the soak's: only the soak's own time.
+    stalled.extend(
+        logged
+            .iter()
+            .filter(|s| within(s.at, started, soak_end))
+            .cloned(),
+    );
     stalled.sort_by_key(|s| s.at);
     let kube_proxy: Vec<&FaultScore> = faults
         .iter()

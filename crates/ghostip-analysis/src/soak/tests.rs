@@ -424,6 +424,12 @@ fn component_stalled_is_timed_from_the_agents_log_and_false_on_a_healthy_node() 
         node: "node-2".into(),
         at: t("10:04:32.5"),
     });
+    // A line of the agent's log from before the soak started says nothing of it.
+    inp.stalled_logged.push(StalledSample {
+        source: "agent-node-1.log".into(),
+        node: "node-1".into(),
+        at: t("09:58:00"),
+    });
     inp.samples.extend([
         stalled_sample("agent-node-2", "10:04:30", false),
         stalled_sample("agent-node-2", "10:04:45", true),
