@@ -17,7 +17,7 @@ use ghostip_session::layers::components::{
 use serde::Serialize;
 use tokio::task::JoinHandle;
 
-use super::metrics::{ComponentLabels, ComponentMetrics, ScrapeLabels};
+use super::metrics::{ComponentLabels, ComponentMetrics};
 use super::scrape::{self, MetricsUrl, ScrapeError};
 use crate::layers::node::NodeOutputs;
 use crate::layers::{LayerAdapter, LayerSnapshot, NodeSetup};
@@ -192,26 +192,10 @@ impl KubeProxyScrapes {
         let Some((started, handle)) = self.inflight.take_if(|(_, h)| h.is_finished()) else {
             return;
         };
-        let result = match handle.await {
-            Ok(r) => r,
-            Err(e) => Err(ScrapeError::Io(format!("the scrape task ended: {e}"))),
-        };
-        let result = result.and_then(|text| {
-            KubeProxyMetrics::from_text(&text)
-                .map_err(|e| ScrapeError::Http(format!("not Prometheus text: {e}")))
-        });
-        let label = match &result {
-            Ok(_) => "ok",
-            Err(e) if e.is_refused() => "refused",
-            Err(_) => "failed",
-        };
-        self.metrics
-            .scrapes
-            .get_or_create(&ScrapeLabels {
-                component: KUBE_PROXY.into(),
-                result: label.into(),
-            })
-            .inc();
+        let result = self
+            .metrics
+            .scraped(KUBE_PROXY, handle, KubeProxyMetrics::from_text)
+            .await;
         let result = match result {
             Ok(m) => {
                 if self.last_error.take().is_some() {

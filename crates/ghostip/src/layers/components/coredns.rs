@@ -19,7 +19,7 @@ use ghostip_session::layers::components::coredns::{
 use serde::Serialize;
 use tokio::task::JoinHandle;
 
-use super::metrics::{ComponentMetrics, CoreDnsLabels, ScrapeLabels};
+use super::metrics::{ComponentMetrics, CoreDnsLabels};
 use super::scrape::{self, MetricsUrl, ScrapeError};
 use crate::layers::{ClusterSetup, LayerAdapter, LayerSnapshot};
 use crate::pipeline::Pipeline;
@@ -164,26 +164,10 @@ impl CoreDnsScrapes {
             let Some((started, handle)) = self.inflight.remove(&pod) else {
                 continue;
             };
-            let result = match handle.await {
-                Ok(r) => r,
-                Err(e) => Err(ScrapeError::Io(format!("the scrape task ended: {e}"))),
-            };
-            let result = result.and_then(|text| {
-                CoreDnsMetrics::from_text(&text)
-                    .map_err(|e| ScrapeError::Http(format!("not Prometheus text: {e}")))
-            });
-            let label = match &result {
-                Ok(_) => "ok",
-                Err(e) if e.is_refused() => "refused",
-                Err(_) => "failed",
-            };
-            self.metrics
-                .scrapes
-                .get_or_create(&ScrapeLabels {
-                    component: COREDNS.into(),
-                    result: label.into(),
-                })
-                .inc();
+            let result = self
+                .metrics
+                .scraped(COREDNS, handle, CoreDnsMetrics::from_text)
+                .await;
             let url = self.url_of(&pod);
             let result = match result {
                 Ok(m) => {

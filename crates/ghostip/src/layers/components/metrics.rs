@@ -51,6 +51,36 @@ pub struct ComponentMetrics {
 }
 
 impl ComponentMetrics {
+    /// Awaits a finished scrape of `component`, parses its text with `parse` (a text that is
+    /// not Prometheus' is an HTTP error) and counts it by result (`ok`, `refused`, `failed`).
+    pub(crate) async fn scraped<T, E: std::fmt::Display>(
+        &self,
+        component: &str,
+        handle: tokio::task::JoinHandle<Result<String, super::scrape::ScrapeError>>,
+        parse: impl FnOnce(&str) -> Result<T, E>,
+    ) -> Result<T, super::scrape::ScrapeError> {
+        use super::scrape::ScrapeError;
+        let result = match handle.await {
+            Ok(r) => r,
+            Err(e) => Err(ScrapeError::Io(format!("the scrape task ended: {e}"))),
+        };
+        let result = result.and_then(|text| {
+            parse(&text).map_err(|e| ScrapeError::Http(format!("not Prometheus text: {e}")))
+        });
+        let label = match &result {
+            Ok(_) => "ok",
+            Err(e) if e.is_refused() => "refused",
+            Err(_) => "failed",
+        };
+        self.scrapes
+            .get_or_create(&ScrapeLabels {
+                component: component.into(),
+                result: label.into(),
+            })
+            .inc();
+        result
+    }
+
     /// Registers them in `m`'s registry.
     pub fn register(m: &mut Metrics) -> Self {
         let a = Self::default();
