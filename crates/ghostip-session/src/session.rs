@@ -673,6 +673,16 @@ cluster.local:53 {
         });
     }
 
+    /// What the DNS layer made of the coredns ConfigMap.
+    fn coredns_lag(s: &Session) -> ghostip_core::corefile::ExpectedLag {
+        s.layer::<DnsModel>()
+            .unwrap()
+            .expected_lag()
+            .unwrap()
+            .unwrap()
+            .clone()
+    }
+
     fn lag_of(s: &Session, kind: PathKind) -> Duration {
         s.engine
             .paths()
@@ -695,13 +705,7 @@ cluster.local:53 {
                 "cache 30 {\n        disable success cluster.local\n        disable denial cluster.local\n    }",
             ),
         );
-        let coredns = s
-            .layer::<DnsModel>()
-            .unwrap()
-            .expected_lag()
-            .unwrap()
-            .unwrap()
-            .clone();
+        let coredns = coredns_lag(&s);
         assert_eq!(coredns.cache_lag, Duration::ZERO);
         assert_eq!(lag_of(&s, DNS_NODE_LOCAL), MIN_DNS_LAG);
         corefile(&mut s, t, "coredns", CLASSIC);
@@ -713,13 +717,7 @@ cluster.local:53 {
         let (mut s, t) = session();
         assert!(s.synced());
         corefile(&mut s, t, "coredns", CLASSIC);
-        let coredns = s
-            .layer::<DnsModel>()
-            .unwrap()
-            .expected_lag()
-            .unwrap()
-            .unwrap()
-            .clone();
+        let coredns = coredns_lag(&s);
         // Before NodeLocal DNSCache's Corefile is known, its path gets CoreDNS's lag.
         assert_eq!(lag_of(&s, DNS_NODE_LOCAL), coredns.cache_lag);
         corefile(&mut s, t, "node-local-dns", NODE_LOCAL);

@@ -396,6 +396,20 @@ fn the_chart_is_escaped_and_balanced() {
     );
 }
 
+/// node-2's kube-proxy stopped 10:04:10–10:05:40, its stale backend flagged at 10:04:33.
+fn stale_node_2() -> ScoreInput {
+    input(
+        truth(vec![kube_proxy("10:04:10", Some("10:05:40"))]),
+        vec![finding(
+            "datapath",
+            "node-2",
+            "10.244.1.6",
+            "10:04:31",
+            2_000,
+        )],
+    )
+}
+
 fn stalled_sample(source: &str, at: &str, stalled: bool) -> MetricSample {
     MetricSample {
         component_stalled: Some(stalled),
@@ -406,16 +420,7 @@ fn stalled_sample(source: &str, at: &str, stalled: bool) -> MetricSample {
 #[test]
 fn component_stalled_is_timed_from_the_agents_log_and_false_on_a_healthy_node() {
     // node-2's kube-proxy stops 10:04:10–10:05:40; its stale backend is flagged at 10:04:33.
-    let mut inp = input(
-        truth(vec![kube_proxy("10:04:10", Some("10:05:40"))]),
-        vec![finding(
-            "datapath",
-            "node-2",
-            "10.244.1.6",
-            "10:04:31",
-            2_000,
-        )],
-    );
+    let mut inp = stale_node_2();
     // Its agent logged component-stalled at 10:04:32.5; the scrapes saw it at 10:04:45 and,
     // kube-proxy restarting, still at 10:06:05 (within the slack); node-1 was read stalled
     // at 10:04:45 with no fault on it.
