@@ -13,30 +13,20 @@
     missing_docs
 )]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ghostip::layers::channelz::reader::{ReadBounds, read};
 use ghostip::layers::datapath::readers::{thread_cpu, thread_cpu_since};
 
+use support::lab_bin;
 const SUBCHANNELS: usize = 1000;
 const ROUNDS: usize = 30;
 const TARGET: &str = "dns:///web.demo.svc.cluster.local:50051";
-
-fn lab_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("GHOSTIP_LAB_BIN") {
-        return p.into();
-    }
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let out = Command::new("bash")
-        .args(["-c", ". lab/lib.sh >/dev/null && printf %s \"$LAB_BIN\""])
-        .current_dir(root)
-        .output()
-        .expect("bash");
-    PathBuf::from(String::from_utf8(out.stdout).unwrap())
-}
 
 fn client_cpu(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();

@@ -18,10 +18,12 @@
     missing_docs
 )]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::num::NonZeroU32;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,6 +39,7 @@ use http::uri::PathAndQuery;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use support::lab_bin;
 const CLIENTS: usize = 10;
 const PODS: usize = 500;
 const SUBCHANNELS: usize = 20;
@@ -67,19 +70,6 @@ struct Server {
 struct ServerData {
     #[prost(int64, tag = "2")]
     calls_started: i64,
-}
-
-fn lab_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("GHOSTIP_LAB_BIN") {
-        return p.into();
-    }
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let out = Command::new("bash")
-        .args(["-c", ". lab/lib.sh >/dev/null && printf %s \"$LAB_BIN\""])
-        .current_dir(root)
-        .output()
-        .expect("bash");
-    PathBuf::from(String::from_utf8(out.stdout).unwrap())
 }
 
 fn free_port() -> u16 {
