@@ -5,7 +5,9 @@
 //! [`Judging::StaleOnly`]: a flow to a live endpoint is the normal case and no flow at all
 //! says nothing, so only stale targets are judged. For every Service the path's desired
 //! set is its current endpoints, every endpoint the slices list (ready or terminating: a
-//! connection draining from a terminating pod is not stale) on every port of its slices.
+//! connection draining from a terminating pod is not stale) on every port of its slices,
+//! and every endpoint without a pod its slices listed during the session (the API server's
+//! own address leaves `default/kubernetes` while it restarts, but does not die).
 //!
 //! The adapter reads the table (a netlink dump streamed through
 //! [`FlowCollector`](flows::FlowCollector)) and hands each **complete** dump to
@@ -203,6 +205,10 @@ pub struct ConntrackModel {
     departed: HashMap<IpAddr, Vec<Departure>>,
     /// Flows to non-endpoints in the last complete read (confirmed or not).
     stale: BTreeMap<FlowKey, StaleFlow>,
+    /// Per Service, the endpoints its slices listed during the session without a pod
+    /// (`targetRef`): the API server's own address in `default/kubernetes`, a hand-written
+    /// slice to a host. They stay valid targets after they leave the slice.
+    hosts: HashMap<ServiceKey, BTreeSet<Target>>,
     /// A desired set lost a target since the adapter last asked.
     removed: bool,
     last_forget: Option<Time>,
@@ -218,6 +224,7 @@ impl ConntrackModel {
             relisted: None,
             departed: HashMap::new(),
             stale: BTreeMap::new(),
+            hosts: HashMap::new(),
             removed: false,
             last_forget: None,
         }
@@ -240,7 +247,7 @@ impl ConntrackModel {
         self.path = Some(path);
         let keys: Vec<ServiceKey> = cx.truth.services().map(|s| s.key.clone()).collect();
         for key in keys {
-            let set = desired(cx.truth, &key);
+            let set = self.desired_set(cx.truth, &key);
             cx.set_desired_on_path(path, &key, set, ChangeTime::received_at(at));
         }
         path
@@ -296,12 +303,46 @@ impl ConntrackModel {
         confirmed.chain(self.stale.values().filter(|f| !f.confirmed))
     }
 
+    /// The path's desired set for `key`: its endpoints ([`desired`]) and every endpoint
+    /// without a pod its slices listed during the session. Only a pod's address dies with
+    /// its endpoint: the API server removes its own address from `default/kubernetes`
+    /// when it stops and lists it again a minute or more after it is back, and the
+    /// connections to it in between go to a live server, not to a ghost.
+    fn desired_set(&mut self, truth: &Truth, key: &ServiceKey) -> BTreeSet<Target> {
+        let mut set = desired(truth, key);
+        if truth.service(key).is_none() {
+            self.hosts.remove(key);
+            return set;
+        }
+        let hosts: Vec<Target> = truth
+            .slices_of(key)
+            .filter(|s| s.address_type != AddressType::Fqdn)
+            .flat_map(|s| {
+                s.endpoints
+                    .iter()
+                    .filter(move |e| s.pod_name(e).is_none())
+                    .flat_map(move |e| {
+                        s.ports
+                            .iter()
+                            .map(move |p| Target::socket(e.ip().to_canonical(), p.port))
+                    })
+            })
+            .collect();
+        if !hosts.is_empty() {
+            self.hosts.entry(key.clone()).or_default().extend(hosts);
+        }
+        if let Some(h) = self.hosts.get(key) {
+            set.extend(h.iter().copied());
+        }
+        set
+    }
+
     fn set_desired(&mut self, cx: &mut LayerCx<'_>, key: &ServiceKey, change: ChangeTime) {
         let Some(path) = self.path else { return };
         if cx.truth.service(key).is_none() && cx.engine().desired_on_path(path, key).is_none() {
             return;
         }
-        let set = desired(cx.truth, key);
+        let set = self.desired_set(cx.truth, key);
         let old: Vec<Target> = match cx.engine().desired_on_path(path, key) {
             Some(d) if d.iter().eq(set.iter().copied()) => return,
             Some(d) => d.iter().collect(),

@@ -499,6 +499,84 @@ fn direct_flows_are_judged_through_the_departure_until_the_address_is_reused() {
 /// Clients are this node's pods as the Pod watch lists them: a host-network pod (whose
 /// address is the node's) never is, a deleted pod stops being one, and a relist drops the
 /// pods it no longer lists.
+/// The API server removes its own address from `default/kubernetes` when it stops and lists
+/// it again long after it is back; its clients' connections in between go to a live
+/// server. An endpoint without a pod stays a valid target: no tracking, no stale flow. A
+/// pod's address in the same position is judged (the first test).
+#[test]
+fn an_endpoint_without_a_pod_is_no_ghost_when_it_leaves() {
+    let (mut s, path) = session();
+    let api = ServiceKey::new("default", "kubernetes");
+    let https = &[(443, Protocol::Tcp)];
+    feed(
+        &mut s,
+        TruthEvent::Apply(TruthObject::Service(service(
+            "default",
+            "kubernetes",
+            Some("10.96.0.1"),
+            https,
+        ))),
+        t(1),
+    );
+    let mut sl = slice(
+        "default",
+        "kubernetes",
+        &[("10.200.0.1", "-", true)],
+        &[(6443, Protocol::Tcp)],
+    );
+    sl.endpoints[0].pod = None;
+    sl.endpoints[0].node = None;
+    let listed = sl.clone();
+    feed(
+        &mut s,
+        TruthEvent::Apply(TruthObject::Slice(sl.clone())),
+        t(1),
+    );
+    const API_FLOW: &str = "tcp 6 431999 ESTABLISHED src=10.244.1.10 dst=10.96.0.1 sport=41000 dport=443 src=10.200.0.1 dst=10.244.1.10 sport=6443 dport=41000 [ASSURED] mark=0 use=1";
+    let (out, actions) = read(&mut s, &[API_FLOW], t(2));
+    assert!(actions.events.is_empty(), "{:?}", actions.events);
+    assert_eq!(out.attributed, 1);
+
+    // The API server stops: its slice is emptied.
+    sl.endpoints.clear();
+    let actions = feed(&mut s, TruthEvent::Apply(TruthObject::Slice(sl)), t(10));
+    assert!(opened(&actions.events).is_empty(), "{:?}", actions.events);
+    assert!(!s.layer_mut::<ConntrackModel>().unwrap().take_removed());
+    for at in [11, 12, 60, 95] {
+        let (_, actions) = read(&mut s, &[API_FLOW], t(at));
+        assert!(actions.events.is_empty(), "{at}: {:?}", actions.events);
+    }
+    assert!(stale_flows(&s).is_empty(), "{:?}", stale_flows(&s));
+    assert!(!s.engine().has_open_tracking(path, &api));
+
+    // Listed again 85 s after: nothing to close either.
+    let actions = feed(
+        &mut s,
+        TruthEvent::Apply(TruthObject::Slice(listed)),
+        t(100),
+    );
+    assert!(actions.events.is_empty(), "{:?}", actions.events);
+
+    // The Service deleted: its hosts are forgotten with it.
+    assert!(
+        s.layer::<ConntrackModel>()
+            .unwrap()
+            .hosts
+            .contains_key(&api)
+    );
+    feed(
+        &mut s,
+        TruthEvent::Delete(TruthKey::Service(api.clone())),
+        t(200),
+    );
+    assert!(
+        !s.layer::<ConntrackModel>()
+            .unwrap()
+            .hosts
+            .contains_key(&api)
+    );
+}
+
 #[test]
 fn clients_follow_this_nodes_pods() {
     let (mut s, _) = session();
