@@ -96,13 +96,14 @@ pub struct ProcessScore {
     pub scrapes: usize,
     /// RSS bytes over time.
     pub rss: Vec<(Time, f64)>,
-    /// RSS at the first scrape at or after minute 5.
+    /// RSS at the first scrape at or after minute 5 of the soak (of the process's life, for
+    /// a process restarted during the soak: the life with the largest move).
     pub rss_level: Option<f64>,
-    /// The largest move from that level afterwards, signed, percent.
+    /// The largest move from that level afterwards within the same life, signed, percent.
     pub rss_change_pct: Option<f64>,
     /// The largest RSS seen.
     pub rss_max: Option<f64>,
-    /// CPU seconds used between the first and the last scrape.
+    /// CPU seconds used between the first and the last scrape, across restarts.
     pub cpu_seconds: Option<f64>,
     /// Mean CPU between the first and the last scrape, percent of one core.
     pub cpu_mean_pct: Option<f64>,
@@ -620,15 +621,38 @@ fn headline(
     parts.join(", ")
 }
 
+/// One process's scrapes, split into its lives: a CPU counter that goes back is a restart
+/// (an agent killed and started again by its kubelet), and a life's memory is judged from
+/// its own minute 5, not from its predecessor's.
+fn lives<'a>(v: &[&'a MetricSample]) -> Vec<Vec<&'a MetricSample>> {
+    let mut out: Vec<Vec<&MetricSample>> = Vec::new();
+    let mut last_cpu: Option<f64> = None;
+    for s in v {
+        let restarted = matches!((last_cpu, s.cpu_seconds), (Some(a), Some(b)) if b < a);
+        if restarted || out.is_empty() {
+            out.push(Vec::new());
+        }
+        if let Some(c) = s.cpu_seconds {
+            last_cpu = Some(c);
+        }
+        if let Some(life) = out.last_mut() {
+            life.push(s);
+        }
+    }
+    out
+}
+
 fn processes(samples: &[MetricSample], started: Time) -> Vec<ProcessScore> {
     let mut by_source: BTreeMap<&str, Vec<&MetricSample>> = BTreeMap::new();
     for s in samples {
         by_source.entry(s.source.as_str()).or_default().push(s);
     }
-    let settle = jiff::SignedDuration::try_from(RSS_SETTLE)
-        .ok()
-        .and_then(|d| started.checked_add(d).ok())
-        .unwrap_or(started);
+    let settle_after = |from: Time| {
+        jiff::SignedDuration::try_from(RSS_SETTLE)
+            .ok()
+            .and_then(|d| from.checked_add(d).ok())
+            .unwrap_or(from)
+    };
     by_source
         .into_iter()
         .map(|(source, mut v)| {
@@ -637,24 +661,50 @@ fn processes(samples: &[MetricSample], started: Time) -> Vec<ProcessScore> {
                 .iter()
                 .filter_map(|s| s.rss_bytes.map(|r| (s.at, r)))
                 .collect();
-            let level = rss
-                .iter()
-                .find(|(t, r)| *t >= settle && *r > 0.0)
-                .map(|(_, r)| *r);
-            let change = level.and_then(|base| {
-                rss.iter()
-                    .filter(|(t, _)| *t >= settle)
-                    .map(|(_, r)| (r - base) / base * 100.0)
-                    .reduce(|a, b| if b.abs() > a.abs() { b } else { a })
-            });
-            let cpu: Vec<(Time, f64)> = v
-                .iter()
-                .filter_map(|s| s.cpu_seconds.map(|c| (s.at, c)))
-                .collect();
-            let (cpu_seconds, cpu_mean_pct) = match (cpu.first(), cpu.last()) {
-                (Some(a), Some(b)) if b.0 > a.0 => {
-                    let used = (b.1 - a.1).max(0.0);
-                    (Some(used), Some(used / secs_between(a.0, b.0) * 100.0))
+            // Per life: its level at its own minute 5 (the soak's for the first life) and
+            // the largest move from it; the process's is the life with the largest move.
+            let mut level = None;
+            let mut change: Option<f64> = None;
+            let mut cpu_used = 0.0;
+            let mut cpu_span: Option<(Time, Time)> = None;
+            for (i, life) in lives(&v).iter().enumerate() {
+                let born = if i == 0 {
+                    started
+                } else {
+                    life.first().map_or(started, |s| s.at)
+                };
+                let settle = settle_after(born);
+                let settled: Vec<f64> = life
+                    .iter()
+                    .filter(|s| s.at >= settle)
+                    .filter_map(|s| s.rss_bytes)
+                    .collect();
+                if let Some(&base) = settled.iter().find(|r| **r > 0.0) {
+                    let moved = settled
+                        .iter()
+                        .map(|r| (r - base) / base * 100.0)
+                        .reduce(|a, b| if b.abs() > a.abs() { b } else { a });
+                    if let Some(m) = moved
+                        && change.is_none_or(|c| m.abs() > c.abs())
+                    {
+                        change = Some(m);
+                        level = Some(base);
+                    }
+                }
+                let cpu: Vec<(Time, f64)> = life
+                    .iter()
+                    .filter_map(|s| s.cpu_seconds.map(|c| (s.at, c)))
+                    .collect();
+                if let (Some(a), Some(b)) = (cpu.first(), cpu.last()) {
+                    // A life that starts after a restart used its first reading's seconds
+                    // since it started.
+                    cpu_used += (b.1 - if i == 0 { a.1 } else { 0.0 }).max(0.0);
+                    cpu_span = Some(cpu_span.map_or((a.0, b.0), |(from, _)| (from, b.0)));
+                }
+            }
+            let (cpu_seconds, cpu_mean_pct) = match cpu_span {
+                Some((a, b)) if b > a => {
+                    (Some(cpu_used), Some(cpu_used / secs_between(a, b) * 100.0))
                 }
                 _ => (None, None),
             };

@@ -331,6 +331,38 @@ fn sample(source: &str, at: &str, rss_mb: f64, cpu: f64) -> MetricSample {
     }
 }
 
+/// An agent killed at minute 12 starts again small: its new life is judged from its own
+/// minute 5, and its CPU counts both lives.
+#[test]
+fn a_restarted_process_is_judged_from_its_own_minute_5() {
+    let samples = vec![
+        sample("agent-node-2", "10:00:00", 17.0, 0.0),
+        sample("agent-node-2", "10:05:00", 18.0, 1.0),
+        sample("agent-node-2", "10:11:00", 18.3, 2.0),
+        // Killed; the kubelet starts it again.
+        sample("agent-node-2", "10:12:00", 15.0, 0.5),
+        sample("agent-node-2", "10:17:00", 17.0, 1.5),
+        sample("agent-node-2", "10:30:00", 17.5, 3.5),
+    ];
+    let mut inp = input(truth(vec![]), vec![]);
+    inp.samples = samples;
+    let s = score(&inp);
+    let a = &s.processes[0];
+    // First life: 18.0 -> 18.3 (+1.7 %); second: 17.0 -> 17.5 (+2.9 %), not 15 -> 17.5.
+    assert_eq!(a.rss_level, Some(17e6));
+    assert!(
+        (a.rss_change_pct.unwrap() - 0.5 / 17.0 * 100.0).abs() < 1e-9,
+        "{:?}",
+        a.rss_change_pct
+    );
+    assert_eq!(a.rss_ok, Some(true));
+    assert!(
+        (a.cpu_seconds.unwrap() - 5.5).abs() < 1e-9,
+        "{:?}",
+        a.cpu_seconds
+    );
+}
+
 #[test]
 fn rss_is_judged_against_its_level_after_minute_5() {
     let samples = vec![
