@@ -206,7 +206,8 @@ pub struct Tracking {
     pub ttl_seen: Option<u32>,
     /// How often the target came back after the path had dropped it.
     pub reappearances: u32,
-    /// The path's expected lag when the tracking closed (or now).
+    /// The longest expected lag the path had while the tracking was open (a Corefile change
+    /// that shortens it applies to windows opened after it).
     pub expected_lag: Duration,
     /// Verdict.
     pub verdict: Verdict,
@@ -959,7 +960,9 @@ impl Engine {
                 );
             }
             if let Some(t) = self.open.get_mut(&key) {
-                t.expected_lag = expected_lag;
+                // A window is held to the longest promise made while it was open: a Corefile
+                // that shortens the cache does not make what the old one cached late.
+                t.expected_lag = t.expected_lag.max(expected_lag);
                 if t.ttl_seen.is_none()
                     && let Some(ttl) = ttl
                 {

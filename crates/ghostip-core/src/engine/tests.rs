@@ -195,6 +195,39 @@ fn exact_window_for_a_removed_ip() {
     assert_eq!(missing.window_upper(), Some(Duration::from_millis(20_250)));
 }
 
+/// The Corefile switches from cache 30 to no cache while a window is open: the window was
+/// opened under the 30 s promise and is held to it; a window opened after the switch is held
+/// to the new, shorter one.
+#[test]
+fn a_window_keeps_the_longest_promise_made_while_it_was_open() {
+    let (mut e, p) = synced();
+    remove_ip1_at_t0(&mut e);
+    e.observe(&obs(p, t(5_000), &[(ip(1), 30), (ip(2), 30), (ip(3), 30)]));
+    e.set_expected_lag(p, Duration::from_secs(2));
+    e.observe(&obs(p, t(20_000), &[(ip(1), 15), (ip(2), 15), (ip(3), 15)]));
+    e.observe(&obs(p, t(20_500), &[(ip(2), 2), (ip(3), 2)]));
+    let closed = first_closed(&e.tick(t(40_000)));
+    assert_eq!(closed.expected_lag, Duration::from_secs(30));
+    assert_eq!(
+        closed.verdict,
+        Verdict::WithinExpectedLag,
+        "20 s under a 30 s promise"
+    );
+
+    // Opened after the switch: 5 s against 2 s.
+    e.set_desired(
+        ANSWERS,
+        &svc(),
+        set(&[ip(3)]),
+        ChangeTime::received_at(t(60_000)),
+    );
+    e.observe(&obs(p, t(65_000), &[(ip(2), 2), (ip(3), 2)]));
+    e.observe(&obs(p, t(65_500), &[(ip(3), 2)]));
+    let closed = first_closed(&e.tick(t(80_000)));
+    assert_eq!(closed.expected_lag, Duration::from_secs(2));
+    assert_eq!(closed.verdict, Verdict::OverExpectedLag);
+}
+
 #[test]
 fn over_expected_lag_and_tolerance() {
     let (mut e, p) = synced();
