@@ -4,6 +4,7 @@
 //
 //	podsync run   --kubeconfig K --state-dir D --nodes node-1,node-2 --coredns BIN
 //	podsync serve --pod NS/NAME --ip IP --tcp 8080 --udp 53
+//	podsync lookup --server 10.96.0.10:53 --name kubernetes.default.svc.cluster.local
 //
 // `run` watches Pods with an informer. For each pod on a lab node it
 // allocates a pod IP from the node's podCIDR (sequentially, see ipam.go),
@@ -23,6 +24,9 @@
 // connections; with --drain it shuts down like a service with a drain phase
 // (see serve.go). The pod annotation ghostip.lab/serve-args adds such flags.
 //
+// `lookup` is one A query with a deadline, exit 0 when answered: a DNS
+// liveness probe for the lab's server image (lookup.go).
+//
 // Every action is logged as one JSON object per line.
 package main
 
@@ -41,6 +45,8 @@ func main() {
 		err = runMain(os.Args[2:])
 	case "serve":
 		err = serveMain(os.Args[2:])
+	case "lookup":
+		err = lookupMain(os.Args[2:])
 	case "-h", "--help", "help":
 		usage()
 	default:
@@ -55,5 +61,6 @@ func main() {
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: podsync run --kubeconfig FILE --state-dir DIR --nodes a,b --coredns BIN [--log FILE]")
 	fmt.Fprintln(os.Stderr, "       podsync serve --pod NS/NAME [--ip IP] [--tcp P,P] [--udp P,P] [--keepalive] [--drain D]")
+	fmt.Fprintln(os.Stderr, "       podsync lookup --server IP:PORT --name NAME [--timeout D]")
 	os.Exit(2)
 }
