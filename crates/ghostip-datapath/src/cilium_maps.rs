@@ -191,6 +191,22 @@ impl MapDump {
         true
     }
 
+    /// Appends entries packed as `BPF_MAP_LOOKUP_BATCH` writes them (`n` keys, then `n`
+    /// values, each back to back); `false` (and nothing appended) when the two buffers do
+    /// not hold the same whole number of this map's entries.
+    pub fn extend(&mut self, keys: &[u8], values: &[u8]) -> bool {
+        let (k, v) = (self.spec.key_size, self.spec.value_size);
+        if k == 0 || v == 0 || !keys.len().is_multiple_of(k) || !values.len().is_multiple_of(v) {
+            return false;
+        }
+        if keys.len() / k != values.len() / v {
+            return false;
+        }
+        self.keys.extend_from_slice(keys);
+        self.values.extend_from_slice(values);
+        true
+    }
+
     /// Number of entries.
     pub fn len(&self) -> usize {
         self.keys.len() / self.spec.key_size.max(1)
@@ -801,5 +817,24 @@ mod tests {
         let mut d = MapDump::new("cilium_lb4_backends_v3", 4, 12).unwrap();
         assert!(!d.push(&[0; 4], &[0; 24]));
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn a_batch_extends_like_its_entries_pushed_one_by_one() {
+        let keys: Vec<u8> = (1u32..=3).flat_map(u32::to_ne_bytes).collect();
+        let values: Vec<u8> = (0..36).collect();
+        let mut batch = MapDump::new("cilium_lb4_backends_v3", 4, 12).unwrap();
+        assert!(batch.extend(&keys, &values));
+        let mut one = MapDump::new("cilium_lb4_backends_v3", 4, 12).unwrap();
+        for (k, v) in keys.chunks(4).zip(values.chunks(12)) {
+            assert!(one.push(k, v));
+        }
+        assert_eq!(batch.len(), 3);
+        assert!(batch.entries().eq(one.entries()));
+        // Counts that differ, or a partial entry, append nothing.
+        assert!(!batch.extend(&keys, &values[..24]));
+        assert!(!batch.extend(&keys[..7], &values[..12]));
+        assert!(!batch.extend(&keys, &values[..35]));
+        assert_eq!(batch.len(), 3);
     }
 }
