@@ -361,11 +361,9 @@ pub fn read_table(dir: &Path) -> Result<ReadOutcome, ReaderError> {
     let read_cpu = super::readers::thread_cpu_since(cpu0);
     let cpu1 = super::readers::thread_cpu();
     let bytes = maps.bytes();
-    let table = cilium_maps::decode(&maps);
-    // The copied bytes go before the compact copy is built: the peak holds the decoded
-    // table and its compact copy, not the maps' bytes beside them.
+    // Straight into the compact table: no `LbTable` beside the copied bytes.
+    let table = cilium_maps::decode_packed(&maps);
     drop(maps);
-    let table = table.into();
     let parse_cpu = super::readers::thread_cpu_since(cpu1);
     Ok(ReadOutcome {
         table,
