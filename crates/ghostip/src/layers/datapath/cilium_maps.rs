@@ -4,21 +4,33 @@
 //! `cilium_lb{4,6}_reverse_nat` under `--cilium-bpf-dir` (default
 //! [`DEFAULT_PIN_DIR`]) with aya, checks each map's key and value sizes from the kernel's
 //! map info against the layout [`ghostip_datapath::cilium_maps`] decodes (an unknown
-//! layout is refused, never guessed), copies the entries, and decodes them there.
+//! layout is refused, never guessed), copies the entries, and decodes them there, straight
+//! into the packed table (the copied bytes are dropped before it is returned).
 //!
-//! Opening a pinned map (`BPF_OBJ_GET`) and reading it (`BPF_MAP_GET_NEXT_KEY`,
-//! `BPF_MAP_LOOKUP_ELEM`) need `CAP_BPF` (Linux 5.8+; `CAP_SYS_ADMIN` before) and read
-//! access to the pin files, which Cilium creates `0600` root: the agent runs as root with
-//! the bpffs mounted (`hostPath /sys/fs/bpf`, read-only is enough).
+//! # How a map is copied
+//! With `BPF_MAP_LOOKUP_BATCH` ([`super::bpf_batch`]: Linux 5.6+, hash maps;
+//! [`BATCH_ENTRIES`] entries per call at first, doubled up to `max_entries` when one hash
+//! bucket holds more), each batch appended to the map's dump as it comes. Where the kernel
+//! refuses the command (`EINVAL` before 5.6, `ENOTSUPP`/`EOPNOTSUPP`, `EPERM`) the map is
+//! read again from the start key by key with aya (`BPF_MAP_GET_NEXT_KEY` +
+//! `BPF_MAP_LOOKUP_ELEM`, two syscalls a key). [`read_maps_with`] picks the method and
+//! reports which one each map used.
+//!
+//! Opening a pinned map (`BPF_OBJ_GET`) and reading it (`BPF_MAP_LOOKUP_BATCH`, or
+//! `BPF_MAP_GET_NEXT_KEY` + `BPF_MAP_LOOKUP_ELEM`) need `CAP_BPF` (Linux 5.8+;
+//! `CAP_SYS_ADMIN` before) and read access to the pin files, which Cilium creates `0600`
+//! root: the agent runs as root with the bpffs mounted (`hostPath /sys/fs/bpf`, read-only
+//! is enough).
 //!
 //! # Maps replaced while being read
 //! Cilium replaces its maps when it restarts with a new layout or size (a new map is pinned
 //! under the old name). A read records each map's kernel id when it opens it and checks the
 //! pins again at the end; if one changed, the whole read is repeated, at most
 //! [`MAX_ATTEMPTS`] times, then fails: a table is never built from maps of two generations.
-//! One map's walk stops after [`walk_bound`] keys (a hash map's iteration restarts from
-//! the first key when the current one is deleted, so a map under heavy churn could
-//! otherwise be walked forever); that also counts as a change and is retried.
+//! One map's read stops after [`walk_bound`] entries, batched or not (a hash map's
+//! key-by-key iteration restarts from the first key when the current one is deleted, so a
+//! map under heavy churn could otherwise be walked forever); that also counts as a change
+//! and is retried.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -39,7 +51,7 @@ pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/tc/globals";
 /// Reads of the whole set of maps before giving up when a map keeps being replaced.
 pub const MAX_ATTEMPTS: usize = 3;
 
-/// Most keys walked in one map: twice its `max_entries` plus 1024.
+/// Most entries read from one map (batched or key by key): twice its `max_entries` plus 1024.
 pub fn walk_bound(max_entries: u32) -> u64 {
     2 * u64::from(max_entries) + 1024
 }
