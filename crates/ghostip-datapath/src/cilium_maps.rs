@@ -35,7 +35,10 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::format::Format;
-use crate::model::{Backend, BackendState, Frontend, FrontendKind, LbTable, Location, Protocol};
+use crate::model::{
+    Backend, BackendState, Frontend, FrontendKind, LbTable, Location, Protocol, SkipStats,
+};
+use crate::packed::{FrontendSink, PackedTable};
 
 /// The six maps, their family and role, and the key/value sizes of the known layout.
 pub const MAPS: [MapSpec; 6] = [
@@ -191,6 +194,22 @@ impl MapDump {
         true
     }
 
+    /// Appends entries packed as `BPF_MAP_LOOKUP_BATCH` writes them (`n` keys, then `n`
+    /// values, each back to back); `false` (and nothing appended) when the two buffers do
+    /// not hold the same whole number of this map's entries.
+    pub fn extend(&mut self, keys: &[u8], values: &[u8]) -> bool {
+        let (k, v) = (self.spec.key_size, self.spec.value_size);
+        if k == 0 || v == 0 || !keys.len().is_multiple_of(k) || !values.len().is_multiple_of(v) {
+            return false;
+        }
+        if keys.len() / k != values.len() / v {
+            return false;
+        }
+        self.keys.extend_from_slice(keys);
+        self.values.extend_from_slice(values);
+        true
+    }
+
     /// Number of entries.
     pub fn len(&self) -> usize {
         self.keys.len() / self.spec.key_size.max(1)
@@ -204,6 +223,13 @@ impl MapDump {
     /// Bytes held (keys and values).
     pub fn bytes(&self) -> u64 {
         (self.keys.len() + self.values.len()) as u64
+    }
+
+    /// The value of entry `i`.
+    fn value(&self, i: usize) -> Option<&[u8]> {
+        let v = self.spec.value_size;
+        self.values
+            .get(i.checked_mul(v)?..i.checked_add(1)?.checked_mul(v)?)
     }
 
     fn entries(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
@@ -428,6 +454,30 @@ impl LbMaps {
 /// `cilium-bpf-lb-list`: the table `cilium-dbg bpf lb list`, a dump of these maps, parses to).
 pub fn decode(maps: &LbMaps) -> LbTable {
     let mut out = LbTable::new(Format::CiliumBpfLbList);
+    let mut skipped = SkipStats::default();
+    decode_into(maps, &mut out, &mut skipped);
+    out.skipped = skipped;
+    // Already sorted and merged; kept so the table is normalized whatever the sink did.
+    out.normalize();
+    out
+}
+
+/// [`decode`] straight into the compact table the agent keeps, equal to
+/// `PackedTable::from(decode(maps))` without the `LbTable` in between (which at 150 000
+/// backends is several times the packed table's size).
+pub fn decode_packed(maps: &LbMaps) -> PackedTable {
+    let mut out = PackedTable::new(Format::CiliumBpfLbList);
+    let mut skipped = SkipStats::default();
+    decode_into(maps, &mut out, &mut skipped);
+    out.skipped = skipped;
+    out
+}
+
+/// Hands the frontends to `sink` as [`LbTable::normalize`] leaves them: sorted by
+/// address, port and protocol, descriptions of one frontend merged (the two scopes of a
+/// service), backends sorted without duplicates.
+fn decode_into(maps: &LbMaps, sink: &mut impl FrontendSink, skipped: &mut SkipStats) {
+    // IPv4 addresses sort before IPv6 ones: family after family is one sorted sequence.
     for family in [Family::V4, Family::V6] {
         let Some(services) = maps.get(family, Role::Services) else {
             continue;
@@ -437,11 +487,19 @@ pub fn decode(maps: &LbMaps) -> LbTable {
             services,
             maps.get(family, Role::Backends),
             maps.get(family, Role::RevNat),
-            &mut out,
+            sink,
+            skipped,
         );
     }
-    out.normalize();
-    out
+}
+
+/// The slot of an `lb{4,6}_key`, without decoding the rest.
+fn svc_slot(family: Family, b: &[u8]) -> u16 {
+    let n = match family {
+        Family::V4 => 4,
+        Family::V6 => 16,
+    };
+    ne16(b, n + 2)
 }
 
 fn decode_family(
@@ -449,30 +507,74 @@ fn decode_family(
     services: &MapDump,
     backends: Option<&MapDump>,
     revnat: Option<&MapDump>,
-    out: &mut LbTable,
+    sink: &mut impl FrontendSink,
+    skipped: &mut SkipStats,
 ) {
-    let mut be: HashMap<u32, (IpAddr, u16, u8)> =
-        HashMap::with_capacity(backends.map_or(0, MapDump::len));
-    for (k, v) in backends.into_iter().flat_map(MapDump::entries) {
-        be.insert(ne32(k, 0), backend_value(family, v));
-    }
+    // Backend id → its entry in the backends map, sorted by id: 8 bytes a backend, decoded
+    // only when a slot names it. Ids are unique in a map; of equal ones (a dump pushed by
+    // hand) the last wins.
+    let mut be: Vec<(u32, u32)> = backends
+        .into_iter()
+        .flat_map(MapDump::entries)
+        .enumerate()
+        .map(|(i, (k, _))| (ne32(k, 0), u32::try_from(i).unwrap_or(u32::MAX)))
+        .collect();
+    be.sort_by_key(|&(id, _)| id);
+    be.dedup_by(|later, kept| {
+        let same = later.0 == kept.0;
+        if same {
+            kept.1 = later.1;
+        }
+        same
+    });
+    let backend = |id: u32| -> Option<(IpAddr, u16, u8)> {
+        let i = be.binary_search_by_key(&id, |&(id, _)| id).ok()?;
+        let &(_, at) = be.get(i)?;
+        Some(backend_value(family, backends?.value(at as usize)?))
+    };
     let rev: std::collections::HashSet<u16> = revnat
         .into_iter()
         .flat_map(MapDump::entries)
         .map(|(k, _)| be16(k, 0))
         .collect();
-    let mut masters: HashMap<SvcKey, SvcValue> = HashMap::new();
-    let mut slots: HashMap<SvcKey, Vec<(u16, SvcValue)>> = HashMap::new();
-    for (k, v) in services.entries() {
-        let (key, slot) = svc_key(family, k);
-        let value = svc_value(v);
+    // Masters (slot 0) in the order frontends sort, the raw protocol and the scope
+    // breaking ties so equal keys merge the same way every time.
+    let mut masters: Vec<(SvcKey, SvcValue)> = services
+        .entries()
+        .filter(|(k, _)| svc_slot(family, k) == 0)
+        .map(|(k, v)| (svc_key(family, k).0, svc_value(v)))
+        .collect();
+    masters.sort_by_key(|(k, _)| (k.ip, k.port, protocol(k.proto), k.proto, k.scope));
+    let index: HashMap<SvcKey, usize> = masters
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (*k, i))
+        .collect();
+    let total = |v: &SvcValue| u32::from(v.count) + u32::from(v.qcount);
+    // Each master's slots as (slot, entry in the services map), sized from its counts.
+    let mut slots: HashMap<SvcKey, Vec<(u16, u32)>> = HashMap::with_capacity(masters.len());
+    for (i, (k, _)) in services.entries().enumerate() {
+        let slot = svc_slot(family, k);
         if slot == 0 {
-            masters.insert(key, value);
-        } else {
-            slots.entry(key).or_default().push((slot, value));
+            continue;
         }
+        let (key, _) = svc_key(family, k);
+        let at = u32::try_from(i).unwrap_or(u32::MAX);
+        slots
+            .entry(key)
+            .or_insert_with(|| {
+                let want = index
+                    .get(&key)
+                    .and_then(|&m| masters.get(m))
+                    .map_or(1, |(_, v)| total(v) as usize);
+                Vec::with_capacity(want)
+            })
+            .push((slot, at));
     }
+    drop(index);
+    sink.expect(masters.len(), services.len().saturating_sub(masters.len()));
     let name = services.spec.name;
+    let mut pending: Option<Frontend> = None;
     for (key, master) in &masters {
         let mut fe = Frontend::new(key.ip, key.port, protocol(key.proto), FrontendKind::Unknown);
         kind_and_flags(&mut fe, master);
@@ -480,13 +582,14 @@ fn decode_family(
             fe.add_flag(format!("rev-nat-{}-not-found", master.rev_nat));
         }
         let count = master.count;
-        let total = u32::from(count) + u32::from(master.qcount);
+        let total = total(master);
         let mut mine = slots.remove(key).unwrap_or_default();
         mine.sort_by_key(|(s, _)| *s);
+        fe.backends.reserve_exact(mine.len());
         let mut seen = 0u32;
-        for (slot, sv) in mine {
+        for (slot, at) in mine {
             if u32::from(slot) > total {
-                out.skipped.unknown(
+                skipped.unknown(
                     Location::JsonPath(format!("{name}[{}:{}/slot {slot}]", key.ip, key.port)),
                     "backend slot past count + qcount",
                     "",
@@ -494,7 +597,8 @@ fn decode_family(
                 continue;
             }
             seen += 1;
-            let Some(&(ip, port, state)) = be.get(&sv.backend_id) else {
+            let sv = svc_value(services.value(at as usize).unwrap_or_default());
+            let Some((ip, port, state)) = backend(sv.backend_id) else {
                 fe.add_flag(format!("backend-id-{}-not-found", sv.backend_id));
                 continue;
             };
@@ -513,10 +617,22 @@ fn decode_family(
         if seen < total {
             fe.add_flag(format!("backend-slots-missing={}", total - seen));
         }
-        out.frontends.push(fe);
+        match pending.as_mut() {
+            Some(p) if p.key() == fe.key() => p.absorb(fe),
+            _ => {
+                if let Some(mut done) = pending.replace(fe) {
+                    done.normalize();
+                    sink.frontend(done);
+                }
+            }
+        }
+    }
+    if let Some(mut done) = pending {
+        done.normalize();
+        sink.frontend(done);
     }
     for (key, orphans) in slots {
-        out.skipped.unknown(
+        skipped.unknown(
             Location::JsonPath(format!("{name}[{}:{}]", key.ip, key.port)),
             "backend slots without a service entry",
             &format!("{} slots", orphans.len()),
@@ -788,6 +904,105 @@ mod tests {
         assert_eq!(fe.backends, [Backend::active(IpAddr::V6(pod), 8443)]);
     }
 
+    /// Two scopes of one service (merged), a backend id pushed twice (the last wins), an
+    /// unknown protocol, IPv6, a missing backend, and an orphan slot.
+    fn mixed_maps() -> LbMaps {
+        let vip = [10, 96, 0, 20];
+        let v6: Ipv6Addr = "fd00::20".parse().unwrap();
+        let svc = |c, q| service(0, c, 3, SVC_FLAG_ROUTABLE, SVC_FLAG_TWO_SCOPES, q);
+        LbMaps {
+            maps: vec![
+                dump(
+                    "cilium_lb4_services_v2",
+                    &[
+                        (lb4_key(vip, 80, 0, 6, 1), svc(1, 0)),
+                        (lb4_key(vip, 80, 1, 6, 1), service(2, 0, 3, 0, 0, 0)),
+                        (lb4_key(vip, 80, 0, 6, 0), svc(2, 1)),
+                        (lb4_key(vip, 80, 1, 6, 0), service(1, 0, 3, 0, 0, 0)),
+                        (lb4_key(vip, 80, 2, 6, 0), service(2, 0, 3, 0, 0, 0)),
+                        (lb4_key(vip, 80, 3, 6, 0), service(9, 0, 3, 0, 0, 0)),
+                        (lb4_key(vip, 53, 0, 99, 0), svc(0, 0)),
+                        (lb4_key([10, 96, 0, 1], 443, 0, 6, 0), svc(1, 0)),
+                        (
+                            lb4_key([10, 96, 0, 1], 443, 1, 6, 0),
+                            service(1, 0, 3, 0, 0, 0),
+                        ),
+                        (lb4_key(vip, 81, 1, 6, 0), service(1, 0, 0, 0, 0, 0)),
+                    ],
+                ),
+                dump(
+                    "cilium_lb4_backends_v3",
+                    &[
+                        (
+                            1u32.to_ne_bytes().to_vec(),
+                            lb4_backend([10, 0, 0, 1], 80, 0),
+                        ),
+                        (
+                            2u32.to_ne_bytes().to_vec(),
+                            lb4_backend([10, 0, 0, 9], 80, 0),
+                        ),
+                        (
+                            2u32.to_ne_bytes().to_vec(),
+                            lb4_backend([10, 0, 0, 2], 80, 1),
+                        ),
+                    ],
+                ),
+                dump("cilium_lb4_reverse_nat", &[]),
+                dump(
+                    "cilium_lb6_services_v2",
+                    &[
+                        (lb6_key(v6, 53, 0, 17), svc(1, 0)),
+                        (lb6_key(v6, 53, 1, 17), service(4, 0, 3, 0, 0, 0)),
+                    ],
+                ),
+                dump(
+                    "cilium_lb6_backends_v3",
+                    &[(
+                        4u32.to_ne_bytes().to_vec(),
+                        lb6_backend("fd00::4".parse().unwrap(), 53, 0),
+                    )],
+                ),
+            ],
+        }
+    }
+
+    #[test]
+    fn the_packed_decode_equals_packing_the_decoded_table() {
+        for maps in [kube_dns_v4(), mixed_maps()] {
+            assert_eq!(decode_packed(&maps), PackedTable::from(decode(&maps)));
+        }
+        let t = decode(&mixed_maps());
+        let fe = t
+            .frontend(IpAddr::V4(Ipv4Addr::new(10, 96, 0, 20)), 80, Protocol::Tcp)
+            .unwrap();
+        let got: Vec<(IpAddr, BackendState)> = fe
+            .backends
+            .iter()
+            .map(|b| (b.ip, b.state.clone()))
+            .collect();
+        // Both scopes' slots, one entry per backend, backend 2 as its last push says.
+        assert_eq!(
+            got,
+            [
+                (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), BackendState::Active),
+                (
+                    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+                    BackendState::Terminating
+                ),
+            ]
+        );
+        assert!(
+            fe.flags.contains(&"backend-id-9-not-found".to_string()),
+            "{fe:?}"
+        );
+        assert_eq!(t.frontends.len(), 4, "{t:?}");
+        assert_eq!(t.skipped.unknown, 1);
+        let packed = decode_packed(&mixed_maps());
+        assert_eq!(packed.frontends.len(), 4);
+        assert_eq!(packed.backend_count(), 4);
+        assert_eq!(packed.skipped.unknown, 1);
+    }
+
     #[test]
     fn unknown_layouts_and_names_are_refused() {
         let e = check_layout("cilium_lb4_services_v2", 16, 12).unwrap_err();
@@ -801,5 +1016,24 @@ mod tests {
         let mut d = MapDump::new("cilium_lb4_backends_v3", 4, 12).unwrap();
         assert!(!d.push(&[0; 4], &[0; 24]));
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn a_batch_extends_like_its_entries_pushed_one_by_one() {
+        let keys: Vec<u8> = (1u32..=3).flat_map(u32::to_ne_bytes).collect();
+        let values: Vec<u8> = (0..36).collect();
+        let mut batch = MapDump::new("cilium_lb4_backends_v3", 4, 12).unwrap();
+        assert!(batch.extend(&keys, &values));
+        let mut one = MapDump::new("cilium_lb4_backends_v3", 4, 12).unwrap();
+        for (k, v) in keys.chunks(4).zip(values.chunks(12)) {
+            assert!(one.push(k, v));
+        }
+        assert_eq!(batch.len(), 3);
+        assert!(batch.entries().eq(one.entries()));
+        // Counts that differ, or a partial entry, append nothing.
+        assert!(!batch.extend(&keys, &values[..24]));
+        assert!(!batch.extend(&keys[..7], &values[..12]));
+        assert!(!batch.extend(&keys, &values[..35]));
+        assert_eq!(batch.len(), 3);
     }
 }

@@ -138,7 +138,7 @@ impl Frontend {
         }
     }
 
-    fn normalize(&mut self) {
+    pub(crate) fn normalize(&mut self) {
         self.backends.sort_by_key(|a| (a.ip, a.port));
         // Keep one entry per ip:port; the first (after the sort, stable) wins.
         self.backends

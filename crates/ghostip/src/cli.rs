@@ -649,9 +649,12 @@ pub struct AgentArgs {
     /// maps under --cilium-bpf-dir (needs CAP_BPF and the host's bpffs; no Kubernetes
     /// access); `exec` runs `cilium-dbg service list -o json` in this node's Cilium agent pod
     /// through the exec API (needs `pods/exec` on the Cilium pods, not granted by default).
-    /// A map read is repeated when Cilium replaced a map meanwhile, at most 3 times, and one
-    /// map's walk stops after 2 x its max_entries + 1024 keys (a walk restarts when the
-    /// current key is deleted); both then fail the read rather than give a mixed table.
+    /// Maps are read with BPF_MAP_LOOKUP_BATCH (Linux 5.6+), 4096 entries per call at first,
+    /// doubled up to the map's max_entries when one hash bucket holds more; a kernel that
+    /// refuses it is read key by key (2 syscalls a key). A map read is repeated when Cilium
+    /// replaced a map meanwhile, at most 3 times, and one map's read stops after 2 x its
+    /// max_entries + 1024 entries (a key-by-key walk restarts when the current key is
+    /// deleted); both then fail the read rather than give a mixed table.
     #[arg(long, value_enum, default_value = "maps", value_name = "HOW")]
     pub cilium_read: CiliumRead,
     /// Directory where Cilium pins its BPF maps: read with --cilium-read maps, and looked at

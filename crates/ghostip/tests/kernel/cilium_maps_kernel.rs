@@ -14,9 +14,12 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 
 use aya::maps::{HashMap, Map, MapData};
-use ghostip::layers::datapath::cilium_maps::{read_maps, read_table};
+use ghostip::layers::datapath::bpf_batch::BATCH_ENTRIES;
+use ghostip::layers::datapath::cilium_maps::{
+    ReadMethod, ReadStats, read_maps, read_maps_with, read_table,
+};
 use ghostip::layers::datapath::readers::ReaderError;
-use ghostip_datapath::cilium_maps::decode;
+use ghostip_datapath::cilium_maps::{LbMaps, decode};
 use ghostip_datapath::{BackendState, Protocol};
 use ghostip_testkit::env::require_netns;
 use rustix::mount::{MountFlags, MountPropagationFlags};
@@ -50,8 +53,18 @@ fn in_private_bpffs<T: Send>(f: impl FnOnce(&Path) -> T + Send) -> T {
 /// Creates a hash map named like Cilium's (the kernel keeps 15 bytes of the name), fills it,
 /// and pins it as `dir/name`.
 fn pin_map<const K: usize, const V: usize>(dir: &Path, name: &str, entries: &[([u8; K], [u8; V])]) {
+    pin_map_sized(dir, name, 1024, entries);
+}
+
+/// [`pin_map`] with `max_entries` given.
+fn pin_map_sized<const K: usize, const V: usize>(
+    dir: &Path,
+    name: &str,
+    max_entries: u32,
+    entries: &[([u8; K], [u8; V])],
+) {
     let kernel_name: String = name.chars().take(15).collect();
-    let obj = aya_obj::Map::new_from_params(BPF_MAP_TYPE_HASH, K as u32, V as u32, 1024, 0);
+    let obj = aya_obj::Map::new_from_params(BPF_MAP_TYPE_HASH, K as u32, V as u32, max_entries, 0);
     let data =
         MapData::create(obj, &kernel_name, None).expect("creating a hash map (BPF_MAP_CREATE)");
     data.pin(dir.join(name)).expect("pinning the map");
@@ -230,4 +243,119 @@ fn datapath_show_prints_the_maps_with_backend_states() {
     assert!(text.contains("10.96.0.10:53"), "{text}");
     assert!(text.contains("10.244.2.9:53 terminating"), "{text}");
     assert!(text.contains("backend-id-3-not-found"), "{text}");
+}
+
+const BIG_SERVICES: u32 = 700;
+const BIG_PER_SERVICE: u32 = 15;
+
+/// 700 services with 15 backends each: 11 200 service entries and 10 500 backends, each
+/// map more than [`BATCH_ENTRIES`] (`max_entries` 16 384).
+fn pin_big_cilium_maps(globals: &Path) {
+    const { assert!(BIG_SERVICES * BIG_PER_SERVICE > BATCH_ENTRIES) };
+    let (mut services, mut backends, mut rev_nat) = (Vec::new(), Vec::new(), Vec::new());
+    for s in 0..BIG_SERVICES {
+        let vip = [10, 96, (s >> 8) as u8, s as u8];
+        let rev = (s + 1) as u16;
+        services.push((
+            lb4_key(vip, 53, 0, 17),
+            lb4_service(0, BIG_PER_SERVICE as u16, rev, ROUTABLE, 0),
+        ));
+        let mut r = [0u8; 6];
+        r[..4].copy_from_slice(&vip);
+        r[4..].copy_from_slice(&53u16.to_be_bytes());
+        rev_nat.push((rev.to_be_bytes(), r));
+        for b in 0..BIG_PER_SERVICE {
+            let id = s * BIG_PER_SERVICE + b + 1;
+            services.push((
+                lb4_key(vip, 53, (b + 1) as u16, 17),
+                lb4_service(id, 0, rev, 0, 0),
+            ));
+            let ip = [10, 128, (id >> 8) as u8, id as u8];
+            backends.push((id.to_ne_bytes(), lb4_backend(ip, 53, (id % 2) as u8)));
+        }
+    }
+    pin_map_sized(globals, "cilium_lb4_services_v2", 16_384, &services);
+    pin_map_sized(globals, "cilium_lb4_backends_v3", 16_384, &backends);
+    pin_map_sized(globals, "cilium_lb4_reverse_nat", 16_384, &rev_nat);
+}
+
+/// The big maps read with each method, in one namespace.
+fn read_big_with(methods: &[ReadMethod]) -> Vec<(LbMaps, ReadStats)> {
+    in_private_bpffs(|root| {
+        let g = globals(root);
+        pin_big_cilium_maps(&g);
+        methods
+            .iter()
+            .map(|m| read_maps_with(&g, *m).unwrap())
+            .collect()
+    })
+}
+
+const BIG_ENTRIES: u64 =
+    (BIG_SERVICES * (BIG_PER_SERVICE + 1) + BIG_SERVICES * BIG_PER_SERVICE + BIG_SERVICES) as u64;
+
+#[test]
+#[ignore = "needs root and a bpffs (GHOSTIP_NETNS_TESTS=1)"]
+fn maps_bigger_than_one_batch_are_read_whole_and_equal_to_the_per_key_walk() {
+    require_netns("a private mount namespace with a bpffs, BPF maps");
+    let read = read_big_with(&[ReadMethod::default(), ReadMethod::PerKey]);
+    let [(batched, b), (walked, w)] = &read[..] else {
+        unreachable!()
+    };
+    // Batched: all three maps, a few calls each, no fallback.
+    assert_eq!(b.batched_maps, 3, "{b:?}");
+    assert_eq!((b.walked_maps, b.fallbacks), (0, 0), "{b:?}");
+    assert!(b.syscalls <= 3 * 8, "{b:?}");
+    // Key by key: two calls per key and one that ends each map.
+    assert_eq!((w.walked_maps, w.batched_maps), (3, 0), "{w:?}");
+    assert_eq!(w.syscalls, 2 * BIG_ENTRIES + 3, "{w:?}");
+    assert_eq!(batched.bytes(), walked.bytes());
+    // Services 12 + 12 bytes an entry, backends 4 + 12, rev-NAT 2 + 6.
+    let bytes = 24 * BIG_SERVICES * (BIG_PER_SERVICE + 1)
+        + 16 * BIG_SERVICES * BIG_PER_SERVICE
+        + 8 * BIG_SERVICES;
+    assert_eq!(batched.bytes(), u64::from(bytes));
+    let table = decode(batched);
+    assert_eq!(table, decode(walked));
+    assert_eq!(table.frontends.len(), BIG_SERVICES as usize);
+    assert_eq!(
+        table.backend_count(),
+        (BIG_SERVICES * BIG_PER_SERVICE) as usize
+    );
+    assert!(
+        table.frontends.iter().all(|f| f.flags.is_empty()),
+        "{table:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs root and a bpffs (GHOSTIP_NETNS_TESTS=1)"]
+fn a_bucket_bigger_than_the_batch_grows_it() {
+    require_netns("a private mount namespace with a bpffs, BPF maps");
+    // One entry per call: the first bucket holding two keys answers ENOSPC.
+    let read = read_big_with(&[ReadMethod::Batch { entries: 1 }, ReadMethod::PerKey]);
+    let [(batched, b), (walked, _)] = &read[..] else {
+        unreachable!()
+    };
+    assert!(b.batches_grown > 0, "{b:?}");
+    assert_eq!((b.batched_maps, b.fallbacks), (3, 0), "{b:?}");
+    assert_eq!(decode(batched), decode(walked));
+}
+
+#[test]
+#[ignore = "needs root and a bpffs (GHOSTIP_NETNS_TESTS=1)"]
+fn a_kernel_refusing_batches_is_read_key_by_key_to_the_same_table() {
+    require_netns("a private mount namespace with a bpffs, BPF maps");
+    let read = read_big_with(&[ReadMethod::BatchRefusedByKernel, ReadMethod::default()]);
+    let [(fallback, f), (batched, _)] = &read[..] else {
+        unreachable!()
+    };
+    assert_eq!(
+        (f.fallbacks, f.walked_maps, f.batched_maps),
+        (3, 3, 0),
+        "{f:?}"
+    );
+    assert_eq!(f.syscalls, 2 * BIG_ENTRIES + 3, "{f:?}");
+    assert_eq!(decode(fallback), decode(batched));
+    assert_eq!(fallback.bytes(), batched.bytes());
 }

@@ -8,6 +8,7 @@
 //! | `adapter` | the agent's adapter: choose the datapath, pace the reads, `/status` section | tasks |
 
 pub(crate) mod adapter;
+pub mod bpf_batch;
 pub mod cilium;
 pub mod cilium_maps;
 pub mod metrics;
