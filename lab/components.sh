@@ -127,7 +127,11 @@ component_names() {
   else
     echo etcd kube-apiserver kube-controller-manager kube-scheduler kwok podsync
   fi
-  for n in $(lab_nodes); do echo "kube-proxy-$n"; done
+  if [[ $(node_cni) == cilium ]]; then
+    for n in $(lab_nodes); do echo "cilium-$n"; done
+  else
+    for n in $(lab_nodes); do echo "kube-proxy-$n"; done
+  fi
 }
 
 start_component() {
@@ -141,6 +145,7 @@ start_component() {
     kube-proxy-node-*) start_kube_proxy "${1#kube-proxy-}" ;;
     kubelet-node-*) start_real_node "${1#kubelet-}" ;;
     containerd-node-*) start_containerd "${1#containerd-}" ;;
+    cilium-node-*) start_cilium "${1#cilium-}" ;;
     *) die "unknown component $1 (known: $(component_names | xargs))" ;;
   esac
 }

@@ -40,6 +40,12 @@ node_netns() { printf 'ghostip-%s' "$1"; }
 node_dir() { printf '%s/node/%s' "$LAB_STATE" "$1"; }
 # The kind of the lab's nodes: kwok (fake kubelet, podsync) or real.
 node_kind() { cat "$LAB_STATE/node-kind" 2>/dev/null || echo kwok; }
+# The network plugin of real nodes: bridge (+ kube-proxy) or cilium.
+node_cni() { cat "$LAB_STATE/cni" 2>/dev/null || echo bridge; }
+# The cgroup v2 hierarchy's mount point (/sys/fs/cgroup/unified on a hybrid host).
+cgroup2_mount() {
+  awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i+1) == "cgroup2") { print $5; exit } break } }' /proc/self/mountinfo
+}
 
 # Node names recorded by lab/up.
 lab_nodes() { cat "$LAB_STATE/nodes" 2>/dev/null || true; }
@@ -91,6 +97,22 @@ ensure_pkgs() {
     die "apt-get install ${want[*]} failed"
 }
 
+# need_cilium_bins: what lab/up --cni cilium runs (lab/build cilium), and clang-19.
+need_cilium_bins() {
+  local missing=() b
+  for b in cilium-agent cilium-cni cilium-dbg cilium-bpf cilium-crds/.complete; do
+    [[ -e $LAB_BIN/$b ]] || missing+=("$b")
+  done
+  ((${#missing[@]} == 0)) || die "missing in $LAB_BIN: ${missing[*]}; run lab/build cilium (cold: about 40 min)"
+  # clang-19: Cilium compiles its datapath at start (it needs clang 18 or newer);
+  # bpftool: lab/tests/down-leaves-nothing counts what is loaded in the kernel.
+  command -v clang-19 >/dev/null && command -v bpftool >/dev/null && return 0
+  log "installing Debian packages: clang-19 llvm-19 bpftool"
+  DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y --no-install-recommends clang-19 llvm-19 bpftool >/dev/null ||
+    { timeout 300 apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y --no-install-recommends clang-19 llvm-19 bpftool >/dev/null; } ||
+    die "apt-get install clang-19 llvm-19 bpftool failed"
+}
+
 # Is a lab (complete or half-started) present?
 lab_present() {
   [[ -d $LAB_STATE ]] && return 0
@@ -122,7 +144,23 @@ lab_path() {
 
 # Run a command in the hub / a node / a pod namespace.
 in_hub() { ip netns exec "$LAB_HUB" "$@"; }
-in_node() { local n=$1; shift; PATH=$(lab_path) ip netns exec "$(node_netns "$n")" "$@"; }
+# On a Cilium node the command runs in the node's cgroup, as a node's own
+# processes do: Cilium's socket load-balancing (the ClusterIPs) is attached there.
+in_node() {
+  local n=$1; shift
+  if [[ $(node_cni) == cilium ]]; then
+    (join_node_cgroup "$n" && PATH=$(lab_path) exec ip netns exec "$(node_netns "$n")" "$@")
+  else
+    PATH=$(lab_path) ip netns exec "$(node_netns "$n")" "$@"
+  fi
+}
+# join_node_cgroup node-N: moves the calling (sub)shell into the node's cgroup v2, once
+# the node has one (lab/up's network setup runs before the node starts).
+join_node_cgroup() {
+  local d; d="$(cgroup2_mount)/ghostip-$1"
+  [[ -d $d ]] || return 0
+  echo "$BASHPID" >"$d/cgroup.procs"
+}
 
 # kubectl, run in the hub against the lab apiserver; bounded by KC_TIMEOUT s.
 kc() { ip netns exec "$LAB_HUB" env KUBECONFIG="$LAB_KUBECONFIG" timeout "${KC_TIMEOUT:-60}" "$LAB_BIN/kubectl" "$@"; }

@@ -84,6 +84,14 @@ write_real_node() {
   local node=$1 nd; nd=$(node_dir "$node")
   mkdir -p "$nd"/{kubelet,log,containerd,cni,cni-ipam,manifests}
   local pause; pause=$(sed -n 's/^PAUSE_IMAGE=//p' "$LAB_BIN/images/names.env" 2>/dev/null || true)
+  # The CNI plugins containerd runs: the lab's, and on a Cilium node cilium-cni beside them.
+  local cni_bin=$LAB_BIN/cni
+  if [[ $(node_cni) == cilium ]]; then
+    cni_bin=$nd/cni-bin
+    mkdir -p "$cni_bin"
+    ln -sfn "$LAB_BIN"/cni/* "$cni_bin/"
+    ln -sfn "$LAB_BIN/cilium-cni" "$cni_bin/cilium-cni"
+  fi
   [[ -n $pause ]] || die "no pause image in $LAB_BIN/images (run lab/build images)"
   cat >"$nd/containerd.toml" <<EOF
 version = 2
@@ -112,10 +120,20 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         SystemdCgroup = false
         Root = "/run/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "$LAB_BIN/cni"
+    bin_dir = "$cni_bin"
     conf_dir = "$nd/cni"
     max_conf_num = 1
 EOF
+  if [[ $(node_cni) == cilium ]]; then
+    # cilium-cni asks the node's agent (its socket in the node's /run) for the address.
+    cat >"$nd/cni/05-cilium.conflist" <<EOF
+{
+  "cniVersion": "0.3.1",
+  "name": "cilium",
+  "plugins": [{"type": "cilium-cni", "log-file": "/var/run/cilium/cilium-cni.log"}]
+}
+EOF
+  else
   cat >"$nd/cni/10-lab.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -128,6 +146,7 @@ EOF
   ]
 }
 EOF
+  fi
   # Pods with dnsPolicy Default (CoreDNS) get this resolv.conf: the hub,
   # where nothing serves DNS (names outside the cluster fail fast; no loop).
   printf 'nameserver %s\n' "$LAB_HUB_IP" >"$nd/resolv.conf"
@@ -281,3 +300,68 @@ stop_kube_proxy_pod() {
   log "kube-proxy on $node still runs after its manifest was removed"
   return 1
 }
+
+# --- Cilium on a real node (lab/up --cni cilium) ----------------------------------
+# cilium-agent runs as a lab process in the node's network namespace and in the
+# mount namespace of its containerd (lab/realnode node-N cilium), where the
+# node's own bpffs is mounted at /sys/fs/bpf, its cgroup v2 at
+# /run/cilium/cgroupv2, and the kernel-wide sysctls it writes are files of the
+# node. kube-proxy replacement on (no kube-proxy), VXLAN between the nodes,
+# Kubernetes IPAM (the Node's podCIDR), identities as CRDs (no operator, no
+# etcd), no L7 proxy, no Hubble, no health endpoints. docs/LAB.md, "Cilium nodes".
+
+# cilium_agent_args node-N: the agent's flags, one per line.
+cilium_agent_args() {
+  printf '%s\n' \
+    --k8s-kubeconfig-path="$LAB_KUBECONFIG" \
+    --k8s-namespace=kube-system \
+    --cluster-name=ghostip-lab \
+    --ipam=kubernetes \
+    --k8s-require-ipv4-pod-cidr=true \
+    --enable-ipv4=true --enable-ipv6=false \
+    --routing-mode=tunnel --tunnel-protocol=vxlan \
+    --devices=eth0 \
+    --kube-proxy-replacement=true \
+    --bpf-root=/sys/fs/bpf \
+    --cgroup-root=/run/cilium/cgroupv2 \
+    --state-dir=/run/cilium \
+    --lib-dir="$LAB_STATE/cilium/lib" \
+    --identity-allocation-mode=crd \
+    --enable-l7-proxy=false \
+    --enable-hubble=false \
+    --enable-health-checking=false \
+    --enable-endpoint-health-checking=false \
+    --enable-policy=never \
+    --enable-ipv4-masquerade=false \
+    --enable-bpf-masquerade=false \
+    --cni-exclusive=false \
+    --agent-health-port=9879
+}
+
+# cilium_runtime: what every agent shares, under the lab's state: clang on PATH
+# as Cilium calls it (Debian's clang-19; Cilium needs 18 or newer) and its
+# library dir with the module's bpf/ sources.
+cilium_runtime() {
+  local clang
+  clang=$(command -v clang-19) || die "no clang-19 (Debian package clang-19): Cilium compiles its datapath with it"
+  mkdir -p "$LAB_STATE/cilium/bin" "$LAB_STATE/cilium/lib"
+  ln -sfn "$clang" "$LAB_STATE/cilium/bin/clang"
+  ln -sfn "$LAB_BIN/cilium-bpf" "$LAB_STATE/cilium/lib/bpf"
+}
+
+# cilium_ready node-N: the node's agent answers `cilium-dbg status --brief` with OK.
+cilium_ready() {
+  local out
+  out=$(node_exec "$1" "$LAB_BIN/cilium-dbg" status --brief 2>&1) && [[ $out == OK* ]]
+}
+
+# start_cilium node-N: the node's agent, then until it is ready (it compiles
+# its datapath first: a minute or more on two cores).
+start_cilium() {
+  local node=$1
+  cilium_runtime
+  START_MODE=nsenter start_proc "cilium-$node" "$(node_netns "$node")" "$LAB_DIR/realnode" "$node" cilium
+  wait_for "cilium-$node" 300 "cilium-agent on $node ready (cilium-dbg status)" cilium_ready "$node"
+}
+
+stop_cilium() { stop_proc "cilium-$1" "${2:-10}"; }

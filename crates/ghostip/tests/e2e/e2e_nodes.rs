@@ -554,7 +554,7 @@ fn ghostip_installed_from_deploy_runs_on_every_node_and_check_names_a_stale_node
 
 /// How the web pods end in the drain comparison.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Hook {
+pub(crate) enum Hook {
     None,
     /// `deploy/drain-wait` applied with kustomize: init container + exec preStop.
     DrainWait,
@@ -667,16 +667,16 @@ fn start_client(log: &Path, seconds: u32) -> Child {
         .unwrap()
 }
 
-struct Outcome {
-    connects: usize,
-    failed_to_removed: usize,
-    served_after_removal: usize,
-    report: Value,
-    drains: BTreeMap<String, Value>,
-    rollout_s: f64,
+pub(crate) struct Outcome {
+    pub(crate) connects: usize,
+    pub(crate) failed_to_removed: usize,
+    pub(crate) served_after_removal: usize,
+    pub(crate) report: Value,
+    pub(crate) drains: BTreeMap<String, Value>,
+    pub(crate) rollout_s: f64,
 }
 
-fn rollout_with(hook: Hook, dir: &Path) -> Outcome {
+pub(crate) fn rollout_with(hook: Hook, dir: &Path) -> Outcome {
     deploy_web(dir, hook);
     let _ = run(lab("kubectl").args([
         "-n",

@@ -17,6 +17,7 @@ mod netns_support;
 mod e2e_agent;
 mod e2e_agent_auth;
 mod e2e_audit;
+mod e2e_cilium;
 mod e2e_client_cache;
 mod e2e_conntrack;
 mod e2e_deploy;
