@@ -464,13 +464,17 @@ impl Pipeline {
         let exposure = t
             .exposure(self.session.engine().death(t.target.ip))
             .map(|x| x.upper);
-        let former_pod = self.session.former_pod(t.target.ip).and_then(|s| {
-            s.split_once('/').map(|(ns, n)| ghostip_core::PodRef {
-                namespace: ns.into(),
-                name: n.into(),
-                uid: String::new(),
-            })
-        });
+        // The pod behind the target: still listed (terminating), or gone.
+        let former_pod = self
+            .session
+            .endpoint_pod(&t.service, t.target.ip)
+            .and_then(|s| {
+                s.split_once('/').map(|(ns, n)| ghostip_core::PodRef {
+                    namespace: ns.into(),
+                    name: n.into(),
+                    uid: String::new(),
+                })
+            });
         Some(FindingRecord {
             kind: if stuck {
                 FindingKind::Stuck
@@ -654,7 +658,7 @@ fn log_over_lag(session: &Session, t: &Tracking) {
         since = %since,
         expected_lag_s = t.expected_lag.as_secs_f64(),
         last_seen = ?t.last_wrong,
-        former_pod = session.former_pod(t.target.ip).unwrap_or_default(),
+        former_pod = session.endpoint_pod(&t.service, t.target.ip).unwrap_or_default(),
         "still serving past its expected lag"
     );
 }

@@ -70,7 +70,8 @@ pub struct TrackingView {
     /// How long it lasted, at most.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_s: Option<f64>,
-    /// The pod that owned the IP when it left.
+    /// The pod behind the target: the endpoint's pod while the slice still lists it
+    /// (terminating), else the pod that owned the IP when it left.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub former_pod: Option<String>,
     /// The path's expected lag: past it, the verdict is `over expected lag` at once.
@@ -176,7 +177,8 @@ pub(crate) fn view(p: &Pipeline, t: &Tracking) -> Option<TrackingView> {
         last_seen: t.last_wrong,
         converged_by: t.converged_by,
         window_s: t.window_upper().map(|d| d.as_secs_f64()),
-        former_pod: p.session.former_pod(t.target.ip),
+        // The pod behind the target: still listed (terminating), or gone.
+        former_pod: p.session.endpoint_pod(&t.service, t.target.ip),
         expected_lag_s: t.expected_lag.as_secs_f64(),
         t0_correction: t.change.and_then(|c| c.corrected).map(|c| c.to_string()),
     })
