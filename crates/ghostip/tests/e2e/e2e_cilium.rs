@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::e2e_nodes::{Hook, rollout_with};
+use crate::e2e_nodes::bare_and_drained;
 use crate::lab_support::{kubectl, lab, repo, require_lab, run};
 
 use serde_json::Value;
@@ -309,28 +309,7 @@ fn drain_wait_on_cilium_lets_no_client_connect_to_a_gone_pod() {
         .prefix("e2e-cilium.")
         .tempdir()
         .unwrap();
-    // The classic kubeadm Corefile (cache 30): the old IPs stay in answers after they left.
-    let (code, out, err) =
-        run(lab("scenarios/coredns-cache").args(["--corefile", "classic", "--setup-only"]));
-    assert_eq!(code, 0, "scenario setup failed:\n{out}\n{err}");
-    let bare = rollout_with(Hook::None, dir.path());
-    assert!(
-        bare.failed_to_removed > 0,
-        "without a preStop hook the client must fail on removed IPs"
-    );
-    let drained = rollout_with(Hook::DrainWait, dir.path());
-    assert_eq!(
-        drained.failed_to_removed, 0,
-        "drain-wait let a pod stop while a layer still sent clients to it"
-    );
-    assert!(
-        drained.served_after_removal > 0,
-        "the client was never sent to a removed IP: the test proves nothing"
-    );
-    assert_eq!(drained.drains.len(), 3, "{:?}", drained.drains.keys());
-    for line in drained.drains.values() {
-        assert_eq!(line["release"], "let-go", "{line}");
-    }
+    let (bare, drained) = bare_and_drained(dir.path());
     eprintln!("drain comparison on Cilium nodes (classic Corefile, 3 replicas):");
     for (name, o) in [("no hook", &bare), ("drain-wait", &drained)] {
         eprintln!(
