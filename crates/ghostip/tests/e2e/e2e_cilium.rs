@@ -21,9 +21,9 @@
 
 use std::collections::BTreeSet;
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use crate::e2e_nodes::bare_and_drained;
+use crate::e2e_nodes::{bare_and_drained, now_s, wait_until};
 use crate::lab_support::{kubectl, lab, repo, require_lab, run};
 
 use serde_json::Value;
@@ -40,22 +40,7 @@ fn require_cilium_lab() {
 }
 
 fn now_ms() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-        * 1000.0
-}
-
-fn wait_until(what: &str, limit: Duration, mut pred: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if pred() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    panic!("timed out after {limit:?} waiting for {what}");
+    now_s() * 1000.0
 }
 
 /// A command in a node's network and mount namespaces (those of its containerd: its bpffs at

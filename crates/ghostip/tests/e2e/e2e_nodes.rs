@@ -59,7 +59,7 @@ fn lab_image(key: &str) -> String {
     out.trim().to_string()
 }
 
-fn now_s() -> f64 {
+pub(crate) fn now_s() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -67,7 +67,7 @@ fn now_s() -> f64 {
 }
 
 /// Polls `pred` every 250 ms for up to `limit`; panics naming `what` when it never holds.
-fn wait_until(what: &str, limit: Duration, mut pred: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, limit: Duration, mut pred: impl FnMut() -> bool) {
     let start = Instant::now();
     while !pred() {
         assert!(start.elapsed() < limit, "timed out after {limit:?}: {what}");
